@@ -1,0 +1,17 @@
+#![no_std]
+#![no_main]
+
+mod emit;
+mod maps;
+mod programs;
+mod shim;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

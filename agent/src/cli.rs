@@ -1,0 +1,96 @@
+//! Command line. Every flag can also come from the environment (`SOCKWATCH_*`).
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::probes::ProbeMode;
+
+/// sockwatch: watches UNIX-domain socket files and reports who deletes or replaces a socket
+/// that another process still listens on.
+#[derive(Debug, Parser)]
+#[command(name = "sockwatch", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load the kernel probes and stream events as JSON lines until SIGINT or SIGTERM.
+    Run(RunArgs),
+    /// Print, per hook, which tiers this kernel supports and which one `run` would attach.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Which probe tiers may attach: the best available (auto), precise only, or tracepoints.
+    #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
+    pub probe_mode: ProbeMode,
+    /// Where to write events, one JSON object per line; `-` is stdout.
+    #[arg(long, default_value = "-", env = "SOCKWATCH_EVENTS")]
+    pub events: PathBuf,
+    /// How often to drain the ring buffer when the kernel has not woken the agent.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
+    pub drain_interval_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The mode whose choice to report.
+    #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
+    pub probe_mode: ProbeMode,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sockwatch").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_defaults() {
+        let Command::Run(a) = parse(&["run"]).expect("parses").command else {
+            panic!("not run")
+        };
+        assert_eq!(a.probe_mode, ProbeMode::Auto);
+        assert_eq!(a.events, PathBuf::from("-"));
+        assert_eq!(a.drain_interval_ms, 10);
+    }
+
+    #[test]
+    fn run_flags() {
+        let Command::Run(a) =
+            parse(&["run", "--probe-mode", "precise", "--events", "/tmp/e.jsonl"])
+                .expect("parses")
+                .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(a.probe_mode, ProbeMode::Precise);
+        assert_eq!(a.events, PathBuf::from("/tmp/e.jsonl"));
+    }
+
+    #[test]
+    fn bad_flags_are_rejected_with_the_flag_named() {
+        let e = parse(&["run", "--probe-mode", "magic"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--probe-mode"), "{e}");
+        let e = parse(&["run", "--drain-interval-ms", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--drain-interval-ms"), "{e}");
+        assert!(parse(&["frobnicate"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}

@@ -1,0 +1,8 @@
+//! sockwatch's agent: loads the kernel probes, reads their events and reports them.
+pub mod cli;
+pub mod event;
+pub mod loader;
+pub mod output;
+pub mod preflight;
+pub mod probes;
+pub mod pump;

@@ -1,0 +1,279 @@
+//! Loads the eBPF object and attaches, per hook, the best tier the kernel accepts.
+//!
+//! Driven entirely by [`crate::probes::PROBES`]: one generic loop tries each hook's candidate
+//! tiers in order, keeps the first whose programs all load and attach, and records why the
+//! others were refused, so `run` and `check` can say exactly what this kernel offers.
+use agent_common::{Counter, Tier, globals, maps};
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::{FExit, Program, ProgramError, TracePoint},
+};
+
+use crate::{
+    event::{DecodeError, SockEvent, decode},
+    probes::{Attach, Hook, PROBES, ProbeMode, ProgramSpec, TierSpec},
+};
+
+/// The kernel programs, built by build.rs for the BPF target.
+static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockwatch-ebpf"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "missing BTF: cannot read /sys/kernel/btf/vmlinux ({0}); the kernel needs CONFIG_DEBUG_INFO_BTF"
+    )]
+    Btf(#[source] aya::BtfError),
+    #[error("loading the eBPF object: {0}")]
+    Object(#[source] aya::EbpfError),
+    #[error("{hook}: no {mode} tier attached ({reasons})")]
+    NoTier {
+        hook: &'static str,
+        mode: &'static str,
+        reasons: String,
+    },
+    #[error("eBPF object has no map {0}")]
+    Map(&'static str),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    pub mode: ProbeMode,
+    /// Activity of this tgid is ignored in the kernel (the agent's own); 0 ignores nothing.
+    pub ignore_tgid: u32,
+    /// Unconsumed ring-buffer bytes past which the kernel wakes the reader.
+    pub wakeup_bytes: u64,
+}
+
+/// What happened to one hook: the tier that attached, and why better ones did not.
+#[derive(Clone, Debug)]
+pub struct HookReport {
+    pub hook: Hook,
+    pub attached: Option<Tier>,
+    pub refused: Vec<(Tier, String)>,
+}
+
+impl HookReport {
+    /// One log line: `bind: fentry (refused: ...)`.
+    pub fn summary(&self) -> String {
+        let chosen = self.attached.map_or("none", Tier::name);
+        let refused: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(t, why)| format!("{} refused: {why}", t.name()))
+            .collect();
+        if refused.is_empty() {
+            format!("{}: {chosen}", self.hook.name())
+        } else {
+            format!("{}: {chosen} ({})", self.hook.name(), refused.join("; "))
+        }
+    }
+}
+
+/// Loaded and attached programs. Dropping it detaches everything.
+pub struct Probes {
+    ebpf: Ebpf,
+    pub report: Vec<HookReport>,
+}
+
+impl Probes {
+    /// Loads the object and attaches every hook; fails if a hook gets no tier under `mode`.
+    pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
+        let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+        let mut ebpf = open_object(&btf, opts)?;
+        let mut report = Vec::new();
+        for hook in PROBES {
+            let mut refused = Vec::new();
+            let mut attached = None;
+            for tier in opts.mode.candidates(hook) {
+                match attach_tier(&mut ebpf, tier, &btf) {
+                    Ok(()) => {
+                        attached = Some(tier.tier);
+                        break;
+                    }
+                    Err(why) => refused.push((tier.tier, why)),
+                }
+            }
+            let r = HookReport {
+                hook: hook.hook,
+                attached,
+                refused,
+            };
+            if attached.is_none() {
+                return Err(LoadError::NoTier {
+                    hook: hook.hook.name(),
+                    mode: mode_name(opts.mode),
+                    reasons: reasons(&r),
+                });
+            }
+            report.push(r);
+        }
+        Ok(Self { ebpf, report })
+    }
+
+    /// The event stream. Can be taken once.
+    pub fn events(&mut self) -> Result<EventReader, LoadError> {
+        let map = self
+            .ebpf
+            .take_map(maps::EVENTS)
+            .ok_or(LoadError::Map(maps::EVENTS))?;
+        let ring = RingBuf::try_from(map).map_err(|_| LoadError::Map(maps::EVENTS))?;
+        Ok(EventReader { ring })
+    }
+
+    /// Kernel-side counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Vec<(Counter, u64)>, LoadError> {
+        let map = self
+            .ebpf
+            .map(maps::COUNTERS)
+            .ok_or(LoadError::Map(maps::COUNTERS))?;
+        let arr =
+            PerCpuArray::<_, u64>::try_from(map).map_err(|_| LoadError::Map(maps::COUNTERS))?;
+        Ok(Counter::ALL
+            .iter()
+            .map(|&c| {
+                let sum = arr.get(&(c as u32), 0).map_or(0, |v| v.iter().sum());
+                (c, sum)
+            })
+            .collect())
+    }
+}
+
+/// Per hook, every tier and whether this kernel accepts it (each is attached, then detached).
+pub fn probe_support() -> Result<Vec<(Hook, Vec<(Tier, Result<(), String>)>)>, LoadError> {
+    let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+    let opts = LoadOptions {
+        mode: ProbeMode::Auto,
+        ignore_tgid: std::process::id(),
+        wakeup_bytes: 0,
+    };
+    let mut table = Vec::new();
+    for hook in PROBES {
+        let mut tiers = Vec::new();
+        for tier in hook.tiers {
+            // A fresh object per try: a program loaded for one attach target stays bound to it.
+            let mut ebpf = open_object(&btf, &opts)?;
+            tiers.push((tier.tier, attach_tier(&mut ebpf, tier, &btf)));
+        }
+        table.push((hook.hook, tiers));
+    }
+    Ok(table)
+}
+
+fn open_object(btf: &Btf, opts: &LoadOptions) -> Result<Ebpf, LoadError> {
+    EbpfLoader::new()
+        .btf(Some(btf))
+        .override_global(globals::AGENT_TGID, &opts.ignore_tgid, true)
+        .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
+        .load(EBPF_OBJECT)
+        .map_err(LoadError::Object)
+}
+
+fn mode_name(mode: ProbeMode) -> &'static str {
+    match mode {
+        ProbeMode::Auto => "auto",
+        ProbeMode::Precise => "precise",
+        ProbeMode::Tracepoint => "tracepoint",
+    }
+}
+
+fn reasons(r: &HookReport) -> String {
+    if r.refused.is_empty() {
+        return "this hook has no such tier".into();
+    }
+    r.refused
+        .iter()
+        .map(|(t, why)| format!("{} refused by this kernel: {why}", t.name()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Attaches all programs of one tier, or none: on failure the ones attached are unloaded.
+fn attach_tier(ebpf: &mut Ebpf, tier: &TierSpec, btf: &Btf) -> Result<(), String> {
+    for (i, spec) in tier.programs.iter().enumerate() {
+        if let Err(e) = attach_program(ebpf, spec, btf) {
+            for done in &tier.programs[..i] {
+                if let Some(p) = ebpf.program_mut(done.program) {
+                    let _ = unload(p);
+                }
+            }
+            return Err(format!("{}: {e}", spec.program));
+        }
+    }
+    Ok(())
+}
+
+fn attach_program(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: &Btf) -> Result<(), String> {
+    let prog = ebpf
+        .program_mut(spec.program)
+        .ok_or_else(|| "not in the eBPF object".to_string())?;
+    let r: Result<(), ProgramError> = match spec.attach {
+        Attach::Fexit { function } => (|| {
+            let p: &mut FExit = prog.try_into()?;
+            p.load(function, btf)?;
+            p.attach().map(drop)
+        })(),
+        Attach::Tracepoint { category, name } => (|| {
+            let p: &mut TracePoint = prog.try_into()?;
+            p.load()?;
+            p.attach(category, name).map(drop)
+        })(),
+    };
+    r.map_err(|e| describe(&e))
+}
+
+fn unload(p: &mut Program) -> Result<(), ProgramError> {
+    match p {
+        Program::FExit(p) => p.unload(),
+        Program::TracePoint(p) => p.unload(),
+        _ => Ok(()),
+    }
+}
+
+/// One line for a program error; the verifier log goes to the debug log, not the message.
+fn describe(e: &ProgramError) -> String {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            log::debug!("verifier log:\n{verifier_log}");
+            format!("BPF_PROG_LOAD failed: {io_error}")
+        }
+        ProgramError::SyscallError(s) => format!("{} failed: {}", s.call, s.io_error),
+        other => {
+            let mut s = other.to_string();
+            let mut src = std::error::Error::source(other);
+            while let Some(e) = src {
+                s.push_str(": ");
+                s.push_str(&e.to_string());
+                src = e.source();
+            }
+            s.lines().next().unwrap_or_default().to_string()
+        }
+    }
+}
+
+/// The kernel's ring buffer of events.
+pub struct EventReader {
+    ring: RingBuf<MapData>,
+}
+
+impl EventReader {
+    /// Hands every record currently in the ring buffer to `f`; returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(Result<SockEvent, DecodeError>)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            f(decode(&item));
+            n += 1;
+        }
+        n
+    }
+}
+
+impl std::os::fd::AsRawFd for EventReader {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.ring.as_raw_fd()
+    }
+}
