@@ -1,0 +1,312 @@
+//! The probes in a real kernel: each test performs real syscalls from this process and
+//! asserts the exact event the agent receives. Run as root, one test thread.
+mod common;
+
+use std::{os::unix::net::UnixListener, process::Command, time::Duration};
+
+use agent_common::{EventKind, Tier};
+use common::*;
+use sockwatch::probes::ProbeMode;
+
+fn bind_is_reported(test: &str, mode: ProbeMode, tier: Tier) {
+    let Some(mut l) = load(test, mode, tier) else {
+        return;
+    };
+    let dir = tempdir();
+    let path = dir.path().join("bound.sock");
+    let _listener = UnixListener::bind(&path).expect("bind");
+    let (dev, ino) = stat_id(&path);
+    let path_str = path.to_str().expect("utf-8").to_string();
+
+    let ev = expect_event(&mut l.events, "bind", |e| {
+        e.kind == EventKind::Bind && e.path == path_str
+    });
+    assert_eq!(ev.tier, tier);
+    assert_eq!(
+        (ev.dev, ev.ino),
+        (dev, ino),
+        "device and inode as stat(2) reports them"
+    );
+    assert_eq!(ev.tgid, std::process::id());
+    assert_eq!(ev.pid, gettid());
+    assert_eq!(ev.ret, 0);
+    assert!(ev.sock_ino != 0, "sockfs inode of the bound socket");
+    assert_eq!(ev.comm, comm_of_this_thread());
+    assert!(ev.ts_ns > 0);
+    let counters = l.probes.counters().expect("counters");
+    assert!(
+        counters
+            .iter()
+            .all(|(c, n)| c.name() == "emitted" || *n == 0),
+        "{counters:?}"
+    );
+}
+
+fn comm_of_this_thread() -> String {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{}/comm", gettid())).expect("comm");
+    comm.trim_end().to_string()
+}
+
+#[test]
+fn bind_tracepoint_tier() {
+    bind_is_reported(
+        "bind_tracepoint_tier",
+        ProbeMode::Tracepoint,
+        Tier::Tracepoint,
+    );
+}
+
+#[test]
+fn bind_precise_tier() {
+    bind_is_reported("bind_precise_tier", ProbeMode::Precise, Tier::Fentry);
+}
+
+/// Abstract and unnamed sockets, failed binds and other families never reach the ring buffer.
+#[test]
+fn bind_ignores_abstract_unnamed_failed_and_inet() {
+    for (test, mode, tier) in [
+        (
+            "ignores_tracepoint",
+            ProbeMode::Tracepoint,
+            Tier::Tracepoint,
+        ),
+        ("ignores_precise", ProbeMode::Precise, Tier::Fentry),
+    ] {
+        let Some(mut l) = load(test, mode, tier) else {
+            continue;
+        };
+        let dir = tempdir();
+        let marker = dir.path().join("marker.sock");
+        unsafe {
+            // Abstract: sun_path starts with NUL.
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as u16;
+            let name = format!("\0sockwatch-abstract-{}", std::process::id());
+            for (i, b) in name.bytes().enumerate() {
+                addr.sun_path[i] = b as libc::c_char;
+            }
+            let len = (2 + name.len()) as u32;
+            assert_eq!(
+                libc::bind(fd, (&raw const addr).cast(), len),
+                0,
+                "abstract bind"
+            );
+            // Unnamed (autobind): only the family.
+            let fd2 = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+            assert_eq!(libc::bind(fd2, (&raw const addr).cast(), 2), 0, "autobind");
+            libc::close(fd);
+            libc::close(fd2);
+        }
+        // A failed path bind: the directory does not exist.
+        assert!(UnixListener::bind(dir.path().join("missing/x.sock")).is_err());
+        // An inet socket.
+        let _tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+        // Then a real one, so we know the earlier ones had time to show up.
+        let _l = UnixListener::bind(&marker).expect("marker bind");
+        let marker_str = marker.to_str().expect("utf-8").to_string();
+        let mut others = Vec::new();
+        let deadline = std::time::Instant::now() + patience();
+        let mut found = false;
+        while !found {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{test}: marker bind never reported"
+            );
+            l.events.drain(|e| {
+                let e = e.expect("well-formed");
+                if e.path == marker_str {
+                    found = true;
+                } else if e.tgid == std::process::id() {
+                    others.push(e);
+                }
+            });
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            others.is_empty(),
+            "{test}: unexpected events from this process: {others:#?}"
+        );
+    }
+}
+
+fn sockwatch_bin() -> String {
+    std::env::var("SOCKWATCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sockwatch").to_string())
+}
+
+/// The real binary: auto attaches the best tier, prints a JSON bind event for a bind made by
+/// another process, and exits cleanly on SIGINT.
+#[test]
+fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
+    if !is_root() {
+        eprintln!("SKIP cli_run: needs root");
+        return;
+    }
+    let dir = tempdir();
+    let events_file = dir.path().join("events.jsonl");
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(sockwatch_bin())
+        .args(["run", "--events"])
+        .arg(&events_file)
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn sockwatch");
+    let deadline = std::time::Instant::now() + patience();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("running;")
+    {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "sockwatch exited: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sockwatch did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let path = dir.path().join("cli.sock");
+    let _listener = UnixListener::bind(&path).expect("bind");
+    let (dev, ino) = stat_id(&path);
+    let path_str = path.to_str().expect("utf-8").to_string();
+
+    let deadline = std::time::Instant::now() + patience();
+    let line = loop {
+        let text = std::fs::read_to_string(&events_file).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains(&path_str)) {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event line for {path_str}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object per line");
+    assert_eq!(v["kind"], "bind");
+    assert_eq!(v["path"], path_str);
+    assert_eq!(v["dev"], dev);
+    assert_eq!(v["ino"], ino);
+    assert_eq!(v["tgid"], std::process::id());
+    let best = if is_required(Tier::Fentry) {
+        "fentry"
+    } else {
+        "tracepoint"
+    };
+    assert_eq!(v["tier"], best);
+
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().expect("wait");
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "exit status {status}: {stderr}");
+    assert!(
+        stderr.contains(&format!("attached bind: {best}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stopping:"), "{stderr}");
+}
+
+/// Forcing a tier this kernel refuses is a one-line error and a non-zero exit.
+#[test]
+fn cli_forced_refused_tier_fails_clearly() {
+    if !is_root() {
+        eprintln!("SKIP cli_forced_refused_tier: needs root");
+        return;
+    }
+    if is_required(Tier::Fentry) {
+        eprintln!("SKIP cli_forced_refused_tier: every tier loads on this kernel");
+        return;
+    }
+    let out = Command::new(sockwatch_bin())
+        .args(["run", "--probe-mode", "precise"])
+        .output()
+        .expect("run sockwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("sockwatch: bind: no precise tier attached (fentry refused by this kernel: bind_fexit: BPF_PROG_LOAD failed"),
+        "{stderr}"
+    );
+}
+
+/// `check` tells the truth about this kernel.
+#[test]
+fn cli_check_reports_tiers() {
+    if !is_root() {
+        eprintln!("SKIP cli_check: needs root");
+        return;
+    }
+    let out = Command::new(sockwatch_bin())
+        .arg("check")
+        .output()
+        .expect("run sockwatch");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |tier: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["bind", tier]))
+            .unwrap_or_else(|| panic!("no bind/{tier} row in:\n{stdout}"))
+            .split_whitespace()
+            .nth(2)
+            .expect("supported column")
+            .to_string()
+    };
+    assert_eq!(row("tracepoint"), "yes");
+    let fentry = if is_required(Tier::Fentry) {
+        "yes"
+    } else {
+        "no"
+    };
+    assert_eq!(row("fentry"), fentry);
+    let best = if fentry == "yes" {
+        "fentry"
+    } else {
+        "tracepoint"
+    };
+    assert!(
+        stdout.contains(&format!("run would attach bind: {best}")),
+        "{stdout}"
+    );
+}
+
+/// Not root: a one-line error naming the problem.
+#[test]
+fn cli_not_privileged_fails_clearly() {
+    if !is_root() {
+        eprintln!("SKIP cli_not_privileged: needs root to drop privileges");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let out = unsafe {
+        Command::new(sockwatch_bin())
+            .arg("run")
+            .pre_exec(|| {
+                // Drop to nobody: no capabilities left.
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+            .output()
+            .expect("run sockwatch")
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with("sockwatch: not privileged"),
+        "{stderr}"
+    );
+}
