@@ -17,46 +17,101 @@ pub mod maps {
     pub const EVENTS: &str = "EVENTS";
     pub const EVENTS_BYTES: u32 = 1 << 22;
     pub const COUNTERS: &str = "COUNTERS";
-    pub const PENDING_BIND: &str = "PENDING_BIND";
+    /// Arguments kept between a hook's entry and its exit, per thread and hook.
+    pub const PENDING: &str = "PENDING";
     pub const PENDING_CAPACITY: u32 = 16_384;
+    /// Live sockets: bound to a file, keyed by the file's [`super::FileId`].
+    pub const LIVE: &str = "LIVE";
+    pub const LIVE_CAPACITY: u32 = 65_536;
+    /// Hashes of the base names of live sockets' files: the tracepoint tier's filter.
+    pub const LIVE_NAMES: &str = "LIVE_NAMES";
+    /// Processes that hold (or descend from a holder of) a live socket: fork/exit filter.
+    pub const TRACKED: &str = "TRACKED";
+    pub const TRACKED_CAPACITY: u32 = 65_536;
+    /// Watched directories by identity, and by (parent identity, name hash) so a watched
+    /// directory that is deleted and re-created is picked up in the kernel at once.
+    pub const WATCHED_DIRS: &str = "WATCHED_DIRS";
+    pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
+    pub const WATCHED_CAPACITY: u32 = 1_024;
 }
 
-/// Load-time globals (set with `EbpfLoader::set_global`).
+/// Load-time globals (set with `EbpfLoader::override_global`).
 pub mod globals {
     /// The agent's own tgid: its activity is never reported.
     pub const AGENT_TGID: &str = "AGENT_TGID";
     /// Unconsumed ring-buffer bytes past which a submit wakes the reader.
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+    /// 1: every directory is watched; 0: only `WATCHED_DIRS` and what is below them.
+    pub const WATCH_ALL: &str = "WATCH_ALL";
 }
+
+/// How many directory levels above a socket file are checked against the watch list.
+pub const WATCH_DEPTH: usize = 8;
+/// How many descriptors the owner check walks in the acting task's fd table.
+pub const FD_SCAN_MAX: u32 = 65_536;
+/// Bytes of a file's base name that [`name_hash`] covers.
+pub const NAME_HASH_MAX: usize = 64;
 
 /// What happened. Ids are never reused: a retired kind keeps its number.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "user",
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "snake_case")
 )]
 pub enum EventKind {
+    /// A socket was bound to a path. `file`, `sock_ino`, `path`.
     Bind = 1,
+    /// A bound socket started listening. `file`, `sock_ino`, `aux` = backlog.
+    Listen = 2,
+    /// A file was unlinked. `file` (exact tiers), `path`; `owner` and `LIVE`/`LISTENING`/
+    /// `HOLDS_FD` flags when it was a live socket's file.
+    Unlink = 3,
+    /// A rename displaced a socket file. `file` = displaced inode, `path` = target.
+    Rename = 4,
+    /// A connect (or sendto) by path failed. `ret` = -errno, `path`; exact tiers add the
+    /// target's `file`, `sock_ino`, `nlink` and `TARGET_BOUND`/`LISTENING` flags.
+    Connect = 5,
+    /// A bound socket was released (its last reference closed). `file`, `sock_ino`.
+    Release = 6,
+    /// A tracked process forked. `aux` = child tgid.
+    Fork = 7,
+    /// A tracked process exited.
+    Exit = 8,
 }
 
 impl EventKind {
+    pub const ALL: [EventKind; 8] = [
+        EventKind::Bind,
+        EventKind::Listen,
+        EventKind::Unlink,
+        EventKind::Rename,
+        EventKind::Connect,
+        EventKind::Release,
+        EventKind::Fork,
+        EventKind::Exit,
+    ];
+
     pub fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Bind),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|k| *k as u32 == v)
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Bind => "bind",
+            Self::Listen => "listen",
+            Self::Unlink => "unlink",
+            Self::Rename => "rename",
+            Self::Connect => "connect",
+            Self::Release => "release",
+            Self::Fork => "fork",
+            Self::Exit => "exit",
         }
     }
 }
 
-/// How a hook is attached, best first. Ids are never reused.
+/// How a hook is attached. Ids are never reused; the preference order is the probe table's.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(
@@ -69,10 +124,18 @@ pub enum Tier {
     Fentry = 2,
     Kprobe = 3,
     Tracepoint = 4,
+    /// BTF-typed tracepoints (`tp_btf`): tracepoint stability with typed arguments.
+    TpBtf = 5,
 }
 
 impl Tier {
-    pub const ALL: [Tier; 4] = [Tier::Lsm, Tier::Fentry, Tier::Kprobe, Tier::Tracepoint];
+    pub const ALL: [Tier; 5] = [
+        Tier::Lsm,
+        Tier::Fentry,
+        Tier::Kprobe,
+        Tier::Tracepoint,
+        Tier::TpBtf,
+    ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|t| *t as u8 == v)
@@ -84,6 +147,33 @@ impl Tier {
             Self::Fentry => "fentry",
             Self::Kprobe => "kprobe",
             Self::Tracepoint => "tracepoint",
+            Self::TpBtf => "tp_btf",
+        }
+    }
+}
+
+/// What an event can be trusted for.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "user",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum Fidelity {
+    /// The kernel saw the inode at the moment of the operation.
+    Exact = 1,
+    /// Only the path as the caller gave it (tracepoint tier): resolve it against the
+    /// caller's cwd and root; inode, liveness and owner come from userspace state.
+    PathOnly = 2,
+}
+
+impl Fidelity {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Exact),
+            2 => Some(Self::PathOnly),
+            _ => None,
         }
     }
 }
@@ -92,6 +182,24 @@ impl Tier {
 pub mod flags {
     /// The path did not fit in [`super::PATH_CAP`] bytes and was cut.
     pub const PATH_TRUNCATED: u16 = 1 << 0;
+    /// Unlink/rename: the file was bound by a live socket at that moment.
+    pub const LIVE: u16 = 1 << 1;
+    /// The socket concerned (live owner, or connect target) was listening.
+    pub const LISTENING: u16 = 1 << 2;
+    /// Unlink/rename: the acting task held a descriptor of that live socket (owner set).
+    pub const HOLDS_FD: u16 = 1 << 3;
+    /// Connect: a socket was bound to the inode the path resolved to.
+    pub const TARGET_BOUND: u16 = 1 << 4;
+    /// Connect: datagram socket (`connect` or `sendto`).
+    pub const DGRAM: u16 = 1 << 5;
+    /// Connect: it was a `sendto`/`sendmsg` with an address, not a `connect`.
+    pub const SENDTO: u16 = 1 << 6;
+    /// Unlink/rename/connect: the path is relative to the caller's cwd or `dirfd`.
+    pub const PATH_RELATIVE: u16 = 1 << 7;
+    /// Unlink/rename (LSM tier): reported before the operation; its result is not known.
+    pub const RESULT_UNKNOWN: u16 = 1 << 8;
+    /// Rename: `RENAME_EXCHANGE` — the target was swapped, not removed.
+    pub const EXCHANGE: u16 = 1 << 9;
 }
 
 /// Indices into the per-CPU `COUNTERS` array: every loss and failure the kernel side sees.
@@ -100,20 +208,26 @@ pub mod flags {
 pub enum Counter {
     /// A ring-buffer reservation failed: the event is lost.
     RingbufFull = 0,
-    /// A map update failed (map full): the event may be lost.
+    /// A map update failed (map full): state or an event may be lost.
     MapFull = 1,
     /// A kernel or user memory read failed while building an event.
     ReadFailed = 2,
     /// Events submitted to the ring buffer.
     Emitted = 3,
+    /// Successful connects by path to a watched socket: counted, not reported.
+    ConnectOk = 4,
+    /// Entry/exit pairs whose entry half was missing (attached mid-call, or map full).
+    Unpaired = 5,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 4] = [
+    pub const ALL: [Counter; 6] = [
         Counter::RingbufFull,
         Counter::MapFull,
         Counter::ReadFailed,
         Counter::Emitted,
+        Counter::ConnectOk,
+        Counter::Unpaired,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -123,16 +237,52 @@ impl Counter {
             Self::MapFull => "map_full",
             Self::ReadFailed => "read_failed",
             Self::Emitted => "emitted",
+            Self::ConnectOk => "connect_ok",
+            Self::Unpaired => "unpaired",
         }
     }
 }
 
-/// Identity of a socket file: device (userspace `st_dev` encoding) and 64-bit inode.
+/// Identity of a file: device (userspace `st_dev` encoding) and 64-bit inode.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FileId {
     pub dev: u64,
     pub ino: u64,
+}
+
+/// The owner of a live socket as the kernel recorded it at bind time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub cgroup_id: u64,
+    pub bind_ns: u64,
+}
+
+/// Value of the `LIVE` map. The key is the socket file's [`FileId`]: a bound socket pins its
+/// file's inode, so the inode number cannot be reused while the entry is valid; `sock_ino`
+/// is the discriminator that tells a stale entry (missed release) from the current socket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSock {
+    pub sock_ino: u64,
+    pub owner: Owner,
+    /// [`name_hash`] of the file's base name (for `LIVE_NAMES` bookkeeping).
+    pub name_hash: u64,
+    /// [`flags::LISTENING`].
+    pub flags: u16,
+    pub _pad: [u16; 3],
+}
+
+/// Key of `WATCHED_NAMES`: a watched directory by its parent and name, so a directory that
+/// replaces it (deleted and re-created) is recognised.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WatchedName {
+    pub parent: FileId,
+    pub name_hash: u64,
 }
 
 /// One record in the ring buffer. Fixed size, so the kernel side reserves it in one step.
@@ -143,7 +293,8 @@ pub struct Event {
     pub kind: u32,
     /// [`Tier`] as u8.
     pub tier: u8,
-    pub _pad0: u8,
+    /// [`Fidelity`] as u8.
+    pub fidelity: u8,
     /// [`flags`] bits.
     pub flags: u16,
     /// `bpf_ktime_get_boot_ns()`: boot clock, counts suspend.
@@ -152,13 +303,19 @@ pub struct Event {
     pub pid: u32,
     pub cgroup_id: u64,
     pub comm: [u8; COMM_LEN],
-    /// The socket file.
+    /// The socket file (see [`EventKind`] for which one).
     pub file: FileId,
     /// Inode of the socket itself in sockfs (`socket:[N]` in /proc/PID/fd): tells two sockets
     /// bound in turn to a reused file inode apart.
     pub sock_ino: u64,
     /// Syscall or hook result; negative errno on failure.
     pub ret: i32,
+    /// Link count of `file` (connect target; unlinked file before removal).
+    pub nlink: u32,
+    /// Owner of the live socket concerned (unlink, rename, connect target).
+    pub owner: Owner,
+    /// Kind-specific: listen backlog, fork child tgid.
+    pub aux: u32,
     pub path_len: u16,
     pub _pad1: u16,
     pub path: [u8; PATH_CAP],
@@ -175,9 +332,26 @@ impl Event {
 }
 
 #[cfg(feature = "user")]
-unsafe impl aya::Pod for Event {}
-#[cfg(feature = "user")]
-unsafe impl aya::Pod for FileId {}
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for Event {}
+    unsafe impl aya::Pod for FileId {}
+    unsafe impl aya::Pod for LiveSock {}
+    unsafe impl aya::Pod for WatchedName {}
+}
+
+/// FNV-1a over a file's base name, up to [`NAME_HASH_MAX`] bytes or the first NUL. The kernel
+/// side computes the same hash; the tracepoint tier filters unlinks and renames with it.
+pub const fn name_hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < name.len() && i < NAME_HASH_MAX && name[i] != 0 {
+        h ^= name[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
 
 /// The kernel's `dev_t` (major << 20 | minor) in the encoding `stat(2)` returns as `st_dev`
 /// (glibc's `makedev`), so events compare equal to userspace `stat` results.
@@ -194,8 +368,11 @@ pub const fn kernel_dev_to_user(kdev: u32) -> u64 {
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<FileId>() == 16);
+    assert!(size_of::<Owner>() == 24);
+    assert!(size_of::<LiveSock>() == 48);
     assert!(offset_of!(Event, kind) == 0);
     assert!(offset_of!(Event, tier) == 4);
+    assert!(offset_of!(Event, fidelity) == 5);
     assert!(offset_of!(Event, flags) == 6);
     assert!(offset_of!(Event, ts_ns) == 8);
     assert!(offset_of!(Event, tgid) == 16);
@@ -205,9 +382,12 @@ const _: () = {
     assert!(offset_of!(Event, file) == 48);
     assert!(offset_of!(Event, sock_ino) == 64);
     assert!(offset_of!(Event, ret) == 72);
-    assert!(offset_of!(Event, path_len) == 76);
-    assert!(offset_of!(Event, path) == 80);
-    assert!(size_of::<Event>() == 80 + PATH_CAP);
+    assert!(offset_of!(Event, nlink) == 76);
+    assert!(offset_of!(Event, owner) == 80);
+    assert!(offset_of!(Event, aux) == 104);
+    assert!(offset_of!(Event, path_len) == 108);
+    assert!(offset_of!(Event, path) == 112);
+    assert!(size_of::<Event>() == 112 + PATH_CAP);
     assert!(size_of::<Event>() % 8 == 0);
 };
 
@@ -229,7 +409,19 @@ mod tests {
             assert_eq!(Tier::from_u8(t as u8), Some(t));
         }
         assert_eq!(Tier::from_u8(0), None);
-        assert_eq!(EventKind::from_u32(1), Some(EventKind::Bind));
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::from_u32(k as u32), Some(k));
+        }
         assert_eq!(EventKind::from_u32(0), None);
+        assert_eq!(Fidelity::from_u8(2), Some(Fidelity::PathOnly));
+        assert_eq!(Fidelity::from_u8(0), None);
+    }
+
+    #[test]
+    fn name_hash_stops_at_nul_and_cap() {
+        assert_eq!(name_hash(b"a.sock"), name_hash(b"a.sock\0junk"));
+        assert_ne!(name_hash(b"a.sock"), name_hash(b"b.sock"));
+        let long = [b'x'; 200];
+        assert_eq!(name_hash(&long), name_hash(&long[..NAME_HASH_MAX]));
     }
 }

@@ -3,8 +3,8 @@
 // Rust cannot emit CO-RE relocations, so the programs call these functions instead of reading
 // fields themselves. Every field access below goes through preserve_access_index (vmlinux.h
 // applies it to all records) and is relocated by the loader against the target kernel's BTF.
-// Each function returns a negative value when the object is not what it looks for, so callers
-// filter cheaply before touching the ring buffer.
+// Functions return a negative value or NULL when the object is not what they look for, so
+// callers filter cheaply before touching the ring buffer.
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
@@ -14,6 +14,8 @@
 #define SW_AF_UNIX 1
 #define SW_S_IFMT 00170000
 #define SW_S_IFSOCK 0140000
+#define SW_SOCKFS_MAGIC 0x534F434B
+#define SW_TCP_LISTEN 10
 
 // Kernel dev_t (major << 20 | minor) to the encoding stat(2) reports as st_dev.
 static __always_inline __u64 sw_user_dev(__u32 kdev)
@@ -23,24 +25,41 @@ static __always_inline __u64 sw_user_dev(__u32 kdev)
 	       ((minor & 0xffffff00ULL) << 12) | (minor & 0xffULL);
 }
 
-int shim_sk_bound_file(struct sock *sk, struct sw_bound_file *out)
+static __always_inline int sw_inode_file(struct inode *inode, struct sw_file *out)
 {
-	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != SW_AF_UNIX)
-		return -1;
-	struct unix_sock *u = (struct unix_sock *)sk;
-	struct dentry *dentry = BPF_CORE_READ(u, path.dentry);
-	if (!dentry)
-		return -2; // abstract or unnamed: no file
-	struct inode *inode = BPF_CORE_READ(dentry, d_inode);
 	if (!inode)
-		return -3;
+		return -1;
 	out->ino = BPF_CORE_READ(inode, i_ino);
 	out->dev = sw_user_dev(BPF_CORE_READ(inode, i_sb, s_dev));
 	out->nlink = BPF_CORE_READ(inode, __i_nlink);
-	out->_pad = 0;
+	out->mode = BPF_CORE_READ(inode, i_mode);
+	out->sock_ino = 0;
+	return 0;
+}
+
+// ---- sockets ----------------------------------------------------------------------------
+
+struct sock *shim_socket_sk(struct socket *sock)
+{
+	return sock ? BPF_CORE_READ(sock, sk) : 0;
+}
+
+// The dentry a UNIX socket is bound to; NULL for other families, abstract and unnamed.
+struct dentry *shim_sk_dentry(struct sock *sk)
+{
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != SW_AF_UNIX)
+		return 0;
+	return BPF_CORE_READ((struct unix_sock *)sk, path.dentry);
+}
+
+// The file a UNIX socket is bound to, with the socket's own sockfs inode.
+int shim_sk_bound_file(struct sock *sk, struct sw_file *out)
+{
+	struct dentry *dentry = shim_sk_dentry(sk);
+	if (!dentry || sw_inode_file(BPF_CORE_READ(dentry, d_inode), out))
+		return -1;
 	// SOCK_INODE(): the sockfs inode sits next to the socket in struct socket_alloc.
 	struct socket *sock = BPF_CORE_READ(sk, sk_socket);
-	out->sock_ino = 0;
 	if (sock) {
 		struct socket_alloc *alloc =
 			(void *)sock - bpf_core_field_offset(struct socket_alloc, socket);
@@ -49,10 +68,20 @@ int shim_sk_bound_file(struct sock *sk, struct sw_bound_file *out)
 	return 0;
 }
 
+int shim_sk_listening(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_state) == SW_TCP_LISTEN;
+}
+
+int shim_sk_type(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, sk_type);
+}
+
+// Copies the bound sun_path; returns its length including the NUL.
 int shim_sk_path(struct sock *sk, char *buf)
 {
-	struct unix_sock *u = (struct unix_sock *)sk;
-	struct unix_address *addr = BPF_CORE_READ(u, addr);
+	struct unix_address *addr = BPF_CORE_READ((struct unix_sock *)sk, addr);
 	if (!addr)
 		return -1;
 	// name[] is a flexible array: take its offset rather than index it (loaders reject a
@@ -61,12 +90,85 @@ int shim_sk_path(struct sock *sk, char *buf)
 	return bpf_probe_read_kernel_str(buf, SW_SUN_PATH_LEN, path);
 }
 
-struct sock *shim_socket_sk(struct socket *sock)
+// ---- files and directories --------------------------------------------------------------
+
+// The inode behind a dentry; returns 0, or -1 for a negative dentry.
+int shim_dentry_file(struct dentry *dentry, struct sw_file *out)
 {
-	return sock ? BPF_CORE_READ(sock, sk) : 0;
+	return dentry ? sw_inode_file(BPF_CORE_READ(dentry, d_inode), out) : -1;
 }
 
-struct socket *shim_current_fd_socket(int fd)
+int shim_is_sock_mode(__u32 mode)
+{
+	return (mode & SW_S_IFMT) == SW_S_IFSOCK;
+}
+
+struct dentry *shim_dentry_parent(struct dentry *dentry)
+{
+	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
+	return parent == dentry ? 0 : parent; // the root is its own parent
+}
+
+static __always_inline __u64 sw_fnv(const char *buf)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+	for (int i = 0; i < SW_NAME_HASH_MAX; i++) {
+		if (!buf[i])
+			break;
+		h ^= (unsigned char)buf[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+// agent_common::name_hash of the dentry's name.
+__u64 shim_dentry_name_hash(struct dentry *dentry)
+{
+	char buf[SW_NAME_HASH_MAX + 1] = {};
+	const unsigned char *name = 0;
+	BPF_CORE_READ_INTO(&name, dentry, d_name.name);
+	bpf_probe_read_kernel_str(buf, sizeof(buf), name);
+	return sw_fnv(buf);
+}
+
+struct basename_ctx {
+	const char *buf;
+	__u64 hash;
+	__u32 n; // bytes of the current component hashed so far
+};
+
+static long basename_cb(__u64 i, void *data)
+{
+	struct basename_ctx *ctx = data;
+	char c = ctx->buf[i & (SW_PATH_CAP - 1)];
+	if (!c)
+		return 1;
+	if (c == '/') {
+		ctx->hash = 0xcbf29ce484222325ULL;
+		ctx->n = 0;
+	} else if (ctx->n < SW_NAME_HASH_MAX) {
+		ctx->hash = (ctx->hash ^ (unsigned char)c) * 0x100000001b3ULL;
+		ctx->n++;
+	}
+	return 0;
+}
+
+// agent_common::name_hash of the last component of a path already copied into `buf` (one
+// pass with bpf_loop: the verifier checks the callback once, not every iteration).
+__u64 shim_basename_hash(const char *buf, int len)
+{
+	struct basename_ctx ctx = { .buf = buf, .hash = 0xcbf29ce484222325ULL };
+	if (len > SW_PATH_CAP)
+		len = SW_PATH_CAP;
+	if (len > 0)
+		bpf_loop(len, basename_cb, &ctx, 0);
+	return ctx.hash;
+}
+
+// ---- the current task -------------------------------------------------------------------
+
+// The struct file behind descriptor `fd` of the current task, if it is a socket.
+struct file *shim_current_fd_file(int fd)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
@@ -76,7 +178,140 @@ struct socket *shim_current_fd_socket(int fd)
 	struct file *file = 0;
 	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
 		return 0;
-	if ((BPF_CORE_READ(file, f_inode, i_mode) & SW_S_IFMT) != SW_S_IFSOCK)
+	return shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) ? file : 0;
+}
+
+struct socket *shim_file_socket(struct file *file)
+{
+	return file ? BPF_CORE_READ(file, private_data) : 0;
+}
+
+// The struct socket behind descriptor `fd` of the current task, if it is a socket.
+struct socket *shim_current_fd_socket(int fd)
+{
+	return shim_file_socket(shim_current_fd_file(fd));
+}
+
+struct holds_ctx {
+	struct file **fds;
+	__u64 sock_ino;
+	int found;
+};
+
+static long holds_cb(__u64 i, void *data)
+{
+	struct holds_ctx *ctx = data;
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &ctx->fds[i]) || !file)
 		return 0;
-	return BPF_CORE_READ(file, private_data);
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	if (BPF_CORE_READ(inode, i_ino) == ctx->sock_ino &&
+	    BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC) {
+		ctx->found = 1;
+		return 1; // stop
+	}
+	return 0;
+}
+
+// Does the current task's descriptor table hold the socket whose sockfs inode is `sock_ino`?
+// Decided at the moment of an unlink, before the unlinker can close its descriptor.
+int shim_current_holds_socket(__u64 sock_ino)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return 0;
+	struct holds_ctx ctx = { .fds = BPF_CORE_READ(fdt, fd), .sock_ino = sock_ino };
+	__u32 max = BPF_CORE_READ(fdt, max_fds);
+	if (max > SW_FD_SCAN_MAX)
+		max = SW_FD_SCAN_MAX;
+	bpf_loop(max, holds_cb, &ctx, 0);
+	return ctx.found;
+}
+
+// The path argument of the current unlink/rename syscall (x86-64 numbers), copied from user
+// memory; returns its length including the NUL, or a negative value. `which` selects the
+// argument: 0 = the path unlinked or the rename target.
+int shim_syscall_target_path(char *buf)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	const char *user = 0;
+	switch (BPF_CORE_READ(regs, orig_ax)) {
+	case 87: // unlink(path)
+	case 84: // rmdir(path)
+		user = (const char *)BPF_CORE_READ(regs, di);
+		break;
+	case 263: // unlinkat(dfd, path, flags)
+		user = (const char *)BPF_CORE_READ(regs, si);
+		break;
+	case 82: // rename(old, new)
+		user = (const char *)BPF_CORE_READ(regs, si);
+		break;
+	case 264: // renameat(olddfd, old, newdfd, new)
+	case 316: // renameat2(olddfd, old, newdfd, new, flags)
+		user = (const char *)BPF_CORE_READ(regs, r10);
+		break;
+	default:
+		return -1;
+	}
+	return bpf_probe_read_user_str(buf, SW_PATH_CAP, user);
+}
+
+// ---- processes --------------------------------------------------------------------------
+
+// A forked task: its tgid if it is a new process's leader, else 0 (a new thread).
+__u32 shim_new_process_tgid(struct task_struct *child)
+{
+	__u32 pid = BPF_CORE_READ(child, pid), tgid = BPF_CORE_READ(child, tgid);
+	return pid == tgid ? tgid : 0;
+}
+
+int shim_current_group_dead(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, signal, live.counter) == 0;
+}
+
+// ---- arguments of hooked functions --------------------------------------------------------
+
+struct dentry *shim_renamedata_target(struct renamedata *rd)
+{
+	return BPF_CORE_READ(rd, new_dentry);
+}
+
+__u32 shim_renamedata_flags(struct renamedata *rd)
+{
+	return BPF_CORE_READ(rd, flags);
+}
+
+const void *shim_msghdr_name(struct msghdr *msg)
+{
+	return BPF_CORE_READ(msg, msg_name);
+}
+
+// Kernels before 6.13 count file references in f_count; later ones in f_ref, a file_ref_t
+// whose counter holds references - 1.
+struct file___f_count {
+	atomic_long_t f_count;
+} __attribute__((preserve_access_index));
+struct file___f_ref {
+	file_ref_t f_ref;
+} __attribute__((preserve_access_index));
+
+long shim_file_refs(struct file *file)
+{
+	if (bpf_core_field_exists(((struct file___f_count *)file)->f_count))
+		return BPF_CORE_READ((struct file___f_count *)file, f_count.counter);
+	return BPF_CORE_READ((struct file___f_ref *)file, f_ref.refcnt.counter) + 1;
+}
+
+// ---- atomics (rustc's BPF target has no atomic read-modify-write) ------------------------
+
+// Adds `delta` and returns the value after (re-read: a v1-ISA XADD yields no result, and
+// racing updates only make the returned value approximate, never the counter).
+__u64 shim_atomic_add(__u64 *counter, __s64 delta)
+{
+	__sync_fetch_and_add(counter, delta);
+	return *(volatile __u64 *)counter;
 }

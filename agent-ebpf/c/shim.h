@@ -3,13 +3,17 @@
 #define SOCKWATCH_SHIM_H
 
 #define SW_SUN_PATH_LEN 108
+#define SW_PATH_CAP 256
+#define SW_NAME_HASH_MAX 64
+#define SW_FD_SCAN_MAX 65536
 
-struct sw_bound_file {
+// A file as sockwatch identifies it.
+struct sw_file {
 	__u64 dev; // st_dev encoding
 	__u64 ino;
-	__u64 sock_ino; // sockfs inode of the bound socket
+	__u64 sock_ino; // sockfs inode of the bound socket (0 when not from a socket)
 	__u32 nlink;
-	__u32 _pad;
+	__u32 mode;
 };
 
 #endif

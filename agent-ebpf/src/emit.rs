@@ -1,9 +1,13 @@
 //! Building and submitting events, and counting what is lost on the way.
-use agent_common::{COMM_LEN, Counter, Event, EventKind, FileId, Tier};
+use agent_common::{
+    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Owner, PATH_CAP, SUN_PATH_LEN, Tier,
+    flags,
+};
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
+        bpf_probe_read_user_str_bytes,
         generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns},
     },
     maps::ring_buf::RingBufEntry,
@@ -11,8 +15,12 @@ use aya_ebpf::{
 
 use crate::{
     maps::{AGENT_TGID, COUNTERS, EVENTS, WAKEUP_BYTES},
-    shim::BoundFile,
+    pending::Pending,
+    shim::{self, File, Sock},
 };
+
+/// `offsetof(struct sockaddr_un, sun_path)`.
+pub const SUN_PATH_OFFSET: usize = 2;
 
 #[inline(always)]
 pub fn count(counter: Counter) {
@@ -24,13 +32,16 @@ pub fn count(counter: Counter) {
 
 /// True for the agent's own threads, whose activity is never reported.
 #[inline(always)]
-pub fn is_agent(pid_tgid: u64) -> bool {
-    (pid_tgid >> 32) as u32 == AGENT_TGID.load()
+pub fn is_agent() -> bool {
+    (bpf_get_current_pid_tgid() >> 32) as u32 == AGENT_TGID.load()
 }
+
+/// An event being built in ring-buffer memory.
+pub struct Draft(RingBufEntry<Event>);
 
 /// Reserves one event and fills the fields every kind shares; counts a full ring buffer.
 #[inline(always)]
-pub fn reserve(kind: EventKind, tier: Tier) -> Option<RingBufEntry<Event>> {
+pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft> {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(Counter::RingbufFull);
         return None;
@@ -40,7 +51,7 @@ pub fn reserve(kind: EventKind, tier: Tier) -> Option<RingBufEntry<Event>> {
     unsafe {
         (*ev).kind = kind as u32;
         (*ev).tier = tier as u8;
-        (*ev)._pad0 = 0;
+        (*ev).fidelity = fidelity as u8;
         (*ev).flags = 0;
         (*ev).ts_ns = bpf_ktime_get_boot_ns();
         (*ev).tgid = (pid_tgid >> 32) as u32;
@@ -50,34 +61,149 @@ pub fn reserve(kind: EventKind, tier: Tier) -> Option<RingBufEntry<Event>> {
         (*ev).file = FileId::default();
         (*ev).sock_ino = 0;
         (*ev).ret = 0;
+        (*ev).nlink = 0;
+        (*ev).owner = Owner::default();
+        (*ev).aux = 0;
         (*ev).path_len = 0;
         (*ev)._pad1 = 0;
     }
-    Some(entry)
+    Some(Draft(entry))
 }
 
-#[inline(always)]
-pub fn set_file(entry: &mut RingBufEntry<Event>, file: &BoundFile) {
-    let ev = entry.as_mut_ptr();
-    unsafe {
-        (*ev).file = FileId {
-            dev: file.dev,
-            ino: file.ino,
-        };
-        (*ev).sock_ino = file.sock_ino;
+impl Draft {
+    #[inline(always)]
+    fn ev(&mut self) -> *mut Event {
+        self.0.as_mut_ptr()
     }
-}
 
-/// Submits without waking the reader unless the backlog passed the threshold: the agent
-/// drains on a short timer, so a wakeup per event would only burn CPU.
-#[inline(always)]
-pub fn submit(entry: RingBufEntry<Event>) {
-    let backlog = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let flags = if backlog >= WAKEUP_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    entry.submit(flags as u64);
-    count(Counter::Emitted);
+    #[inline(always)]
+    pub fn file(&mut self, f: &File) -> &mut Self {
+        let ev = self.ev();
+        unsafe {
+            (*ev).file = f.id();
+            (*ev).sock_ino = f.sock_ino;
+            (*ev).nlink = f.nlink;
+        }
+        self
+    }
+
+    /// The socket file, owner and flags an entry hook decided on.
+    #[inline(always)]
+    pub fn pending(&mut self, p: &Pending) -> &mut Self {
+        let ev = self.ev();
+        unsafe {
+            (*ev).file = p.file;
+            (*ev).sock_ino = p.sock_ino;
+            (*ev).nlink = p.nlink;
+            (*ev).owner = p.owner;
+            (*ev).flags |= p.flags;
+        }
+        self
+    }
+
+    #[inline(always)]
+    pub fn owner(&mut self, o: &Owner) -> &mut Self {
+        unsafe { (*self.ev()).owner = *o };
+        self
+    }
+
+    #[inline(always)]
+    pub fn flags(&mut self, f: u16) -> &mut Self {
+        unsafe { (*self.ev()).flags |= f };
+        self
+    }
+
+    #[inline(always)]
+    pub fn ret(&mut self, ret: i64) -> &mut Self {
+        unsafe { (*self.ev()).ret = ret as i32 };
+        self
+    }
+
+    #[inline(always)]
+    pub fn aux(&mut self, aux: u32) -> &mut Self {
+        unsafe { (*self.ev()).aux = aux };
+        self
+    }
+
+    #[inline(always)]
+    fn path_buf(&mut self) -> &mut [u8; PATH_CAP] {
+        unsafe { &mut (*self.ev()).path }
+    }
+
+    #[inline(always)]
+    fn set_path_len(&mut self, n: usize) {
+        let ev = self.ev();
+        unsafe {
+            (*ev).path_len = n as u16;
+            if n == 0 || (*ev).path[0] != b'/' {
+                (*ev).flags |= flags::PATH_RELATIVE;
+            }
+            if n + 1 >= PATH_CAP {
+                (*ev).flags |= flags::PATH_TRUNCATED;
+            }
+        }
+    }
+
+    /// The path a UNIX socket is bound to.
+    #[inline(always)]
+    pub fn sun_path_of(&mut self, sk: Sock) -> &mut Self {
+        let buf = unsafe { &mut *(self.path_buf().as_mut_ptr() as *mut [u8; SUN_PATH_LEN]) };
+        match shim::sk_path(sk, buf) {
+            Some(n) => self.set_path_len(n as usize),
+            None => count(Counter::ReadFailed),
+        }
+        self
+    }
+
+    /// `sun_path` of a `sockaddr_un` in kernel memory.
+    #[inline(always)]
+    pub fn kernel_sun_path(&mut self, addr: *const u8) -> &mut Self {
+        let src = addr.wrapping_add(SUN_PATH_OFFSET);
+        let buf = unsafe { &mut *(self.path_buf().as_mut_ptr() as *mut [u8; SUN_PATH_LEN]) };
+        match unsafe { bpf_probe_read_kernel_str_bytes(src, buf) } {
+            Ok(s) => {
+                let n = s.len();
+                self.set_path_len(n)
+            }
+            Err(_) => count(Counter::ReadFailed),
+        }
+        self
+    }
+
+    /// A NUL-terminated path in user memory (`sun_path` or a syscall's path argument).
+    #[inline(always)]
+    pub fn user_path(&mut self, src: *const u8) -> &mut Self {
+        match unsafe { bpf_probe_read_user_str_bytes(src, self.path_buf()) } {
+            Ok(s) => {
+                let n = s.len();
+                self.set_path_len(n)
+            }
+            Err(_) => count(Counter::ReadFailed),
+        }
+        self
+    }
+
+    /// The path argument of the current unlink/rename syscall; left empty when the operation
+    /// did not come from one (io_uring, nfsd, overlayfs).
+    #[inline(always)]
+    pub fn syscall_target_path(&mut self) -> &mut Self {
+        if let Some(n) = shim::syscall_target_path(self.path_buf()) {
+            self.set_path_len(n as usize);
+        }
+        self
+    }
+
+    /// Submits without waking the reader unless the backlog passed the threshold: the agent
+    /// drains on a short timer, so a wakeup per event would only burn CPU.
+    #[inline(always)]
+    pub fn submit(self) {
+        let backlog = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+        let wake = if backlog >= WAKEUP_BYTES.load() {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        self.0.submit(wake as u64);
+        count(Counter::Emitted);
+    }
 }

@@ -2,9 +2,12 @@
 #![no_main]
 
 mod emit;
+mod live;
 mod maps;
+mod pending;
 mod programs;
 mod shim;
+mod watch;
 
 #[cfg(not(test))]
 #[panic_handler]

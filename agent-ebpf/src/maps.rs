@@ -1,10 +1,12 @@
 //! Every map and load-time global of the kernel side, in one place.
-use agent_common::{Counter, Event, maps};
+use agent_common::{Counter, Event, FileId, LiveSock, PATH_CAP, WatchedName, maps};
 use aya_ebpf::{
     Global,
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf},
 };
+
+use crate::pending::{Pending, PendingKey};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);
@@ -12,12 +14,40 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
-/// Tracepoint tier: fd of a UNIX path bind between syscall entry and exit, by pid_tgid.
-#[map(name = "PENDING_BIND")]
-pub static PENDING_BIND: HashMap<u64, i32> = HashMap::with_max_entries(maps::PENDING_CAPACITY, 0);
+/// Per-CPU room for a path read from user memory (too big for the BPF stack).
+#[map(name = "SCRATCH")]
+pub static SCRATCH: PerCpuArray<[u8; PATH_CAP]> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "PENDING")]
+pub static PENDING: HashMap<PendingKey, Pending> =
+    HashMap::with_max_entries(maps::PENDING_CAPACITY, 0);
+
+#[map(name = "LIVE")]
+pub static LIVE: HashMap<FileId, LiveSock> = HashMap::with_max_entries(maps::LIVE_CAPACITY, 0);
+
+/// name hash -> how many live sockets have a file of that base name.
+#[map(name = "LIVE_NAMES")]
+pub static LIVE_NAMES: HashMap<u64, u64> = HashMap::with_max_entries(maps::LIVE_CAPACITY, 0);
+
+/// tgid -> 1 for processes that bound a live socket or descend from one.
+#[map(name = "TRACKED")]
+pub static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(maps::TRACKED_CAPACITY, 0);
+
+#[map(name = "WATCHED_DIRS")]
+pub static WATCHED_DIRS: HashMap<FileId, u32> =
+    HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
+
+/// (parent directory, name hash) of each watched directory: a re-created directory of the
+/// same name in the same parent is watched from its first bind on.
+#[map(name = "WATCHED_NAMES")]
+pub static WATCHED_NAMES: HashMap<WatchedName, u32> =
+    HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
 
 #[unsafe(no_mangle)]
 pub static AGENT_TGID: Global<u32> = Global::new(0);
 
 #[unsafe(no_mangle)]
 pub static WAKEUP_BYTES: Global<u64> = Global::new((64 * Event::SIZE) as u64);
+
+#[unsafe(no_mangle)]
+pub static WATCH_ALL: Global<u8> = Global::new(1);

@@ -20,6 +20,10 @@ pub enum Command {
     Run(RunArgs),
     /// Print, per hook, which tiers this kernel supports and which one `run` would attach.
     Check(CheckArgs),
+    /// One-shot audit of the node without eBPF: orphaned listeners, stale socket files and
+    /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo. Exit status 0:
+    /// clean, 1: problems found, 2: error.
+    Scan(ScanArgs),
 }
 
 #[derive(Debug, Args)]
@@ -30,6 +34,15 @@ pub struct RunArgs {
     /// Where to write events, one JSON object per line; `-` is stdout.
     #[arg(long, default_value = "-", env = "SOCKWATCH_EVENTS")]
     pub events: PathBuf,
+    /// Watch only sockets in (or below, up to 8 levels) this directory; repeatable. Without
+    /// it every path socket on the node is watched.
+    #[arg(
+        long = "watch",
+        value_name = "DIR",
+        env = "SOCKWATCH_WATCH",
+        value_delimiter = ','
+    )]
+    pub watch: Vec<PathBuf>,
     /// How often to drain the ring buffer when the kernel has not woken the agent.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
     pub drain_interval_ms: u64,
@@ -40,6 +53,28 @@ pub struct CheckArgs {
     /// The mode whose choice to report.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Look for stale socket files below this directory (or at this socket file), and report
+    /// only findings about paths below it; repeatable. Without it the whole node is audited,
+    /// and stale files are looked for only at the paths of existing sockets.
+    #[arg(
+        long = "watch",
+        value_name = "PATH",
+        env = "SOCKWATCH_WATCH",
+        value_delimiter = ','
+    )]
+    pub watch: Vec<PathBuf>,
+    /// Output: one line per finding (summary and warnings on stderr), or one JSON object.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "table",
+        env = "SOCKWATCH_SCAN_FORMAT"
+    )]
+    pub format: crate::scan::report::Format,
 }
 
 #[cfg(test)]
@@ -65,6 +100,21 @@ mod tests {
         assert_eq!(a.probe_mode, ProbeMode::Auto);
         assert_eq!(a.events, PathBuf::from("-"));
         assert_eq!(a.drain_interval_ms, 10);
+        assert!(a.watch.is_empty());
+    }
+
+    #[test]
+    fn watch_is_repeatable() {
+        let Command::Run(a) = parse(&["run", "--watch", "/run/a", "--watch", "/run/b"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            a.watch,
+            vec![PathBuf::from("/run/a"), PathBuf::from("/run/b")]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Decoding ring-buffer records into typed events: pure, length-checked, never panics.
-use agent_common::{Event, EventKind, Tier, flags};
+use agent_common::{Event, EventKind, Fidelity, Tier, flags};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -10,6 +10,8 @@ pub enum DecodeError {
     Kind(u32),
     #[error("unknown tier {0}")]
     Tier(u8),
+    #[error("unknown fidelity {0}")]
+    Fidelity(u8),
 }
 
 /// One kernel observation, as the agent and its outputs see it.
@@ -17,21 +19,85 @@ pub enum DecodeError {
 pub struct SockEvent {
     pub kind: EventKind,
     pub tier: Tier,
+    pub fidelity: Fidelity,
     /// Boot-clock nanoseconds (`CLOCK_BOOTTIME`).
     pub ts_ns: u64,
     pub tgid: u32,
     pub pid: u32,
     pub comm: String,
     pub cgroup_id: u64,
-    /// Socket file: device (as `st_dev`) and inode.
+    /// The socket file: device (as `st_dev`) and inode; 0 when the tier could not see it.
     pub dev: u64,
     pub ino: u64,
-    /// The socket's own inode in sockfs (`socket:[N]`).
+    /// The socket's own inode in sockfs (`socket:[N]`); 0 when unknown.
     pub sock_ino: u64,
+    /// Link count of the file (unlink: before removal; connect: the target's).
+    pub nlink: u32,
     pub path: String,
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub path_truncated: bool,
+    /// 0 or a negative errno.
     pub ret: i32,
+    /// Owner of the live socket concerned, as recorded at its bind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerInfo>,
+    /// Listen: the backlog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u32>,
+    /// Fork: the new process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_tgid: Option<u32>,
+    #[serde(default, flatten)]
+    pub flags: EventFlags,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInfo {
+    pub tgid: u32,
+    pub cgroup_id: u64,
+    pub bind_ns: u64,
+}
+
+/// [`flags`] as named booleans; only the set ones are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EventFlags {
+    #[serde(skip_serializing_if = "is_false")]
+    pub path_truncated: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub live: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub listening: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub holds_fd: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub target_bound: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub dgram: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub sendto: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub path_relative: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub result_unknown: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub exchange: bool,
+}
+
+impl EventFlags {
+    pub fn from_bits(b: u16) -> Self {
+        let on = |f: u16| b & f != 0;
+        Self {
+            path_truncated: on(flags::PATH_TRUNCATED),
+            live: on(flags::LIVE),
+            listening: on(flags::LISTENING),
+            holds_fd: on(flags::HOLDS_FD),
+            target_bound: on(flags::TARGET_BOUND),
+            dgram: on(flags::DGRAM),
+            sendto: on(flags::SENDTO),
+            path_relative: on(flags::PATH_RELATIVE),
+            result_unknown: on(flags::RESULT_UNKNOWN),
+            exchange: on(flags::EXCHANGE),
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -51,9 +117,11 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
     let raw: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     let kind = EventKind::from_u32(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
     let tier = Tier::from_u8(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
+    let fidelity = Fidelity::from_u8(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
     Ok(SockEvent {
         kind,
         tier,
+        fidelity,
         ts_ns: raw.ts_ns,
         tgid: raw.tgid,
         pid: raw.pid,
@@ -62,9 +130,17 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
         dev: raw.file.dev,
         ino: raw.file.ino,
         sock_ino: raw.sock_ino,
+        nlink: raw.nlink,
         path: c_string(raw.path_bytes()),
-        path_truncated: raw.flags & flags::PATH_TRUNCATED != 0,
         ret: raw.ret,
+        owner: (raw.owner.tgid != 0).then_some(OwnerInfo {
+            tgid: raw.owner.tgid,
+            cgroup_id: raw.owner.cgroup_id,
+            bind_ns: raw.owner.bind_ns,
+        }),
+        backlog: (kind == EventKind::Listen).then_some(raw.aux),
+        child_tgid: (kind == EventKind::Fork).then_some(raw.aux),
+        flags: EventFlags::from_bits(raw.flags),
     })
 }
 
@@ -76,7 +152,7 @@ fn c_string(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::{FileId, PATH_CAP};
+    use agent_common::{FileId, Owner, PATH_CAP};
 
     use super::*;
 
@@ -88,7 +164,7 @@ mod tests {
         Event {
             kind: EventKind::Bind as u32,
             tier: Tier::Tracepoint as u8,
-            _pad0: 0,
+            fidelity: Fidelity::Exact as u8,
             flags: 0,
             ts_ns: 42,
             tgid: 100,
@@ -101,6 +177,9 @@ mod tests {
             },
             sock_ino: 5555,
             ret: 0,
+            nlink: 1,
+            owner: Owner::default(),
+            aux: 0,
             path_len: 11,
             _pad1: 0,
             path,
@@ -122,7 +201,48 @@ mod tests {
         assert_eq!(ev.comm, "python3");
         assert_eq!((ev.dev, ev.ino, ev.sock_ino), (0x801, 0x1_0000_0001, 5555));
         assert_eq!(ev.path, "/tmp/x.sock");
-        assert!(!ev.path_truncated);
+        assert_eq!(ev.flags, EventFlags::default());
+        assert_eq!((ev.owner, ev.backlog, ev.child_tgid), (None, None, None));
+    }
+
+    #[test]
+    fn decodes_an_unlink_of_a_live_socket() {
+        let mut raw = fixture();
+        raw.kind = EventKind::Unlink as u32;
+        raw.flags = flags::LIVE | flags::LISTENING | flags::HOLDS_FD;
+        raw.owner = Owner {
+            tgid: 977,
+            _pad: 0,
+            cgroup_id: 9,
+            bind_ns: 5,
+        };
+        let ev = decode(&bytes(&raw)).expect("decodes");
+        assert_eq!(ev.kind, EventKind::Unlink);
+        assert!(ev.flags.live && ev.flags.listening && ev.flags.holds_fd && !ev.flags.dgram);
+        assert_eq!(
+            ev.owner,
+            Some(OwnerInfo {
+                tgid: 977,
+                cgroup_id: 9,
+                bind_ns: 5
+            })
+        );
+        let line = serde_json::to_string(&ev).expect("serializes");
+        assert!(
+            line.contains(r#""live":true"#) && !line.contains("dgram"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn listen_and_fork_carry_their_aux_field() {
+        let mut raw = fixture();
+        raw.kind = EventKind::Listen as u32;
+        raw.aux = 128;
+        assert_eq!(decode(&bytes(&raw)).expect("decodes").backlog, Some(128));
+        raw.kind = EventKind::Fork as u32;
+        let ev = decode(&bytes(&raw)).expect("decodes");
+        assert_eq!((ev.child_tgid, ev.backlog), (Some(128), None));
     }
 
     #[test]
@@ -158,6 +278,9 @@ mod tests {
         let mut ev = fixture();
         ev.tier = 0;
         assert_eq!(decode(&bytes(&ev)), Err(DecodeError::Tier(0)));
+        let mut ev = fixture();
+        ev.fidelity = 9;
+        assert_eq!(decode(&bytes(&ev)), Err(DecodeError::Fidelity(9)));
     }
 
     #[test]
@@ -168,7 +291,7 @@ mod tests {
         ev.flags = flags::PATH_TRUNCATED;
         let d = decode(&bytes(&ev)).expect("decodes");
         assert_eq!(d.path.len(), PATH_CAP);
-        assert!(d.path_truncated);
+        assert!(d.flags.path_truncated);
     }
 
     #[test]

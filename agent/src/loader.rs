@@ -3,16 +3,17 @@
 //! Driven entirely by [`crate::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
-use agent_common::{Counter, Tier, globals, maps};
+use agent_common::{Counter, FileId, Tier, WatchedName, globals, maps};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
-    programs::{FExit, Program, ProgramError, TracePoint},
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, Lsm, Program, ProgramError, TracePoint},
 };
 
 use crate::{
     event::{DecodeError, SockEvent, decode},
     probes::{Attach, Hook, PROBES, ProbeMode, ProgramSpec, TierSpec},
+    watch::WatchedDir,
 };
 
 /// The kernel programs, built by build.rs for the BPF target.
@@ -35,15 +36,19 @@ pub enum LoadError {
     },
     #[error("eBPF object has no map {0}")]
     Map(&'static str),
+    #[error("updating map {0}: {1}")]
+    MapUpdate(&'static str, #[source] aya::maps::MapError),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub mode: ProbeMode,
     /// Activity of this tgid is ignored in the kernel (the agent's own); 0 ignores nothing.
     pub ignore_tgid: u32,
     /// Unconsumed ring-buffer bytes past which the kernel wakes the reader.
     pub wakeup_bytes: u64,
+    /// Directories to watch; empty watches every directory.
+    pub watch: Vec<WatchedDir>,
 }
 
 /// What happened to one hook: the tier that attached, and why better ones did not.
@@ -82,6 +87,9 @@ impl Probes {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
         let mut ebpf = open_object(&btf, opts)?;
+        for w in &opts.watch {
+            add_watch(&mut ebpf, w)?;
+        }
         let mut report = Vec::new();
         for hook in PROBES {
             let mut refused = Vec::new();
@@ -103,13 +111,18 @@ impl Probes {
             if attached.is_none() {
                 return Err(LoadError::NoTier {
                     hook: hook.hook.name(),
-                    mode: mode_name(opts.mode),
+                    mode: opts.mode.name(),
                     reasons: reasons(&r),
                 });
             }
             report.push(r);
         }
         Ok(Self { ebpf, report })
+    }
+
+    /// Adds a watched directory's identities (again, after it was re-created).
+    pub fn watch(&mut self, w: &WatchedDir) -> Result<(), LoadError> {
+        add_watch(&mut self.ebpf, w)
     }
 
     /// The event stream. Can be taken once.
@@ -147,6 +160,7 @@ pub fn probe_support() -> Result<Vec<(Hook, Vec<(Tier, Result<(), String>)>)>, L
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),
         wakeup_bytes: 0,
+        watch: Vec::new(),
     };
     let mut table = Vec::new();
     for hook in PROBES {
@@ -166,16 +180,30 @@ fn open_object(btf: &Btf, opts: &LoadOptions) -> Result<Ebpf, LoadError> {
         .btf(Some(btf))
         .override_global(globals::AGENT_TGID, &opts.ignore_tgid, true)
         .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
+        .override_global(globals::WATCH_ALL, &u8::from(opts.watch.is_empty()), true)
         .load(EBPF_OBJECT)
         .map_err(LoadError::Object)
 }
 
-fn mode_name(mode: ProbeMode) -> &'static str {
-    match mode {
-        ProbeMode::Auto => "auto",
-        ProbeMode::Precise => "precise",
-        ProbeMode::Tracepoint => "tracepoint",
+fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
+    let map = ebpf
+        .map_mut(maps::WATCHED_DIRS)
+        .ok_or(LoadError::Map(maps::WATCHED_DIRS))?;
+    let mut dirs =
+        HashMap::<_, FileId, u32>::try_from(map).map_err(|_| LoadError::Map(maps::WATCHED_DIRS))?;
+    dirs.insert(w.dir, 1, 0)
+        .map_err(|e| LoadError::MapUpdate(maps::WATCHED_DIRS, e))?;
+    if let Some(by_name) = w.by_name {
+        let map = ebpf
+            .map_mut(maps::WATCHED_NAMES)
+            .ok_or(LoadError::Map(maps::WATCHED_NAMES))?;
+        let mut names = HashMap::<_, WatchedName, u32>::try_from(map)
+            .map_err(|_| LoadError::Map(maps::WATCHED_NAMES))?;
+        names
+            .insert(by_name, 1, 0)
+            .map_err(|e| LoadError::MapUpdate(maps::WATCHED_NAMES, e))?;
     }
+    Ok(())
 }
 
 fn reasons(r: &HookReport) -> String {
@@ -209,15 +237,35 @@ fn attach_program(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: &Btf) -> Result<(), 
         .program_mut(spec.program)
         .ok_or_else(|| "not in the eBPF object".to_string())?;
     let r: Result<(), ProgramError> = match spec.attach {
+        Attach::Fentry { function } => (|| {
+            let p: &mut FEntry = prog.try_into()?;
+            p.load(function, btf)?;
+            p.attach().map(drop)
+        })(),
         Attach::Fexit { function } => (|| {
             let p: &mut FExit = prog.try_into()?;
             p.load(function, btf)?;
             p.attach().map(drop)
         })(),
+        Attach::Lsm { hook } => (|| {
+            let p: &mut Lsm = prog.try_into()?;
+            p.load(hook, btf)?;
+            p.attach().map(drop)
+        })(),
+        Attach::Kprobe { function } | Attach::Kretprobe { function } => (|| {
+            let p: &mut KProbe = prog.try_into()?;
+            p.load()?;
+            p.attach(function, 0).map(drop)
+        })(),
         Attach::Tracepoint { category, name } => (|| {
             let p: &mut TracePoint = prog.try_into()?;
             p.load()?;
             p.attach(category, name).map(drop)
+        })(),
+        Attach::BtfTracepoint { name } => (|| {
+            let p: &mut BtfTracePoint = prog.try_into()?;
+            p.load(name, btf)?;
+            p.attach().map(drop)
         })(),
     };
     r.map_err(|e| describe(&e))
@@ -225,11 +273,17 @@ fn attach_program(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: &Btf) -> Result<(), 
 
 fn unload(p: &mut Program) -> Result<(), ProgramError> {
     match p {
+        Program::FEntry(p) => p.unload(),
         Program::FExit(p) => p.unload(),
+        Program::Lsm(p) => p.unload(),
+        Program::KProbe(p) => p.unload(),
         Program::TracePoint(p) => p.unload(),
+        Program::BtfTracePoint(p) => p.unload(),
         _ => Ok(()),
     }
 }
+
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// One line for a program error; the verifier log goes to the debug log, not the message.
 fn describe(e: &ProgramError) -> String {
@@ -242,6 +296,9 @@ fn describe(e: &ProgramError) -> String {
             format!("BPF_PROG_LOAD failed: {io_error}")
         }
         ProgramError::SyscallError(s) => format!("{} failed: {}", s.call, s.io_error),
+        ProgramError::KProbeError(_) if !std::path::Path::new(KPROBE_PMU).exists() => {
+            format!("kprobes not supported by this kernel (no {KPROBE_PMU})")
+        }
         other => {
             let mut s = other.to_string();
             let mut src = std::error::Error::source(other);

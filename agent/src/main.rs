@@ -3,11 +3,12 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::Parser as _;
 use sockwatch::{
-    cli::{CheckArgs, Cli, Command, RunArgs},
+    cli::{CheckArgs, Cli, Command, RunArgs, ScanArgs},
     loader::{self, LoadOptions, Probes},
     output::JsonLines,
     preflight,
     probes::PROBES,
+    watch::{self, WatchedDir},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -17,6 +18,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Check(args) => check(args),
+        Command::Scan(args) => {
+            return scan(args).unwrap_or_else(|e| {
+                eprintln!("sockwatch: {e:#}");
+                ExitCode::from(2)
+            });
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -27,7 +34,45 @@ fn main() -> ExitCode {
     }
 }
 
+/// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong; the caller makes
+/// an error 2, as clap does for bad flags.
+fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+
+    use sockwatch::scan::{self, report};
+
+    let r = scan::scan(&scan::ScanOptions {
+        watch: args.watch,
+        ..Default::default()
+    })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        report::Format::Table => report::write_table(&r, &mut out)?,
+        report::Format::Json => {
+            serde_json::to_writer(&mut out, &report::to_json(&r))?;
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
+    for w in &r.warnings {
+        eprintln!("sockwatch scan: could not see everything: {w}");
+    }
+    if args.format == report::Format::Table {
+        eprintln!("sockwatch scan: {}", report::summary(&r));
+    }
+    Ok(if r.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut watches = args
+        .watch
+        .iter()
+        .map(|p| watch::resolve(p))
+        .collect::<Result<Vec<_>, _>>()?;
     preflight::prepare()?;
     let mut out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?;
@@ -35,6 +80,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         mode: args.probe_mode,
         ignore_tgid: std::process::id(),
         wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
+        watch: watches.clone(),
     })?;
     for r in &probes.report {
         log::info!("attached {}", r.summary());
@@ -53,13 +99,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         };
         log::info!("running; stop with SIGINT or SIGTERM");
-        sockwatch::pump::pump(
-            reader,
-            &mut out,
-            Duration::from_millis(args.drain_interval_ms),
-            shutdown,
-        )
-        .await
+        let drain_every = Duration::from_millis(args.drain_interval_ms);
+        let pump = sockwatch::pump::pump(reader, &mut out, drain_every, shutdown);
+        tokio::select! {
+            r = pump => r,
+            _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
+        }
     })?;
     let counters = probes.counters()?;
     let counters: Vec<String> = counters
@@ -74,6 +119,30 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     drop(probes); // detaches every program
     Ok(())
+}
+
+/// A watched directory deleted and re-created has a new identity: the kernel adopts it on the
+/// first bind below it; this catches up for the rest (and for a re-created parent).
+async fn refresh_watches(probes: &mut Probes, watches: &mut [WatchedDir]) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        for w in watches.iter_mut() {
+            let Ok(now) = watch::resolve(&w.path) else {
+                continue;
+            };
+            if now != *w {
+                match probes.watch(&now) {
+                    Ok(()) => log::info!(
+                        "watch {}: directory re-created, following it",
+                        w.path.display()
+                    ),
+                    Err(e) => log::warn!("watch {}: {e}", w.path.display()),
+                }
+                *w = now;
+            }
+        }
+    }
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<()> {

@@ -1,2 +1,28 @@
 //! One module per hook family; each program's name says hook and tier.
+use aya_ebpf::programs::TracePointContext;
+
 pub mod bind;
+pub mod connect;
+pub mod listen;
+pub mod process;
+pub mod release;
+pub mod rename;
+pub mod unlink;
+
+/// Syscall tracepoint records (a stable ABI): 8-byte common header, the syscall number, then
+/// the arguments as longs from offset 16; an exit record has the return value at 16.
+#[inline(always)]
+pub fn tp_arg(ctx: &TracePointContext, n: usize) -> u64 {
+    unsafe { ctx.read_at::<u64>(16 + 8 * n) }.unwrap_or(0)
+}
+
+#[inline(always)]
+pub fn tp_ret(ctx: &TracePointContext) -> i64 {
+    unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
+}
+
+/// A kernel pointer returned as `ERR_PTR(-errno)`.
+#[inline(always)]
+pub fn is_err_ptr(p: u64) -> bool {
+    p >= (-4095i64) as u64
+}

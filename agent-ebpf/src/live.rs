@@ -1,0 +1,144 @@
+//! The table of live sockets (bound to a file), kept on bind, listen and release, and read
+//! at the moment of an unlink or rename to decide liveness and ownership in the kernel.
+use agent_common::{Counter, FileId, LiveSock, Owner, flags};
+use aya_ebpf::helpers::{
+    bpf_get_current_pid_tgid,
+    generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns},
+};
+
+use crate::{
+    emit::count,
+    maps::{LIVE, LIVE_NAMES, TRACKED},
+    pending::Pending,
+    shim::{self, Dentry, File},
+};
+
+/// Records a freshly bound socket; returns its owner (the current process).
+#[inline(always)]
+pub fn bound(file: &File, dentry: Dentry) -> Owner {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let owner = Owner {
+        tgid,
+        _pad: 0,
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        bind_ns: unsafe { bpf_ktime_get_boot_ns() },
+    };
+    let name_hash = shim::dentry_name_hash(dentry);
+    let live = LiveSock {
+        sock_ino: file.sock_ino,
+        owner,
+        name_hash,
+        flags: 0,
+        _pad: [0; 3],
+    };
+    if LIVE.insert(&file.id(), &live, 0).is_err() {
+        count(Counter::MapFull);
+        return owner;
+    }
+    add_name(name_hash);
+    track(tgid);
+    owner
+}
+
+/// Marks a live socket as listening; false if it is not in the table.
+#[inline(always)]
+pub fn listening(file: &File) -> bool {
+    match LIVE.get_ptr_mut(&file.id()) {
+        Some(live) if unsafe { (*live).sock_ino } == file.sock_ino => {
+            unsafe { (*live).flags |= flags::LISTENING };
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Forgets a released socket; `None` if it was not (or no longer) in the table.
+#[inline(always)]
+pub fn released(file: &File) -> Option<LiveSock> {
+    let id = file.id();
+    let live = *unsafe { LIVE.get(&id) }?;
+    // An entry for another socket means this one's bind was never seen: leave it alone.
+    if live.sock_ino != file.sock_ino {
+        return None;
+    }
+    let _ = LIVE.remove(&id);
+    drop_name(live.name_hash);
+    Some(live)
+}
+
+#[inline(always)]
+pub fn lookup(id: &FileId) -> Option<LiveSock> {
+    unsafe { LIVE.get(id) }.copied()
+}
+
+/// The record an unlink or rename of `dentry` needs, or `None` when the file is not a socket,
+/// or neither live nor watched. Ownership is decided now, from the acting task's fd table.
+#[inline(always)]
+pub fn inspect_victim(dentry: Dentry) -> Option<Pending> {
+    let file = shim::dentry_file(dentry)?;
+    if !shim::is_sock_mode(file.mode) {
+        return None;
+    }
+    let mut p = Pending {
+        file: file.id(),
+        nlink: file.nlink,
+        ..Default::default()
+    };
+    match lookup(&p.file) {
+        Some(live) => {
+            p.sock_ino = live.sock_ino;
+            p.owner = live.owner;
+            p.flags = flags::LIVE | (live.flags & flags::LISTENING);
+            if shim::current_holds_socket(live.sock_ino) {
+                p.flags |= flags::HOLDS_FD;
+            }
+        }
+        None if !crate::watch::is_watched(dentry) => return None,
+        None => {}
+    }
+    Some(p)
+}
+
+/// Whether the current task is a tracked process (holds or descends from a live socket's
+/// holder).
+#[inline(always)]
+pub fn is_tracked(tgid: u32) -> bool {
+    unsafe { TRACKED.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+pub fn track(tgid: u32) {
+    if TRACKED.insert(&tgid, &1, 0).is_err() {
+        count(Counter::MapFull);
+    }
+}
+
+#[inline(always)]
+pub fn untrack(tgid: u32) {
+    let _ = TRACKED.remove(&tgid);
+}
+
+#[inline(always)]
+fn add_name(hash: u64) {
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(&hash) {
+        shim::atomic_add(n, 1);
+    } else if LIVE_NAMES.insert(&hash, &1, 0).is_err() {
+        count(Counter::MapFull);
+    }
+}
+
+#[inline(always)]
+fn drop_name(hash: u64) {
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(&hash)
+        && shim::atomic_add(n, -1) == 0
+    {
+        let _ = LIVE_NAMES.remove(&hash);
+    }
+}
+
+/// Is a live socket's file named like the last component of this path? The tracepoint
+/// tier's filter for unlinks and renames, which cannot see inodes.
+#[inline(always)]
+pub fn name_is_live(hash: u64) -> bool {
+    unsafe { LIVE_NAMES.get(&hash) }.is_some()
+}

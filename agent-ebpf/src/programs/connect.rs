@@ -1,0 +1,242 @@
+//! Failed connects (stream and datagram) and sendto by path; successes are only counted.
+//!
+//! Exact tiers see `unix_find_other`'s verdict on the target: a socket bound to the inode the
+//! path resolved to (reported with its file, owner and listening state), or none — which,
+//! with ECONNREFUSED, is the signature of a stale inode (unlinked but pinned, or a dead
+//! listener's file).
+use core::ffi::c_void;
+
+use agent_common::{Counter, EventKind, Fidelity, Tier, flags};
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel,
+    macros::{fexit, kprobe, kretprobe, tracepoint},
+    programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
+};
+
+use super::{bind::is_unix_path, is_err_ptr, tp_arg, tp_ret};
+use crate::{
+    emit::{self, SUN_PATH_OFFSET, count},
+    live,
+    pending::{self, Pending, Slot},
+    shim, watch,
+};
+
+const AF_UNIX: u16 = 1;
+const SOCK_DGRAM: i32 = 2;
+
+/// fentry tier: the target lookup of every connect/sendto by address. Its arity changed
+/// across kernels, so the result comes from `bpf_get_func_ret` (5.17+).
+#[fexit(function = "unix_find_other")]
+pub fn connect_target_fexit(ctx: FExitContext) -> i32 {
+    if let Ok(sk) = ctx.ret::<u64>() {
+        target_found(sk);
+    }
+    0
+}
+
+#[fexit(function = "unix_stream_connect")]
+pub fn connect_stream_fexit(ctx: FExitContext) -> i32 {
+    let ret: i32 = ctx.arg(4);
+    finished(ctx.arg(1), ret as i64, 0, Tier::Fentry);
+    0
+}
+
+#[fexit(function = "unix_dgram_connect")]
+pub fn connect_dgram_fexit(ctx: FExitContext) -> i32 {
+    let ret: i32 = ctx.arg(4);
+    finished(ctx.arg(1), ret as i64, flags::DGRAM, Tier::Fentry);
+    0
+}
+
+/// `unix_dgram_sendmsg(sock, msg, len)`: a sendto with a destination path.
+#[fexit(function = "unix_dgram_sendmsg")]
+pub fn connect_sendmsg_fexit(ctx: FExitContext) -> i32 {
+    let ret: i64 = ctx.arg(3);
+    let addr = shim::msghdr_name(ctx.arg(1));
+    if addr.is_null() {
+        return 0;
+    }
+    finished(addr, ret.min(0), flags::DGRAM | flags::SENDTO, Tier::Fentry);
+    0
+}
+
+#[kretprobe(function = "unix_find_other")]
+pub fn connect_target_kretprobe(ctx: RetProbeContext) -> u32 {
+    target_found(ctx.ret::<u64>());
+    0
+}
+
+#[kprobe(function = "unix_stream_connect")]
+pub fn connect_stream_kprobe(ctx: ProbeContext) -> u32 {
+    stash_addr(ctx.arg::<u64>(1).unwrap_or(0), 0);
+    0
+}
+
+#[kretprobe(function = "unix_stream_connect")]
+pub fn connect_stream_kretprobe(ctx: RetProbeContext) -> u32 {
+    kprobe_finished(ctx.ret::<i32>() as i64);
+    0
+}
+
+#[kprobe(function = "unix_dgram_connect")]
+pub fn connect_dgram_kprobe(ctx: ProbeContext) -> u32 {
+    stash_addr(ctx.arg::<u64>(1).unwrap_or(0), flags::DGRAM);
+    0
+}
+
+#[kretprobe(function = "unix_dgram_connect")]
+pub fn connect_dgram_kretprobe(ctx: RetProbeContext) -> u32 {
+    kprobe_finished(ctx.ret::<i32>() as i64);
+    0
+}
+
+/// Tracepoint tier: `connect(fd, uaddr, len)`, path read from user memory.
+#[tracepoint(category = "syscalls", name = "sys_enter_connect")]
+pub fn connect_tp_enter(ctx: TracePointContext) -> u32 {
+    tp_begin(tp_arg(&ctx, 0), tp_arg(&ctx, 1), tp_arg(&ctx, 2), 0);
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_connect")]
+pub fn connect_tp_exit(ctx: TracePointContext) -> u32 {
+    tp_end(tp_ret(&ctx));
+    0
+}
+
+/// `sendto(fd, buf, len, flags, addr, addr_len)`.
+#[tracepoint(category = "syscalls", name = "sys_enter_sendto")]
+pub fn sendto_tp_enter(ctx: TracePointContext) -> u32 {
+    tp_begin(
+        tp_arg(&ctx, 0),
+        tp_arg(&ctx, 4),
+        tp_arg(&ctx, 5),
+        flags::SENDTO,
+    );
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_sendto")]
+pub fn sendto_tp_exit(ctx: TracePointContext) -> u32 {
+    tp_end(tp_ret(&ctx).min(0));
+    0
+}
+
+/// Keeps what the lookup found for the connect's exit to report.
+#[inline(always)]
+fn target_found(sk: u64) {
+    if emit::is_agent() {
+        return;
+    }
+    let mut p = Pending::default();
+    if sk != 0 && !is_err_ptr(sk) {
+        let sk = sk as *const c_void;
+        if let Some(file) = shim::sk_bound_file(sk) {
+            p.file = file.id();
+            p.sock_ino = file.sock_ino;
+            p.nlink = file.nlink;
+            p.flags = flags::TARGET_BOUND;
+            if shim::sk_listening(sk) {
+                p.flags |= flags::LISTENING;
+            }
+            match live::lookup(&p.file) {
+                Some(l) => p.owner = l.owner,
+                // Neither live nor watched: its failures are not ours to report.
+                None if !watch::is_watched(shim::sk_dentry(sk)) => p.arg = 1,
+                None => {}
+            }
+        }
+    }
+    pending::stash(Slot::ConnectTarget, &p);
+}
+
+#[inline(always)]
+fn stash_addr(addr: u64, dgram: u16) {
+    if !emit::is_agent() {
+        pending::stash(
+            Slot::Connect,
+            &Pending {
+                ptr: addr,
+                flags: dgram,
+                ..Default::default()
+            },
+        );
+    }
+}
+
+#[inline(always)]
+fn kprobe_finished(ret: i64) {
+    if let Some(p) = pending::take(Slot::Connect, false) {
+        finished(p.ptr as *const u8, ret, p.flags, Tier::Kprobe);
+    }
+}
+
+/// The end of a connect or sendto in kernel context (`addr` is the kernel copy).
+#[inline(always)]
+fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
+    let target = pending::take(Slot::ConnectTarget, false);
+    if emit::is_agent() || !is_kernel_unix_path(addr) {
+        return;
+    }
+    if ret >= 0 {
+        count(Counter::ConnectOk);
+        return;
+    }
+    let target = target.unwrap_or_default();
+    if target.arg == 1 {
+        return;
+    }
+    if let Some(mut ev) = emit::reserve(EventKind::Connect, tier, Fidelity::Exact) {
+        ev.pending(&target)
+            .ret(ret)
+            .flags(extra)
+            .kernel_sun_path(addr);
+        ev.submit();
+    }
+}
+
+#[inline(always)]
+fn is_kernel_unix_path(addr: *const u8) -> bool {
+    if addr.is_null() {
+        return false;
+    }
+    let family = unsafe { bpf_probe_read_kernel(addr as *const u16) };
+    let first = unsafe { bpf_probe_read_kernel(addr.wrapping_add(SUN_PATH_OFFSET)) };
+    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
+}
+
+#[inline(always)]
+fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
+    if emit::is_agent() || !is_unix_path(uaddr as *const u8, len) {
+        return;
+    }
+    let mut f = extra;
+    let sk = shim::socket_sk(shim::current_fd_socket(fd as i32));
+    if !sk.is_null() && shim::sk_type(sk) == SOCK_DGRAM {
+        f |= flags::DGRAM;
+    }
+    pending::stash(
+        Slot::Connect,
+        &Pending {
+            ptr: uaddr,
+            flags: f,
+            ..Default::default()
+        },
+    );
+}
+
+#[inline(always)]
+fn tp_end(ret: i64) {
+    let Some(p) = pending::take(Slot::Connect, false) else {
+        return;
+    };
+    if ret >= 0 {
+        count(Counter::ConnectOk);
+        return;
+    }
+    if let Some(mut ev) = emit::reserve(EventKind::Connect, Tier::Tracepoint, Fidelity::PathOnly) {
+        ev.ret(ret)
+            .flags(p.flags)
+            .user_path((p.ptr as *const u8).wrapping_add(SUN_PATH_OFFSET));
+        ev.submit();
+    }
+}

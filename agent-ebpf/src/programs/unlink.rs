@@ -1,0 +1,156 @@
+//! Unlink of a socket file (one per file, so a recursive removal yields one per socket).
+//!
+//! Exact tiers look at the inode about to be removed: live or not, its owner, and whether
+//! the unlinker holds the socket itself, all decided before the unlink can complete.
+use core::ffi::c_void;
+
+use agent_common::{EventKind, Fidelity, PATH_CAP, Tier, flags};
+use aya_ebpf::{
+    helpers::bpf_probe_read_user_str_bytes,
+    macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
+    programs::{
+        FEntryContext, FExitContext, LsmContext, ProbeContext, RetProbeContext, TracePointContext,
+    },
+};
+
+use super::{tp_arg, tp_ret};
+use crate::{
+    emit, live,
+    maps::SCRATCH,
+    pending::{self, Pending, Slot},
+    shim,
+};
+
+/// `AT_REMOVEDIR`: an unlinkat that is an rmdir.
+const AT_REMOVEDIR: u64 = 0x200;
+
+/// fentry tier: `vfs_unlink(idmap, dir, dentry, delegated)`; the dentry is argument 2 on
+/// every kernel since 5.12.
+#[fentry(function = "vfs_unlink")]
+pub fn unlink_fentry(ctx: FEntryContext) -> i32 {
+    begin(ctx.arg(2));
+    0
+}
+
+#[fexit(function = "vfs_unlink")]
+pub fn unlink_fexit(ctx: FExitContext) -> i32 {
+    let ret: i32 = ctx.arg(4);
+    end(ret as i64, Tier::Fentry);
+    0
+}
+
+/// LSM tier: `inode_unlink(dir, dentry)`, before the unlink; its result is not known.
+#[lsm(hook = "inode_unlink")]
+pub fn unlink_lsm(ctx: LsmContext) -> i32 {
+    let dentry: *const c_void = ctx.arg(1);
+    if !emit::is_agent()
+        && let Some(p) = live::inspect_victim(dentry)
+    {
+        report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN);
+    }
+    0
+}
+
+#[kprobe(function = "vfs_unlink")]
+pub fn unlink_kprobe(ctx: ProbeContext) -> u32 {
+    begin(ctx.arg(2).unwrap_or(core::ptr::null()));
+    0
+}
+
+#[kretprobe(function = "vfs_unlink")]
+pub fn unlink_kretprobe(ctx: RetProbeContext) -> u32 {
+    end(ctx.ret::<i32>() as i64, Tier::Kprobe);
+    0
+}
+
+/// Tracepoint tier: no inode in sight, so keep only paths whose last component is named like
+/// a live socket's file; userspace resolves the rest.
+#[tracepoint(category = "syscalls", name = "sys_enter_unlink")]
+pub fn unlink_tp_enter(ctx: TracePointContext) -> u32 {
+    path_begin(tp_arg(&ctx, 0) as *const u8, Slot::Unlink);
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_enter_unlinkat")]
+pub fn unlinkat_tp_enter(ctx: TracePointContext) -> u32 {
+    if tp_arg(&ctx, 2) & AT_REMOVEDIR == 0 {
+        path_begin(tp_arg(&ctx, 1) as *const u8, Slot::Unlink);
+    }
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_unlink")]
+pub fn unlink_tp_exit(ctx: TracePointContext) -> u32 {
+    path_end(tp_ret(&ctx), EventKind::Unlink, Slot::Unlink);
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_unlinkat")]
+pub fn unlinkat_tp_exit(ctx: TracePointContext) -> u32 {
+    path_end(tp_ret(&ctx), EventKind::Unlink, Slot::Unlink);
+    0
+}
+
+#[inline(always)]
+fn begin(dentry: *const c_void) {
+    if !emit::is_agent()
+        && let Some(p) = live::inspect_victim(dentry)
+    {
+        pending::stash(Slot::Unlink, &p);
+    }
+}
+
+#[inline(always)]
+fn end(ret: i64, tier: Tier) {
+    // Only socket files were stashed: no record is the common, regular-file case.
+    if let Some(p) = pending::take(Slot::Unlink, false)
+        && ret == 0
+    {
+        report(&p, ret, tier, 0);
+    }
+}
+
+#[inline(always)]
+fn report(p: &Pending, ret: i64, tier: Tier, extra: u16) {
+    if let Some(mut ev) = emit::reserve(EventKind::Unlink, tier, Fidelity::Exact) {
+        ev.pending(p).ret(ret).flags(extra).syscall_target_path();
+        ev.submit();
+    }
+}
+
+/// Stashes a user path whose base name matches a live socket's (tracepoint tier).
+#[inline(always)]
+pub fn path_begin(user_path: *const u8, slot: Slot) {
+    if emit::is_agent() || user_path.is_null() {
+        return;
+    }
+    let Some(buf) = SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    let buf: &mut [u8; PATH_CAP] = unsafe { &mut *buf };
+    let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(user_path, buf) }) else {
+        return;
+    };
+    let len = s.len();
+    if live::name_is_live(shim::basename_hash(buf, len)) {
+        pending::stash(
+            slot,
+            &Pending {
+                ptr: user_path as u64,
+                ..Default::default()
+            },
+        );
+    }
+}
+
+/// Reports a successful unlink or rename of a stashed path (tracepoint tier).
+#[inline(always)]
+pub fn path_end(ret: i64, kind: EventKind, slot: Slot) {
+    if let Some(p) = pending::take(slot, false)
+        && ret == 0
+        && let Some(mut ev) = emit::reserve(kind, Tier::Tracepoint, Fidelity::PathOnly)
+    {
+        ev.user_path(p.ptr as *const u8);
+        ev.submit();
+    }
+}
