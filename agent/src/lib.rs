@@ -6,3 +6,4 @@ pub mod output;
 pub mod preflight;
 pub mod probes;
 pub mod pump;
+pub mod watch;
