@@ -1,0 +1,102 @@
+//! Connects by path: learning path aliases, and telling stale connects from ordinary refusals.
+use super::{
+    CloseReason, DecidedBy, Engine, StaleKind, Verdict,
+    model::{FileId, Proc},
+    sockets::HistoryEvent,
+};
+
+/// ECONNREFUSED.
+const ECONNREFUSED: i32 = 111;
+
+/// What the kernel saw of a connect's target inode, where the tier could see it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct TargetView {
+    pub nlink: Option<u32>,
+    pub bound: Option<bool>,
+    pub listening: Option<bool>,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_connect(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        path: &str,
+        errno: i32,
+        target: Option<FileId>,
+        view: TargetView,
+        out: &mut Vec<Verdict>,
+    ) {
+        // Without the kernel's inode, only an unambiguous path names a file.
+        let file = target.or_else(|| match self.sockets.linked_at(path).as_slice() {
+            [f] => Some(*f),
+            _ => None,
+        });
+        if errno == 0 {
+            // Another view of a known file (S13): remember the path for path-only lookups.
+            if let Some(f) = target
+                && self.sockets.get(&f).is_some_and(|s| s.is_linked())
+            {
+                self.sockets.modify(&f, ts_ns, |s| {
+                    s.add_alias(path);
+                });
+            }
+            return;
+        }
+        if errno != ECONNREFUSED {
+            self.counters.connect_error(errno);
+            return;
+        }
+        let entry = file.and_then(|f| self.sockets.get(&f).map(|s| (f, s.is_live())));
+        // A listening target is a bound one.
+        let bound = view.bound.or(view.listening.filter(|l| *l));
+        let decided_by = match (bound, entry) {
+            // Bound (S8: not listening yet, or a full backlog): an ordinary refusal.
+            (Some(true), _) | (None, Some((_, true))) => {
+                self.counters.connect_error(errno);
+                if let Some((f, _)) = entry {
+                    self.sockets
+                        .record(&f, ts_ns, actor.tgid, HistoryEvent::ConnectRefused);
+                }
+                return;
+            }
+            (Some(false), Some((f, true))) => {
+                // The kernel says nothing is bound: the close was lost.
+                self.release(f, ts_ns, None, CloseReason::Released, out);
+                DecidedBy::Kernel
+            }
+            (Some(false), _) => DecidedBy::Kernel,
+            (None, Some((_, false))) => DecidedBy::Engine,
+            (None, None) => {
+                self.counters.ignored.connect_undecided += 1;
+                return;
+            }
+        };
+        let known = entry.and_then(|(f, _)| self.sockets.get(&f));
+        let kind = match view.nlink {
+            Some(0) => StaleKind::UnlinkedPinned,
+            Some(_) => StaleKind::DeadListener,
+            None if known.is_some_and(|s| !s.is_linked()) => StaleKind::UnlinkedPinned,
+            None => StaleKind::DeadListener,
+        };
+        out.push(Verdict::StaleConnect {
+            ts_ns,
+            kind,
+            actor: actor.clone(),
+            path: path.to_owned(),
+            file,
+            binder: known.map(|s| s.binder.clone()),
+            removed_by: known.and_then(|s| s.removed.as_ref().and_then(|r| r.by.clone())),
+            decided_by,
+        });
+        if let Some((f, _)) = entry {
+            self.sockets
+                .record(&f, ts_ns, actor.tgid, HistoryEvent::StaleConnect);
+            if kind == StaleKind::DeadListener {
+                // The dead daemon's file matters now, whether or not its closer has exited.
+                self.report_stale(f, ts_ns, out);
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Socket and process lifecycle: bind, listen, release, fork, exit, fd receipt.
+use super::{
+    CloseReason, Engine, Verdict,
+    model::{FileId, Proc, is_path_bound},
+    sockets::{HistoryEvent, Orphan, RemovalHow, SocketState},
+    verdict::OrphanCause,
+};
+
+impl Engine {
+    pub(super) fn on_bind(
+        &mut self,
+        ts_ns: u64,
+        proc: &Proc,
+        file: FileId,
+        sock_ino: u64,
+        path: &str,
+        out: &mut Vec<Verdict>,
+    ) {
+        if !is_path_bound(path) {
+            self.counters.ignored.not_path_bound += 1;
+            return;
+        }
+        // The owner of an orphaned listener binding the same path again ends the orphan.
+        for f in self.sockets.open_orphan_files() {
+            let Some(s) = self.sockets.get(&f) else {
+                continue;
+            };
+            if f != file
+                && s.bind_path.as_deref() == Some(path)
+                && (self.owners.is_owner(&f, proc.tgid) || s.binder.tgid == proc.tgid)
+            {
+                self.close_orphan(f, ts_ns, CloseReason::Rebound, out);
+            }
+        }
+        if let Some(s) = self.sockets.get(&file) {
+            if s.is_live() && s.sock_ino == sock_ino {
+                // Seen already (a scan came first, or a replayed duplicate).
+                self.sockets.modify(&file, ts_ns, |s| {
+                    s.bind_path.get_or_insert_with(|| path.to_owned());
+                    if s.is_linked() {
+                        s.add_alias(path);
+                    }
+                });
+                self.owners.add(file, proc, ts_ns);
+                return;
+            }
+            if s.is_live() {
+                // The file's inode is bound by a new socket: the old one's close was lost.
+                self.release(file, ts_ns, None, CloseReason::Released, out);
+            }
+            self.owners.forget_file(&file);
+        }
+        let mut s = SocketState::new(file, sock_ino, proc.clone(), ts_ns);
+        s.bind_path = Some(path.to_owned());
+        s.add_alias(path);
+        self.insert_socket(s);
+        self.owners.add(file, proc, ts_ns);
+        self.sockets
+            .record(&file, ts_ns, proc.tgid, HistoryEvent::Bound);
+    }
+
+    pub(super) fn on_listen(
+        &mut self,
+        ts_ns: u64,
+        proc: &Proc,
+        file: FileId,
+        sock_ino: u64,
+        out: &mut Vec<Verdict>,
+    ) {
+        let Some(file) = self.live_file(file, sock_ino) else {
+            self.counters.ignored.unknown_socket += 1;
+            return;
+        };
+        self.sockets.modify(&file, ts_ns, |s| s.listening = true);
+        self.owners.add(file, proc, ts_ns);
+        self.sockets
+            .record(&file, ts_ns, proc.tgid, HistoryEvent::Listen);
+        // Listening on a file someone else already removed: an orphan from the start.
+        if let Some(r) = self.sockets.get(&file).and_then(|s| s.removed.clone())
+            && (r.how == RemovalHow::Replaced || r.foreign != Some(false))
+        {
+            let orphan = Orphan {
+                since_ns: ts_ns,
+                since_exact: true,
+                cause: OrphanCause::ListenAfterRemoval,
+                removed_by: r.by,
+            };
+            self.open_orphan(file, ts_ns, orphan, out);
+        }
+    }
+
+    pub(super) fn on_release(
+        &mut self,
+        ts_ns: u64,
+        proc: &Proc,
+        file: FileId,
+        sock_ino: u64,
+        out: &mut Vec<Verdict>,
+    ) {
+        match self.sockets.get(&file) {
+            // Already released (the exit of its last owner came first).
+            Some(s) if s.sock_ino == sock_ino && !s.is_live() => {}
+            _ => match self.live_file(file, sock_ino) {
+                Some(f) => self.release(f, ts_ns, Some(proc.clone()), CloseReason::Released, out),
+                None => self.counters.ignored.unknown_socket += 1,
+            },
+        }
+    }
+
+    pub(super) fn on_fork(&mut self, ts_ns: u64, parent: &Proc, child_tgid: u32) {
+        for f in self.owners.fork(parent, child_tgid, ts_ns) {
+            self.sockets
+                .record(&f, ts_ns, child_tgid, HistoryEvent::Forked);
+        }
+    }
+
+    pub(super) fn on_exit(&mut self, ts_ns: u64, tgid: u32, out: &mut Vec<Verdict>) {
+        let exiting = self.proc_or_unknown(tgid);
+        for f in self.owners.exited(tgid, ts_ns) {
+            let live = self.sockets.get(&f).is_some_and(|s| s.is_live());
+            if live && self.owners.of(&f).is_empty() {
+                // Its last owner is gone, so is the socket (its release may come later).
+                self.release(f, ts_ns, Some(exiting.clone()), CloseReason::Exited, out);
+            } else {
+                self.sockets
+                    .record(&f, ts_ns, tgid, HistoryEvent::OwnerExited);
+            }
+        }
+        for f in self.sockets.pending_stale_of(tgid) {
+            self.report_stale(f, ts_ns, out);
+        }
+    }
+
+    pub(super) fn on_fd_received(&mut self, ts_ns: u64, proc: &Proc, sock_ino: u64) {
+        let Some(file) = self.sockets.by_sock(sock_ino) else {
+            self.counters.ignored.unknown_socket += 1;
+            return;
+        };
+        self.owners.add(file, proc, ts_ns);
+        self.sockets
+            .record(&file, ts_ns, proc.tgid, HistoryEvent::FdReceived);
+    }
+
+    /// The live entry a (file, socket) pair names: by file when the socket matches, else by
+    /// socket inode.
+    fn live_file(&self, file: FileId, sock_ino: u64) -> Option<FileId> {
+        match self.sockets.get(&file) {
+            Some(s) if s.is_live() && s.sock_ino == sock_ino => Some(file),
+            _ => self.sockets.by_sock(sock_ino),
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! The correlation engine: kernel observations in, verdicts out.
+//!
+//! Pure and deterministic: no I/O, no clock, no globals, no randomness, ordered maps only.
+//! Every timestamp comes from the input, so a recorded log (JSON lines of [`Input`]) replays
+//! into the same verdicts. State is bounded by [`Limits`]; what the bounds push out is counted
+//! in [`Stats::evictions`].
+//!
+//! Sockets are known by their file's [`FileId`] (S13, S14); paths are display only, plus an
+//! index of the paths that currently resolve to each file for the path-only tier.
+mod connect;
+mod lifecycle;
+pub mod model;
+mod owners;
+mod removal;
+mod scan;
+pub mod sockets;
+pub mod stats;
+pub mod verdict;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use model::{
+    Fidelity, FileId, Input, LiveAtUnlink, Proc, ScanSnapshot, ScannedSocket, Workload,
+};
+pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};
+pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts};
+pub use verdict::{CloseReason, DecidedBy, OrphanCause, Relation, StaleKind, Verdict};
+
+use owners::Owners;
+use sockets::{Evicted, SocketTable};
+use stats::Counters;
+
+/// Bounds on the engine's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Socket files tracked (live, orphaned and recently released).
+    pub max_sockets: usize,
+    /// Processes tracked (owners and recently exited owners).
+    pub max_procs: usize,
+    /// History lines kept per socket for `explain`; 0 keeps none.
+    pub max_history_per_socket: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_sockets: 16_384,
+            max_procs: 16_384,
+            max_history_per_socket: 32,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EngineError {
+    #[error("limit {0} must be at least 1")]
+    ZeroLimit(&'static str),
+}
+
+/// An open orphaned listener, as [`Engine::orphans`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OrphanInfo {
+    pub file: FileId,
+    pub sock_ino: u64,
+    pub owner: Proc,
+    pub path: Option<String>,
+    pub since_ns: u64,
+    pub since_exact: bool,
+    pub age_ns: u64,
+    pub cause: OrphanCause,
+    pub removed_by: Option<Proc>,
+}
+
+/// The correlation engine. See the module docs.
+#[derive(Debug)]
+pub struct Engine {
+    limits: Limits,
+    sockets: SocketTable,
+    owners: Owners,
+    counters: Counters,
+}
+
+impl Engine {
+    pub fn new(limits: Limits) -> Result<Self, EngineError> {
+        if limits.max_sockets == 0 {
+            return Err(EngineError::ZeroLimit("max_sockets"));
+        }
+        if limits.max_procs == 0 {
+            return Err(EngineError::ZeroLimit("max_procs"));
+        }
+        Ok(Self {
+            limits,
+            sockets: SocketTable::new(limits.max_sockets, limits.max_history_per_socket),
+            owners: Owners::new(limits.max_procs),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Applies one input and returns the verdicts it caused.
+    pub fn apply(&mut self, input: &Input) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        self.apply_into(input, &mut out);
+        out
+    }
+
+    /// Applies one input, appending the verdicts it caused to `out`.
+    pub fn apply_into(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+        self.counters.inputs += 1;
+        let start = out.len();
+        match input {
+            Input::Bind {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+                path,
+            } => self.on_bind(*ts_ns, proc, *file, *sock_ino, path, out),
+            Input::Listen {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+            } => self.on_listen(*ts_ns, proc, *file, *sock_ino, out),
+            Input::Release {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+            } => self.on_release(*ts_ns, proc, *file, *sock_ino, out),
+            Input::Unlink {
+                ts_ns,
+                proc,
+                path,
+                file,
+                fidelity,
+                live,
+            } => self.on_unlink(*ts_ns, proc, path, *file, *fidelity, live.as_ref(), out),
+            Input::Rename {
+                ts_ns,
+                proc,
+                from,
+                to,
+                replaced,
+                fidelity,
+                live,
+            } => self.on_rename(
+                *ts_ns,
+                proc,
+                from,
+                to,
+                *replaced,
+                *fidelity,
+                live.as_ref(),
+                out,
+            ),
+            Input::Connect {
+                ts_ns,
+                proc,
+                path,
+                errno,
+                target,
+                target_nlink,
+                target_bound,
+                target_listening,
+            } => self.on_connect(
+                *ts_ns,
+                proc,
+                path,
+                *errno,
+                *target,
+                connect::TargetView {
+                    nlink: *target_nlink,
+                    bound: *target_bound,
+                    listening: *target_listening,
+                },
+                out,
+            ),
+            Input::Fork {
+                ts_ns,
+                parent,
+                child_tgid,
+            } => self.on_fork(*ts_ns, parent, *child_tgid),
+            Input::Exit { ts_ns, tgid } => self.on_exit(*ts_ns, *tgid, out),
+            Input::FdReceived {
+                ts_ns,
+                proc,
+                sock_ino,
+            } => self.on_fd_received(*ts_ns, proc, *sock_ino),
+            Input::Scan(snapshot) => self.on_scan(snapshot, out),
+        }
+        for v in &out[start..] {
+            self.counters.verdicts.count(v);
+        }
+    }
+
+    /// Open orphaned listeners, oldest first, with their age at `now_ns`.
+    pub fn orphans(&self, now_ns: u64) -> Vec<OrphanInfo> {
+        let mut list: Vec<OrphanInfo> = self
+            .sockets
+            .open_orphans()
+            .filter_map(|s| {
+                let o = s.orphan.as_ref()?;
+                Some(OrphanInfo {
+                    file: s.file,
+                    sock_ino: s.sock_ino,
+                    owner: s.binder.clone(),
+                    path: s.display_path(),
+                    since_ns: o.since_ns,
+                    since_exact: o.since_exact,
+                    age_ns: now_ns.saturating_sub(o.since_ns),
+                    cause: o.cause,
+                    removed_by: o.removed_by.clone(),
+                })
+            })
+            .collect();
+        list.sort_by_key(|o| (o.since_ns, o.file));
+        list
+    }
+
+    /// The socket file with this identity.
+    pub fn socket(&self, file: FileId) -> Option<&SocketState> {
+        self.sockets.get(&file)
+    }
+
+    /// Socket files known under `path`: those it currently resolves to first (several when
+    /// mount namespaces differ), then removed ones that were bound there.
+    pub fn socket_by_path(&self, path: &str) -> Vec<&SocketState> {
+        let linked = self.sockets.linked_at(path);
+        let mut found: Vec<&SocketState> =
+            linked.iter().filter_map(|f| self.sockets.get(f)).collect();
+        found.extend(
+            self.sockets
+                .iter()
+                .filter(|s| !linked.contains(&s.file) && s.bind_path.as_deref() == Some(path)),
+        );
+        found
+    }
+
+    /// The processes in a socket's owner set, lowest tgid first.
+    pub fn owners(&self, file: FileId) -> Vec<Proc> {
+        self.owners
+            .of(&file)
+            .into_iter()
+            .map(|t| self.proc_or_unknown(t))
+            .collect()
+    }
+
+    /// Table sizes and counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let mut evictions = c.evictions.clone();
+        evictions.procs = self.owners.evicted;
+        evictions.owner_procs = self.owners.evicted_owners;
+        evictions.history = self.sockets.history_dropped;
+        Stats {
+            inputs: c.inputs,
+            sockets: self.sockets.entry_count(),
+            live_sockets: self.sockets.live_count(),
+            open_orphans: self.sockets.open_orphan_count(),
+            procs: self.owners.proc_count(),
+            owner_pairs: self.owners.pair_count(),
+            quiet: c.quiet.clone(),
+            ignored: c.ignored.clone(),
+            evictions,
+            verdicts: c.verdicts.clone(),
+        }
+    }
+
+    // ---- helpers shared by the input handlers ----
+
+    fn proc_or_unknown(&self, tgid: u32) -> Proc {
+        self.owners
+            .proc(tgid)
+            .cloned()
+            .unwrap_or_else(|| Proc::unknown(tgid))
+    }
+
+    /// Inserts a socket entry, evicting (and counting) what has to go.
+    fn insert_socket(&mut self, state: SocketState) {
+        let file = state.file;
+        if let Some(Evicted(old)) = self.sockets.insert(state) {
+            let e = &mut self.counters.evictions;
+            e.sockets += 1;
+            if old.is_live() {
+                e.live_sockets += 1;
+            }
+            if old.orphan.is_some() {
+                e.orphans += 1;
+            }
+            debug_assert_ne!(old.file, file);
+            self.owners.forget_file(&old.file);
+        }
+    }
+
+    /// The owner a verdict names as victim: the kernel's owner, else the binder while it holds
+    /// the socket, else the lowest owner tgid, else the binder.
+    fn victim(&self, s: &SocketState, kernel_owner: Option<u32>) -> Proc {
+        if let Some(t) = kernel_owner {
+            if t == s.binder.tgid {
+                return s.binder.clone();
+            }
+            return self.proc_or_unknown(t);
+        }
+        let owners = self.owners.of(&s.file);
+        if owners.is_empty() || owners.contains(&s.binder.tgid) {
+            return s.binder.clone();
+        }
+        self.proc_or_unknown(owners[0])
+    }
+
+    fn open_orphan(
+        &mut self,
+        file: FileId,
+        ts_ns: u64,
+        orphan: sockets::Orphan,
+        out: &mut Vec<Verdict>,
+    ) {
+        let Some(s) = self.sockets.get(&file) else {
+            return;
+        };
+        if s.orphan.is_some() || !s.is_live() || !s.listening {
+            return;
+        }
+        out.push(Verdict::OrphanOpened {
+            ts_ns,
+            since_ns: orphan.since_ns,
+            since_exact: orphan.since_exact,
+            cause: orphan.cause,
+            owner: self.victim(s, None),
+            removed_by: orphan.removed_by.clone(),
+            path: s.display_path(),
+            file,
+            sock_ino: s.sock_ino,
+        });
+        let tgid = s.binder.tgid;
+        self.sockets
+            .modify(&file, ts_ns, |s| s.orphan = Some(orphan));
+        self.sockets
+            .record(&file, ts_ns, tgid, sockets::HistoryEvent::OrphanOpened);
+    }
+
+    fn close_orphan(
+        &mut self,
+        file: FileId,
+        ts_ns: u64,
+        reason: CloseReason,
+        out: &mut Vec<Verdict>,
+    ) {
+        let Some(s) = self.sockets.get(&file) else {
+            return;
+        };
+        let Some(o) = &s.orphan else {
+            return;
+        };
+        out.push(Verdict::OrphanClosed {
+            ts_ns,
+            since_ns: o.since_ns,
+            duration_ns: ts_ns.saturating_sub(o.since_ns),
+            reason,
+            owner: self.victim(s, None),
+            path: s.display_path(),
+            file,
+            sock_ino: s.sock_ino,
+        });
+        let tgid = s.binder.tgid;
+        self.sockets.modify(&file, ts_ns, |s| s.orphan = None);
+        self.sockets
+            .record(&file, ts_ns, tgid, sockets::HistoryEvent::OrphanClosed);
+    }
+
+    /// The socket bound to `file` is gone: closes its orphan, empties its owner set, and
+    /// reports its file stale when it is still linked and its closer has exited.
+    fn release(
+        &mut self,
+        file: FileId,
+        ts_ns: u64,
+        by: Option<Proc>,
+        reason: CloseReason,
+        out: &mut Vec<Verdict>,
+    ) {
+        let Some(s) = self.sockets.get(&file) else {
+            return;
+        };
+        if !s.is_live() {
+            return;
+        }
+        self.close_orphan(file, ts_ns, reason, out);
+        self.owners.forget_file(&file);
+        let by_tgid = by.as_ref().map(|p| p.tgid);
+        let closer_gone =
+            reason == CloseReason::Exited || by_tgid.is_some_and(|t| self.owners.is_exited(t));
+        self.sockets.modify(&file, ts_ns, |s| {
+            s.released = Some(sockets::Released {
+                ts_ns,
+                by: by.clone(),
+            });
+            if s.is_linked() && !closer_gone {
+                s.stale_pending_tgid = by_tgid;
+            }
+        });
+        self.sockets.record(
+            &file,
+            ts_ns,
+            by_tgid.unwrap_or(0),
+            sockets::HistoryEvent::Released,
+        );
+        if closer_gone {
+            self.report_stale(file, ts_ns, out);
+        }
+    }
+
+    /// Reports a released socket's still-linked file, once.
+    fn report_stale(&mut self, file: FileId, ts_ns: u64, out: &mut Vec<Verdict>) {
+        let Some(s) = self.sockets.get(&file) else {
+            return;
+        };
+        if s.is_live() || !s.is_linked() || s.stale_reported {
+            if s.stale_pending_tgid.is_some() {
+                self.sockets
+                    .modify(&file, ts_ns, |s| s.stale_pending_tgid = None);
+            }
+            return;
+        }
+        let released = s
+            .released
+            .clone()
+            .unwrap_or(sockets::Released { ts_ns, by: None });
+        out.push(Verdict::StaleSocketFile {
+            ts_ns,
+            binder: s.binder.clone(),
+            released_by: released.by,
+            path: s.display_path(),
+            file,
+            sock_ino: s.sock_ino,
+            bound_ns: s.bound_ns,
+            released_ns: released.ts_ns,
+        });
+        self.sockets.modify(&file, ts_ns, |s| {
+            s.stale_reported = true;
+            s.stale_pending_tgid = None;
+        });
+    }
+}

@@ -1,0 +1,223 @@
+//! What the engine is fed: one [`Input`] per kernel observation or reconciliation scan.
+//!
+//! Every type here derives serde so a recorded log (JSON lines, snake_case tags) replays into
+//! the same verdicts. Identities are 64-bit throughout (S14); a socket file is known by its
+//! [`FileId`], never by its path (S13).
+use serde::{Deserialize, Serialize};
+
+/// Identity of a socket file: `st_dev` and the 64-bit `st_ino`. Never the path.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl From<agent_common::FileId> for FileId {
+    fn from(f: agent_common::FileId) -> Self {
+        Self {
+            dev: f.dev,
+            ino: f.ino,
+        }
+    }
+}
+
+/// The process behind an input, as the kernel saw it at that moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proc {
+    pub tgid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
+}
+
+impl Proc {
+    /// A process known only by its tgid (a kernel-reported owner the engine never saw).
+    pub fn unknown(tgid: u32) -> Self {
+        Self {
+            tgid,
+            pid: tgid,
+            ..Self::default()
+        }
+    }
+
+    /// True when nothing but the tgid is known.
+    pub fn is_unknown(&self) -> bool {
+        self.comm.is_empty() && self.cgroup_id == 0 && self.workload.is_none()
+    }
+}
+
+/// Where a process runs, when it runs in a container.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Owner name, e.g. the daemonset `multus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+}
+
+/// How much the kernel saw of a path operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fidelity {
+    /// The kernel saw the inode.
+    #[default]
+    Exact,
+    /// Tracepoint tier: only the path, resolved against the caller's cwd and root.
+    PathOnly,
+}
+
+/// What the kernel decided at the moment of an unlink or rename-over about the socket bound to
+/// the removed file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAtUnlink {
+    pub owner_tgid: u32,
+    pub sock_ino: u64,
+    pub listening: bool,
+    /// Whether the unlinking process holds an fd of the socket. `None` when the tier could see
+    /// the socket but not the unlinker's fd table: the engine then decides ownership itself.
+    #[serde(default)]
+    pub unlinker_holds_fd: Option<bool>,
+}
+
+/// One observation. Each variant carries `ts_ns` (boot clock) and the acting process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Input {
+    Bind {
+        ts_ns: u64,
+        proc: Proc,
+        file: FileId,
+        sock_ino: u64,
+        path: String,
+    },
+    Listen {
+        ts_ns: u64,
+        proc: Proc,
+        file: FileId,
+        sock_ino: u64,
+    },
+    /// Last close of a bound socket.
+    Release {
+        ts_ns: u64,
+        proc: Proc,
+        file: FileId,
+        sock_ino: u64,
+    },
+    /// One per file removed (`rm -r` yields one per socket file).
+    Unlink {
+        ts_ns: u64,
+        proc: Proc,
+        path: String,
+        #[serde(default)]
+        file: Option<FileId>,
+        #[serde(default)]
+        fidelity: Fidelity,
+        #[serde(default)]
+        live: Option<LiveAtUnlink>,
+    },
+    /// `replaced` is the displaced target inode; `live` describes the socket bound to it.
+    Rename {
+        ts_ns: u64,
+        proc: Proc,
+        from: String,
+        to: String,
+        #[serde(default)]
+        replaced: Option<FileId>,
+        #[serde(default)]
+        fidelity: Fidelity,
+        #[serde(default)]
+        live: Option<LiveAtUnlink>,
+    },
+    Connect {
+        ts_ns: u64,
+        proc: Proc,
+        path: String,
+        /// 0 on success, else the positive errno (111 ECONNREFUSED, 2 ENOENT, ...).
+        errno: i32,
+        #[serde(default)]
+        target: Option<FileId>,
+        #[serde(default)]
+        target_nlink: Option<u32>,
+        #[serde(default)]
+        target_bound: Option<bool>,
+        #[serde(default)]
+        target_listening: Option<bool>,
+    },
+    Fork {
+        ts_ns: u64,
+        parent: Proc,
+        child_tgid: u32,
+    },
+    Exit {
+        ts_ns: u64,
+        tgid: u32,
+    },
+    /// SCM_RIGHTS receipt of a socket, where a tier can see it.
+    FdReceived {
+        ts_ns: u64,
+        proc: Proc,
+        sock_ino: u64,
+    },
+    /// Reconciliation: the kernel's current view.
+    Scan(ScanSnapshot),
+}
+
+impl Input {
+    /// The input's boot-clock timestamp.
+    pub fn ts_ns(&self) -> u64 {
+        match self {
+            Input::Bind { ts_ns, .. }
+            | Input::Listen { ts_ns, .. }
+            | Input::Release { ts_ns, .. }
+            | Input::Unlink { ts_ns, .. }
+            | Input::Rename { ts_ns, .. }
+            | Input::Connect { ts_ns, .. }
+            | Input::Fork { ts_ns, .. }
+            | Input::Exit { ts_ns, .. }
+            | Input::FdReceived { ts_ns, .. } => *ts_ns,
+            Input::Scan(s) => s.ts_ns,
+        }
+    }
+}
+
+/// The kernel's view of path-bound UNIX sockets at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanSnapshot {
+    pub ts_ns: u64,
+    pub sockets: Vec<ScannedSocket>,
+    /// True when every path-bound socket of the node is listed: absent ones are gone.
+    pub complete: bool,
+}
+
+/// One socket as a scan saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScannedSocket {
+    pub sock_ino: u64,
+    /// Bound file's (dev, ino) from sock_diag `UNIX_DIAG_VFS`.
+    #[serde(default)]
+    pub file: Option<FileId>,
+    pub path: String,
+    pub listening: bool,
+    /// Processes holding the socket open, from `/proc/*/fd`.
+    #[serde(default)]
+    pub holders: Vec<Proc>,
+    /// Does `path` still resolve to `file`?
+    #[serde(default)]
+    pub file_linked: Option<bool>,
+}
+
+/// Abstract (`@name`) and unnamed sockets have no file: the engine never tracks them (S9).
+pub fn is_path_bound(path: &str) -> bool {
+    !path.is_empty() && !path.starts_with('@') && !path.starts_with('\0')
+}

@@ -1,0 +1,309 @@
+//! Unlinks and rename-overs: who removed a socket's file, and was it theirs to remove.
+use super::{
+    DecidedBy, Engine, Verdict,
+    model::{Fidelity, FileId, LiveAtUnlink, Proc},
+    sockets::{HistoryEvent, Orphan, Removal, RemovalHow, SocketState},
+    verdict::{CloseReason, OrphanCause, Relation},
+};
+
+/// Which tracked socket file a path operation named.
+enum Target {
+    Found(FileId),
+    /// The kernel named a file the engine does not track.
+    Untracked(FileId),
+    NotFound,
+    /// A path-only operation whose path matches several files (mount namespaces).
+    Ambiguous,
+}
+
+/// How the file went away.
+enum How<'a> {
+    Unlink,
+    Rename {
+        from: &'a str,
+        new_file: Option<FileId>,
+    },
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_unlink(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        path: &str,
+        file: Option<FileId>,
+        fidelity: Fidelity,
+        live: Option<&LiveAtUnlink>,
+        out: &mut Vec<Verdict>,
+    ) {
+        match self.resolve(path, file, actor, None) {
+            Target::Found(f) => {
+                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out)
+            }
+            Target::Untracked(f) if live.is_some() => {
+                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out)
+            }
+            Target::Untracked(_) | Target::NotFound => self.counters.ignored.unlink_unknown += 1,
+            Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_rename(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        from: &str,
+        to: &str,
+        replaced: Option<FileId>,
+        fidelity: Fidelity,
+        live: Option<&LiveAtUnlink>,
+        out: &mut Vec<Verdict>,
+    ) {
+        let source = match self.resolve(from, None, actor, None) {
+            Target::Found(f) => Some(f),
+            _ => None,
+        };
+        // Without the kernel's inode, the displaced file is whatever `to` resolved to.
+        let look_up_path = replaced.is_some() || fidelity == Fidelity::PathOnly || live.is_some();
+        if look_up_path {
+            let how = How::Rename {
+                from,
+                new_file: source,
+            };
+            match self.resolve(to, replaced, actor, source) {
+                Target::Found(f) => self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out),
+                Target::Untracked(f) if live.is_some() => {
+                    self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out)
+                }
+                Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
+                // Renames over paths that are no socket files are not this engine's business.
+                Target::Untracked(_) | Target::NotFound => {}
+            }
+        }
+        if let Some(f) = source {
+            self.sockets.modify(&f, ts_ns, |s| {
+                if s.bind_path.as_deref() == Some(from) {
+                    s.bind_path = Some(to.to_owned());
+                }
+                s.paths.clear();
+                s.add_alias(to);
+            });
+            self.sockets
+                .record(&f, ts_ns, actor.tgid, HistoryEvent::Moved);
+        }
+    }
+
+    /// Finds the tracked file a path operation names: the kernel's inode when given, else the
+    /// files `path` resolves to, narrowed to one the actor owns, else to one in its own pod.
+    fn resolve(
+        &self,
+        path: &str,
+        file: Option<FileId>,
+        actor: &Proc,
+        exclude: Option<FileId>,
+    ) -> Target {
+        if let Some(f) = file {
+            return if self.sockets.get(&f).is_some() {
+                Target::Found(f)
+            } else {
+                Target::Untracked(f)
+            };
+        }
+        let candidates: Vec<FileId> = self
+            .sockets
+            .linked_at(path)
+            .into_iter()
+            .filter(|f| Some(*f) != exclude)
+            .collect();
+        if candidates.len() <= 1 {
+            return candidates
+                .first()
+                .map_or(Target::NotFound, |f| Target::Found(*f));
+        }
+        let owned: Vec<&FileId> = candidates
+            .iter()
+            .filter(|f| self.owners.is_owner(f, actor.tgid))
+            .collect();
+        if let [f] = owned.as_slice() {
+            return Target::Found(**f);
+        }
+        let near: Vec<&FileId> = candidates
+            .iter()
+            .filter(|f| {
+                self.sockets.get(f).is_some_and(|s| {
+                    matches!(
+                        Relation::between(actor, &self.victim(s, None)),
+                        Relation::SameCgroup | Relation::SamePod
+                    )
+                })
+            })
+            .collect();
+        match near.as_slice() {
+            [f] => Target::Found(**f),
+            _ => Target::Ambiguous,
+        }
+    }
+
+    /// Takes the kernel's word on the socket bound to `file` when it differs from the table's
+    /// (the bind was missed: late start or lost events).
+    fn adopt_kernel_view(
+        &mut self,
+        file: FileId,
+        live: &LiveAtUnlink,
+        ts_ns: u64,
+        out: &mut Vec<Verdict>,
+    ) {
+        let known = self.sockets.get(&file).map(|s| (s.is_live(), s.sock_ino));
+        match known {
+            Some((true, ino)) if ino == live.sock_ino => {
+                self.sockets
+                    .modify(&file, ts_ns, |s| s.listening = live.listening);
+                return;
+            }
+            Some((true, _)) => self.release(file, ts_ns, None, CloseReason::Released, out),
+            _ => {}
+        }
+        let owner = self.proc_or_unknown(live.owner_tgid);
+        let mut s = SocketState::new(file, live.sock_ino, owner.clone(), ts_ns);
+        s.bound_exact = false;
+        s.listening = live.listening;
+        if let Some(old) = self.sockets.get(&file) {
+            // Same file, so the same paths still resolve to it.
+            s.bind_path = old.bind_path.clone();
+            s.paths = old.paths.clone();
+        }
+        self.owners.forget_file(&file);
+        self.insert_socket(s);
+        self.owners.add(file, &owner, ts_ns);
+    }
+
+    /// `actor` made `file` stop resolving at `path`: decides whether it was the owners' to
+    /// remove, reports it, and marks the file removed.
+    #[allow(clippy::too_many_arguments)]
+    fn remove_file(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        path: &str,
+        file: FileId,
+        fidelity: Fidelity,
+        live: Option<&LiveAtUnlink>,
+        how: How<'_>,
+        out: &mut Vec<Verdict>,
+    ) {
+        if let Some(l) = live {
+            self.adopt_kernel_view(file, l, ts_ns, out);
+        }
+        let removal_how = match how {
+            How::Unlink => RemovalHow::Unlinked,
+            How::Rename { .. } => RemovalHow::Replaced,
+        };
+        let Some(s) = self.sockets.get(&file) else {
+            return;
+        };
+        if !s.is_live() {
+            // A dead socket's file: cleanup, whoever does it.
+            self.counters.quiet.stale_file_removed += 1;
+            self.mark_removed(file, ts_ns, actor, removal_how, None);
+            return;
+        }
+        let kernel_owner = live.map(|l| l.owner_tgid);
+        let (foreign, decided_by) = match live.and_then(|l| l.unlinker_holds_fd) {
+            Some(holds) => (
+                !holds && kernel_owner != Some(actor.tgid),
+                DecidedBy::Kernel,
+            ),
+            None => {
+                let owners = self.owners.of(&file);
+                let owner = owners.contains(&actor.tgid)
+                    || kernel_owner == Some(actor.tgid)
+                    || (owners.is_empty() && s.binder.tgid == actor.tgid);
+                (!owner, DecidedBy::Engine)
+            }
+        };
+        let victim = self.victim(s, kernel_owner);
+        let relation = Relation::between(actor, &victim);
+        let victim_path = s.display_path();
+        let (sock_ino, listening, victim_bound_ns) = (s.sock_ino, s.listening, s.bound_ns);
+        let cause = match how {
+            How::Unlink if !foreign => {
+                self.counters.quiet.owner_unlink += 1;
+                self.mark_removed(file, ts_ns, actor, removal_how, Some(false));
+                self.sockets
+                    .record(&file, ts_ns, actor.tgid, HistoryEvent::OwnerUnlink);
+                return;
+            }
+            How::Unlink => {
+                out.push(Verdict::ForeignUnlink {
+                    ts_ns,
+                    actor: actor.clone(),
+                    victim,
+                    relation,
+                    path: path.to_owned(),
+                    victim_path,
+                    file,
+                    sock_ino,
+                    listening,
+                    victim_bound_ns,
+                    decided_by,
+                    fidelity,
+                });
+                self.sockets
+                    .record(&file, ts_ns, actor.tgid, HistoryEvent::ForeignUnlink);
+                OrphanCause::Unlinked
+            }
+            How::Rename { from, new_file } => {
+                out.push(Verdict::Replaced {
+                    ts_ns,
+                    actor: actor.clone(),
+                    victim,
+                    relation,
+                    foreign,
+                    from: from.to_owned(),
+                    path: path.to_owned(),
+                    victim_path,
+                    file,
+                    new_file,
+                    sock_ino,
+                    listening,
+                    victim_bound_ns,
+                    decided_by,
+                    fidelity,
+                });
+                self.sockets
+                    .record(&file, ts_ns, actor.tgid, HistoryEvent::Replaced);
+                OrphanCause::Replaced
+            }
+        };
+        self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
+        let orphan = Orphan {
+            since_ns: ts_ns,
+            since_exact: true,
+            cause,
+            removed_by: Some(actor.clone()),
+        };
+        self.open_orphan(file, ts_ns, orphan, out);
+    }
+
+    fn mark_removed(
+        &mut self,
+        file: FileId,
+        ts_ns: u64,
+        actor: &Proc,
+        how: RemovalHow,
+        foreign: Option<bool>,
+    ) {
+        self.sockets.modify(&file, ts_ns, |s| {
+            s.removed = Some(Removal {
+                ts_ns,
+                by: Some(actor.clone()),
+                how,
+                foreign,
+            });
+            s.paths.clear();
+            s.stale_pending_tgid = None;
+        });
+    }
+}

@@ -1,0 +1,121 @@
+//! Reconciliation: a scan of the kernel's sockets corrects the table after lost events or a
+//! late start (S10, S11).
+use std::collections::BTreeSet;
+
+use super::{
+    CloseReason, Engine, Verdict,
+    model::{FileId, Proc, ScanSnapshot, ScannedSocket, is_path_bound},
+    sockets::{HistoryEvent, Orphan, Removal, RemovalHow, SocketState},
+    verdict::OrphanCause,
+};
+
+impl Engine {
+    pub(super) fn on_scan(&mut self, snap: &ScanSnapshot, out: &mut Vec<Verdict>) {
+        let ts_ns = snap.ts_ns;
+        let mut seen = BTreeSet::new();
+        for sc in &snap.sockets {
+            if !is_path_bound(&sc.path) {
+                self.counters.ignored.not_path_bound += 1;
+                continue;
+            }
+            let Some(file) = sc.file else {
+                self.counters.ignored.scan_without_file += 1;
+                continue;
+            };
+            seen.insert(file);
+            self.reconcile(ts_ns, file, sc, out);
+        }
+        if snap.complete {
+            // Whatever the kernel no longer has is closed.
+            let gone: Vec<FileId> = self
+                .sockets
+                .iter()
+                .filter(|s| s.is_live() && !seen.contains(&s.file))
+                .map(|s| s.file)
+                .collect();
+            for f in gone {
+                self.release(f, ts_ns, None, CloseReason::Released, out);
+            }
+        }
+    }
+
+    fn reconcile(&mut self, ts_ns: u64, file: FileId, sc: &ScannedSocket, out: &mut Vec<Verdict>) {
+        let unknown_removal = Removal {
+            ts_ns,
+            by: None,
+            how: RemovalHow::Unknown,
+            foreign: None,
+        };
+        let known = self
+            .sockets
+            .get(&file)
+            .map(|s| (s.is_live(), s.sock_ino, s.is_linked()));
+        match known {
+            Some((true, ino, linked)) if ino == sc.sock_ino => {
+                self.sockets.modify(&file, ts_ns, |s| {
+                    s.listening = sc.listening;
+                    match sc.file_linked {
+                        Some(false) if linked => {
+                            s.removed = Some(unknown_removal);
+                            s.paths.clear();
+                        }
+                        Some(true) if !linked => {
+                            s.removed = None;
+                            s.add_alias(&sc.path);
+                        }
+                        _ => {}
+                    }
+                });
+                if sc.file_linked == Some(true) && !linked {
+                    self.close_orphan(file, ts_ns, CloseReason::Relinked, out);
+                }
+            }
+            _ => {
+                if known.is_some_and(|(live, _, _)| live) {
+                    // Another socket holds the file's inode now: the old one's close was lost.
+                    self.release(file, ts_ns, None, CloseReason::Released, out);
+                }
+                let binder = sc
+                    .holders
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| Proc::unknown(0));
+                let mut s = SocketState::new(file, sc.sock_ino, binder, ts_ns);
+                s.bound_exact = false;
+                s.listening = sc.listening;
+                s.bind_path = Some(sc.path.clone());
+                if sc.file_linked == Some(false) {
+                    s.removed = Some(unknown_removal);
+                } else {
+                    s.add_alias(&sc.path);
+                }
+                self.owners.forget_file(&file);
+                self.insert_socket(s);
+            }
+        }
+        for h in &sc.holders {
+            self.owners.add(file, h, ts_ns);
+        }
+        self.sockets.record(
+            &file,
+            ts_ns,
+            sc.holders.first().map_or(0, |p| p.tgid),
+            HistoryEvent::Scanned,
+        );
+        // A listener whose file went away unseen: an orphan since some time before now.
+        let unseen_removal = self
+            .sockets
+            .get(&file)
+            .and_then(|s| s.removed.as_ref())
+            .is_some_and(|r| r.how == RemovalHow::Unknown);
+        if sc.listening && sc.file_linked == Some(false) && unseen_removal {
+            let orphan = Orphan {
+                since_ns: ts_ns,
+                since_exact: false,
+                cause: OrphanCause::Scan,
+                removed_by: None,
+            };
+            self.open_orphan(file, ts_ns, orphan, out);
+        }
+    }
+}

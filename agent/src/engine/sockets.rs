@@ -1,0 +1,358 @@
+//! The socket table: one entry per socket file, keyed by [`FileId`], with its indexes (path,
+//! socket inode, eviction order, open orphans, pending stale files) kept in step by routing
+//! every change through [`SocketTable::modify`].
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::Serialize;
+
+use super::{
+    model::{FileId, Proc},
+    verdict::OrphanCause,
+};
+
+/// Display paths kept per socket file (one per mount-namespace view, S13).
+pub const MAX_ALIASES: usize = 4;
+
+/// What the engine knows about one socket file and the socket bound to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SocketState {
+    pub file: FileId,
+    /// The socket's own inode (`socket:[N]`).
+    pub sock_ino: u64,
+    /// The process that bound it (or the first holder a scan found).
+    pub binder: Proc,
+    /// The path as the binder named it.
+    pub bind_path: Option<String>,
+    pub bound_ns: u64,
+    /// False when the bind was not seen (learned from a scan or the kernel at an unlink).
+    pub bound_exact: bool,
+    pub listening: bool,
+    /// Paths that currently resolve to the file, as different processes named them.
+    pub paths: Vec<String>,
+    /// Set once the socket is closed.
+    pub released: Option<Released>,
+    /// Set once the file no longer resolves at its path.
+    pub removed: Option<Removal>,
+    /// Set while the socket is an open orphaned listener.
+    pub orphan: Option<Orphan>,
+    /// Released with the file linked, waiting for this tgid to exit before reporting it stale.
+    pub stale_pending_tgid: Option<u32>,
+    pub stale_reported: bool,
+    /// Most recent events, oldest first, at most `max_history_per_socket`.
+    pub history: VecDeque<HistoryEntry>,
+    /// Last time the entry changed: its eviction age.
+    pub touched_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Released {
+    pub ts_ns: u64,
+    /// The process that closed it last, when known.
+    pub by: Option<Proc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemovalHow {
+    Unlinked,
+    Replaced,
+    /// A scan found the file no longer linked; the removal itself was not seen.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Removal {
+    pub ts_ns: u64,
+    pub by: Option<Proc>,
+    pub how: RemovalHow,
+    /// Whether the remover was outside the owner set; `None` when unknown.
+    pub foreign: Option<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    pub since_ns: u64,
+    pub since_exact: bool,
+    pub cause: OrphanCause,
+    pub removed_by: Option<Proc>,
+}
+
+/// One line of a socket's history, for `explain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HistoryEntry {
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub event: HistoryEvent,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryEvent {
+    Bound,
+    Listen,
+    FdReceived,
+    Forked,
+    OwnerUnlink,
+    ForeignUnlink,
+    Replaced,
+    Moved,
+    OrphanOpened,
+    OrphanClosed,
+    Released,
+    OwnerExited,
+    ConnectRefused,
+    StaleConnect,
+    Scanned,
+}
+
+impl SocketState {
+    pub fn new(file: FileId, sock_ino: u64, binder: Proc, ts_ns: u64) -> Self {
+        Self {
+            file,
+            sock_ino,
+            binder,
+            bind_path: None,
+            bound_ns: ts_ns,
+            bound_exact: true,
+            listening: false,
+            paths: Vec::new(),
+            released: None,
+            removed: None,
+            orphan: None,
+            stale_pending_tgid: None,
+            stale_reported: false,
+            history: VecDeque::new(),
+            touched_ns: ts_ns,
+        }
+    }
+
+    /// Still bound by an open socket.
+    pub fn is_live(&self) -> bool {
+        self.released.is_none()
+    }
+
+    /// The file still resolves at its path.
+    pub fn is_linked(&self) -> bool {
+        self.removed.is_none()
+    }
+
+    /// The best display path: the binder's, else any alias.
+    pub fn display_path(&self) -> Option<String> {
+        self.bind_path
+            .clone()
+            .or_else(|| self.paths.first().cloned())
+    }
+
+    /// Records a display path that resolves to the file; false when the alias list is full.
+    pub fn add_alias(&mut self, path: &str) -> bool {
+        if self.paths.iter().any(|p| p == path) {
+            return true;
+        }
+        if self.paths.len() >= MAX_ALIASES {
+            return false;
+        }
+        self.paths.push(path.to_owned());
+        true
+    }
+
+    fn eviction_class(&self) -> u8 {
+        match (self.is_live(), self.orphan.is_some()) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+}
+
+/// Why an entry left the table to make room.
+#[derive(Debug)]
+pub struct Evicted(pub SocketState);
+
+#[derive(Debug)]
+pub struct SocketTable {
+    entries: BTreeMap<FileId, SocketState>,
+    by_path: BTreeMap<String, BTreeSet<FileId>>,
+    by_sock: BTreeMap<u64, FileId>,
+    /// (class, touched_ns, file): released first, then live, then open orphans; oldest first.
+    lru: BTreeSet<(u8, u64, FileId)>,
+    open_orphans: BTreeSet<FileId>,
+    pending_stale: BTreeMap<u32, BTreeSet<FileId>>,
+    max_entries: usize,
+    max_history: usize,
+    pub history_dropped: u64,
+}
+
+impl SocketTable {
+    pub fn new(max_entries: usize, max_history: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            by_path: BTreeMap::new(),
+            by_sock: BTreeMap::new(),
+            lru: BTreeSet::new(),
+            open_orphans: BTreeSet::new(),
+            pending_stale: BTreeMap::new(),
+            max_entries,
+            max_history,
+            history_dropped: 0,
+        }
+    }
+
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.lru.iter().filter(|(class, _, _)| *class > 0).count()
+    }
+
+    pub fn get(&self, file: &FileId) -> Option<&SocketState> {
+        self.entries.get(file)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &SocketState> {
+        self.entries.values()
+    }
+
+    pub fn by_sock(&self, sock_ino: u64) -> Option<FileId> {
+        self.by_sock.get(&sock_ino).copied()
+    }
+
+    /// Files whose path currently resolves as `path` (several when mount namespaces differ).
+    pub fn linked_at(&self, path: &str) -> Vec<FileId> {
+        self.by_path
+            .get(path)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn open_orphans(&self) -> impl Iterator<Item = &SocketState> {
+        self.open_orphans.iter().filter_map(|f| self.entries.get(f))
+    }
+
+    pub fn open_orphan_files(&self) -> Vec<FileId> {
+        self.open_orphans.iter().copied().collect()
+    }
+
+    pub fn open_orphan_count(&self) -> usize {
+        self.open_orphans.len()
+    }
+
+    /// Files released by `tgid` with their file still linked.
+    pub fn pending_stale_of(&mut self, tgid: u32) -> Vec<FileId> {
+        self.pending_stale
+            .get(&tgid)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Inserts (or replaces) an entry; returns what had to be evicted to make room.
+    pub fn insert(&mut self, state: SocketState) -> Option<Evicted> {
+        let file = state.file;
+        let mut evicted = None;
+        if let Some(old) = self.entries.remove(&file) {
+            self.unindex(&old);
+        } else if self.entries.len() >= self.max_entries {
+            evicted = self.evict_one();
+        }
+        self.index(&state);
+        self.entries.insert(file, state);
+        evicted
+    }
+
+    pub fn remove(&mut self, file: &FileId) -> Option<SocketState> {
+        let old = self.entries.remove(file)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn evict_one(&mut self) -> Option<Evicted> {
+        let (_, _, file) = self.lru.pop_first()?;
+        let old = self.entries.remove(&file)?;
+        // lru already popped; unindex tolerates the missing key.
+        self.unindex(&old);
+        Some(Evicted(old))
+    }
+
+    /// Changes one entry, keeping every index in step; `ts_ns` becomes its eviction age.
+    pub fn modify<R>(
+        &mut self,
+        file: &FileId,
+        ts_ns: u64,
+        f: impl FnOnce(&mut SocketState) -> R,
+    ) -> Option<R> {
+        let mut entry = self.entries.remove(file)?;
+        self.unindex(&entry);
+        entry.touched_ns = entry.touched_ns.max(ts_ns);
+        let r = f(&mut entry);
+        self.index(&entry);
+        self.entries.insert(*file, entry);
+        Some(r)
+    }
+
+    /// Appends to an entry's bounded history.
+    pub fn record(&mut self, file: &FileId, ts_ns: u64, tgid: u32, event: HistoryEvent) {
+        let max = self.max_history;
+        let mut dropped = 0;
+        if let Some(e) = self.entries.get_mut(file) {
+            e.history.push_back(HistoryEntry { ts_ns, tgid, event });
+            while e.history.len() > max {
+                e.history.pop_front();
+                dropped += 1;
+            }
+        }
+        self.history_dropped += dropped;
+    }
+
+    fn index(&mut self, e: &SocketState) {
+        if e.is_linked() {
+            for p in &e.paths {
+                self.by_path.entry(p.clone()).or_default().insert(e.file);
+            }
+        }
+        if e.is_live() {
+            self.by_sock.insert(e.sock_ino, e.file);
+        }
+        self.lru.insert((e.eviction_class(), e.touched_ns, e.file));
+        if e.orphan.is_some() {
+            self.open_orphans.insert(e.file);
+        }
+        if let Some(t) = e.stale_pending_tgid {
+            self.pending_stale.entry(t).or_default().insert(e.file);
+        }
+    }
+
+    fn unindex(&mut self, e: &SocketState) {
+        for p in &e.paths {
+            if let Some(set) = self.by_path.get_mut(p) {
+                set.remove(&e.file);
+                if set.is_empty() {
+                    self.by_path.remove(p);
+                }
+            }
+        }
+        if self.by_sock.get(&e.sock_ino) == Some(&e.file) {
+            self.by_sock.remove(&e.sock_ino);
+        }
+        self.lru.remove(&(e.eviction_class(), e.touched_ns, e.file));
+        self.open_orphans.remove(&e.file);
+        if let Some(t) = e.stale_pending_tgid
+            && let Some(set) = self.pending_stale.get_mut(&t)
+        {
+            set.remove(&e.file);
+            if set.is_empty() {
+                self.pending_stale.remove(&t);
+            }
+        }
+    }
+
+    /// Index sizes, for the bound checks in tests.
+    #[cfg(test)]
+    pub fn index_sizes(&self) -> (usize, usize, usize, usize) {
+        (
+            self.by_path.values().map(BTreeSet::len).sum(),
+            self.by_sock.len(),
+            self.lru.len(),
+            self.pending_stale.values().map(BTreeSet::len).sum(),
+        )
+    }
+}

@@ -1,0 +1,190 @@
+//! The smaller pieces: serde shapes, relations, limits, history.
+use super::*;
+use crate::engine::{EngineError, Relation, model::ScanSnapshot};
+
+#[test]
+fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
+    let i = unlink_exact(5, &b(), P, fid(1), live(100, 11, false));
+    let line = serde_json::to_string(&i).expect("serializes");
+    assert!(line.starts_with(r#"{"kind":"unlink","ts_ns":5,"#), "{line}");
+    assert!(line.contains(r#""fidelity":"exact""#), "{line}");
+    assert_eq!(serde_json::from_str::<Input>(&line).expect("parses"), i);
+
+    let s = Input::Scan(ScanSnapshot {
+        ts_ns: 9,
+        sockets: vec![scanned(1, fid(1), P, &[a()], true)],
+        complete: true,
+    });
+    let line = serde_json::to_string(&s).expect("serializes");
+    assert!(line.starts_with(r#"{"kind":"scan","ts_ns":9,"#), "{line}");
+    assert_eq!(serde_json::from_str::<Input>(&line).expect("parses"), s);
+
+    // Optional fields may be left out of a hand-written log.
+    let terse = r#"{"kind":"unlink","ts_ns":1,"proc":{"tgid":1,"pid":1,"comm":"rm","cgroup_id":0},"path":"/x"}"#;
+    assert_eq!(
+        serde_json::from_str::<Input>(terse).expect("parses"),
+        Input::Unlink {
+            ts_ns: 1,
+            proc: Proc {
+                tgid: 1,
+                pid: 1,
+                comm: "rm".into(),
+                cgroup_id: 0,
+                workload: None
+            },
+            path: "/x".into(),
+            file: None,
+            fidelity: Fidelity::Exact,
+            live: None,
+        }
+    );
+
+    let mut e = engine();
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    let out = e.apply(&i);
+    let line = serde_json::to_string(&out[0]).expect("serializes");
+    assert!(
+        line.starts_with(r#"{"verdict":"foreign_unlink","#),
+        "{line}"
+    );
+    assert!(
+        line.contains(r#""relation":"same_workload_other_pod""#),
+        "{line}"
+    );
+    assert!(line.contains(r#""decided_by":"kernel""#), "{line}");
+    assert_eq!(out[0].name(), "foreign_unlink");
+    assert_eq!(
+        serde_json::from_str::<Verdict>(&line).expect("parses"),
+        out[0]
+    );
+    let line = serde_json::to_string(&out[1]).expect("serializes");
+    assert!(line.starts_with(r#"{"verdict":"orphan_opened","#), "{line}");
+    assert!(line.contains(r#""cause":"unlinked""#), "{line}");
+}
+
+#[test]
+fn relations_go_from_closest_to_farthest() {
+    let sidecar = Proc {
+        tgid: 150,
+        cgroup_id: 1500,
+        ..a()
+    };
+    let same_cgroup = Proc { tgid: 160, ..a() };
+    let other_ns = Proc {
+        workload: b().workload.map(|w| Workload {
+            namespace: Some("other".into()),
+            ..w
+        }),
+        ..b()
+    };
+    assert_eq!(Relation::between(&a(), &a()), Relation::SameProcess);
+    assert_eq!(Relation::between(&same_cgroup, &a()), Relation::SameCgroup);
+    assert_eq!(Relation::between(&sidecar, &a()), Relation::SamePod);
+    assert_eq!(
+        Relation::between(&b(), &a()),
+        Relation::SameWorkloadOtherPod
+    );
+    assert_eq!(Relation::between(&host(), &a()), Relation::HostProcess);
+    assert_eq!(Relation::between(&a(), &host()), Relation::HostProcess);
+    assert_eq!(Relation::between(&c(), &a()), Relation::Other);
+    assert_eq!(Relation::between(&other_ns, &a()), Relation::Other);
+    assert_eq!(
+        Relation::between(&a(), &Proc::unknown(9)),
+        Relation::Unknown
+    );
+}
+
+#[test]
+fn zero_limits_are_refused() {
+    let l = Limits::default();
+    assert_eq!(
+        Engine::new(Limits {
+            max_sockets: 0,
+            ..l
+        })
+        .err(),
+        Some(EngineError::ZeroLimit("max_sockets"))
+    );
+    assert_eq!(
+        Engine::new(Limits { max_procs: 0, ..l }).err(),
+        Some(EngineError::ZeroLimit("max_procs"))
+    );
+    assert!(
+        Engine::new(Limits {
+            max_history_per_socket: 0,
+            ..l
+        })
+        .is_ok()
+    );
+}
+
+#[test]
+fn history_keeps_the_latest_lines_and_counts_the_rest() {
+    let mut e = Engine::new(Limits {
+        max_history_per_socket: 2,
+        ..Limits::default()
+    })
+    .expect("valid limits");
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    e.apply(&fd_received(3, &b(), 11));
+    let events: Vec<_> = e
+        .socket(fid(1))
+        .expect("tracked")
+        .history
+        .iter()
+        .map(|h| (h.ts_ns, h.tgid, h.event))
+        .collect();
+    use crate::engine::HistoryEvent::*;
+    assert_eq!(events, vec![(2, 100, Listen), (3, 200, FdReceived)]);
+    assert_eq!(e.stats().evictions.history, 1);
+}
+
+#[test]
+fn a_kernel_reported_owner_the_engine_never_saw_is_adopted() {
+    let mut e = engine();
+    // The bind was lost; the kernel still knows who listens on the file.
+    let out = e.apply(&unlink_exact(10, &b(), P, fid(1), live(900, 90, false)));
+    assert_eq!(out.len(), 2);
+    assert!(matches!(
+        &out[0],
+        Verdict::ForeignUnlink { victim, relation: Relation::Unknown, sock_ino: 90, .. }
+            if *victim == Proc::unknown(900)
+    ));
+    assert_eq!(e.orphans(20).len(), 1);
+    // Its last close arrives: the orphan ends.
+    assert!(matches!(
+        e.apply(&release(30, &Proc::unknown(900), fid(1), 90))
+            .as_slice(),
+        [Verdict::OrphanClosed {
+            duration_ns: 20,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn late_inputs_for_unknown_sockets_are_counted_not_invented() {
+    let mut e = engine();
+    quiet(
+        &mut e,
+        &[
+            listen(1, &a(), fid(1), 11),
+            release(2, &a(), fid(1), 11),
+            fd_received(3, &b(), 11),
+            unlink_path(4, &b(), P),
+            connect(5, &c(), P, 111, None),
+        ],
+    );
+    let s = e.stats();
+    assert_eq!(s.sockets, 0);
+    assert_eq!(
+        (
+            s.ignored.unknown_socket,
+            s.ignored.unlink_unknown,
+            s.ignored.connect_undecided
+        ),
+        (3, 1, 1)
+    );
+}

@@ -1,0 +1,226 @@
+//! What the engine reports: each verdict names both parties, the file and the socket.
+use serde::{Deserialize, Serialize};
+
+use super::model::{Fidelity, FileId, Proc};
+
+/// How the unlinking (or renaming) process relates to the socket's owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// Same tgid. Never on a [`Verdict::ForeignUnlink`] (a process is in its own owner set);
+    /// seen on [`Verdict::Replaced`] when a daemon renames a new socket over its own.
+    SameProcess,
+    SameCgroup,
+    /// Same pod uid, different cgroup: another container of the pod (e.g. a sidecar).
+    SamePod,
+    /// Same workload name (and namespace), different pod uid: a rolling restart's successor.
+    SameWorkloadOtherPod,
+    /// One side runs in a workload, the other on the host.
+    HostProcess,
+    Other,
+    /// The owner is known only by its tgid (reported by the kernel, never seen by the engine).
+    Unknown,
+}
+
+impl Relation {
+    /// Relation of `actor` to `owner`, closest first.
+    pub fn between(actor: &Proc, owner: &Proc) -> Self {
+        if actor.tgid == owner.tgid {
+            return Self::SameProcess;
+        }
+        if owner.is_unknown() || actor.is_unknown() {
+            return Self::Unknown;
+        }
+        if actor.cgroup_id != 0 && actor.cgroup_id == owner.cgroup_id {
+            return Self::SameCgroup;
+        }
+        match (&actor.workload, &owner.workload) {
+            (None, None) => Self::Other,
+            (Some(_), None) | (None, Some(_)) => Self::HostProcess,
+            (Some(a), Some(o)) => {
+                if a.pod_uid.is_some() && a.pod_uid == o.pod_uid {
+                    Self::SamePod
+                } else if a.workload.is_some()
+                    && a.workload == o.workload
+                    && (a.namespace.is_none()
+                        || o.namespace.is_none()
+                        || a.namespace == o.namespace)
+                {
+                    Self::SameWorkloadOtherPod
+                } else {
+                    Self::Other
+                }
+            }
+        }
+    }
+}
+
+/// Which source decided that the actor was outside the owner set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// The kernel, at the moment of the syscall.
+    Kernel,
+    /// The engine's own state (owner sets, socket table).
+    Engine,
+}
+
+/// Why a listener became orphaned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrphanCause {
+    /// Its file was unlinked by a process outside the owner set.
+    Unlinked,
+    /// Its file was replaced by a rename-over.
+    Replaced,
+    /// It started listening after its file had been removed.
+    ListenAfterRemoval,
+    /// A scan found it listening on a file that no longer resolves (start-up or lost events).
+    Scan,
+}
+
+/// Why an orphaned listener stopped being one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The socket was closed (last close, or missing from a complete scan).
+    Released,
+    /// Its owner bound a new socket at the same path.
+    Rebound,
+    /// Its last owner exited.
+    Exited,
+    /// A scan found its path resolving to its file again.
+    Relinked,
+}
+
+/// What kind of stale connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaleKind {
+    /// The inode has no links (nlink 0) yet the path reached it: a bind mount pins it (S3).
+    UnlinkedPinned,
+    /// The file exists but no socket is bound to it: a dead daemon's file (S4).
+    DeadListener,
+}
+
+/// One finding. Serialized as a JSON object tagged `"verdict"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// A live socket's file was removed by a process outside its owner set.
+    ForeignUnlink {
+        ts_ns: u64,
+        actor: Proc,
+        /// The owner whose socket lost its file.
+        victim: Proc,
+        relation: Relation,
+        /// The path as the actor named it.
+        path: String,
+        /// The path as the victim bound it, when known.
+        victim_path: Option<String>,
+        file: FileId,
+        sock_ino: u64,
+        listening: bool,
+        /// When the victim bound the socket.
+        victim_bound_ns: u64,
+        decided_by: DecidedBy,
+        fidelity: Fidelity,
+    },
+    /// A live socket's file was replaced by a rename-over; reported even for a hand-over.
+    Replaced {
+        ts_ns: u64,
+        actor: Proc,
+        victim: Proc,
+        relation: Relation,
+        /// False when the actor is in the victim's owner set (a daemon replacing its own file).
+        foreign: bool,
+        from: String,
+        /// The replaced path, as the actor named it.
+        path: String,
+        victim_path: Option<String>,
+        /// The displaced file.
+        file: FileId,
+        /// The file moved into place, when known.
+        new_file: Option<FileId>,
+        sock_ino: u64,
+        listening: bool,
+        victim_bound_ns: u64,
+        decided_by: DecidedBy,
+        fidelity: Fidelity,
+    },
+    /// A listening socket lost its file: nobody can connect to it by path any more.
+    OrphanOpened {
+        ts_ns: u64,
+        /// When it became an orphan; the scan's time when not known (`since_exact: false`).
+        since_ns: u64,
+        since_exact: bool,
+        cause: OrphanCause,
+        owner: Proc,
+        removed_by: Option<Proc>,
+        path: Option<String>,
+        file: FileId,
+        sock_ino: u64,
+    },
+    /// An orphaned listener ended.
+    OrphanClosed {
+        ts_ns: u64,
+        since_ns: u64,
+        duration_ns: u64,
+        reason: CloseReason,
+        owner: Proc,
+        path: Option<String>,
+        file: FileId,
+        sock_ino: u64,
+    },
+    /// ECONNREFUSED on a socket file with no bound socket.
+    StaleConnect {
+        ts_ns: u64,
+        kind: StaleKind,
+        /// The client.
+        actor: Proc,
+        path: String,
+        file: Option<FileId>,
+        /// The last process known to have bound the file, when known.
+        binder: Option<Proc>,
+        /// Who removed the file, when known.
+        removed_by: Option<Proc>,
+        decided_by: DecidedBy,
+    },
+    /// A socket file whose socket was closed without unlinking it, and whose closer exited.
+    StaleSocketFile {
+        ts_ns: u64,
+        binder: Proc,
+        /// The process that closed the socket last, when known.
+        released_by: Option<Proc>,
+        path: Option<String>,
+        file: FileId,
+        sock_ino: u64,
+        bound_ns: u64,
+        released_ns: u64,
+    },
+}
+
+impl Verdict {
+    /// The verdict's tag, as serialized.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::ForeignUnlink { .. } => "foreign_unlink",
+            Verdict::Replaced { .. } => "replaced",
+            Verdict::OrphanOpened { .. } => "orphan_opened",
+            Verdict::OrphanClosed { .. } => "orphan_closed",
+            Verdict::StaleConnect { .. } => "stale_connect",
+            Verdict::StaleSocketFile { .. } => "stale_socket_file",
+        }
+    }
+
+    pub fn ts_ns(&self) -> u64 {
+        match self {
+            Verdict::ForeignUnlink { ts_ns, .. }
+            | Verdict::Replaced { ts_ns, .. }
+            | Verdict::OrphanOpened { ts_ns, .. }
+            | Verdict::OrphanClosed { ts_ns, .. }
+            | Verdict::StaleConnect { ts_ns, .. }
+            | Verdict::StaleSocketFile { ts_ns, .. } => *ts_ns,
+        }
+    }
+}
