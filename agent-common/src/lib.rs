@@ -318,6 +318,9 @@ pub struct Event {
     pub aux: u32,
     pub path_len: u16,
     pub _pad1: u16,
+    /// The directory holding the file (bind, unlink, rename), or the one a relative path
+    /// starts from (tracepoint tier); zero when unknown.
+    pub dir: FileId,
     pub path: [u8; PATH_CAP],
 }
 
@@ -386,8 +389,9 @@ const _: () = {
     assert!(offset_of!(Event, owner) == 80);
     assert!(offset_of!(Event, aux) == 104);
     assert!(offset_of!(Event, path_len) == 108);
-    assert!(offset_of!(Event, path) == 112);
-    assert!(size_of::<Event>() == 112 + PATH_CAP);
+    assert!(offset_of!(Event, dir) == 112);
+    assert!(offset_of!(Event, path) == 128);
+    assert!(size_of::<Event>() == 128 + PATH_CAP);
     assert!(size_of::<Event>() % 8 == 0);
 };
 

@@ -17,6 +17,8 @@
 #define SW_SOCKFS_MAGIC 0x534F434B
 #define SW_TCP_LISTEN 10
 
+long shim_file_refs(struct file *file);
+
 // Kernel dev_t (major << 20 | minor) to the encoding stat(2) reports as st_dev.
 static __always_inline __u64 sw_user_dev(__u32 kdev)
 {
@@ -192,6 +194,23 @@ struct socket *shim_current_fd_socket(int fd)
 	return shim_file_socket(shim_current_fd_file(fd));
 }
 
+// The inode a relative path starts from: descriptor `dirfd` of the current task, or its
+// working directory for AT_FDCWD.
+int shim_current_dirfd_file(int dirfd, struct sw_file *out)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (dirfd == -100)
+		return sw_inode_file(BPF_CORE_READ(task, fs, pwd.dentry, d_inode), out);
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || dirfd < 0 || (unsigned int)dirfd >= BPF_CORE_READ(fdt, max_fds))
+		return -1;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[dirfd]) || !file)
+		return -1;
+	return sw_inode_file(BPF_CORE_READ(file, f_inode), out);
+}
+
 struct holds_ctx {
 	struct file **fds;
 	__u64 sock_ino;
@@ -227,6 +246,46 @@ int shim_current_holds_socket(__u64 sock_ino)
 		max = SW_FD_SCAN_MAX;
 	bpf_loop(max, holds_cb, &ctx, 0);
 	return ctx.found;
+}
+
+struct exit_ctx {
+	struct file **fds;
+	struct sock **out;
+	int n;
+};
+
+static long exit_cb(__u64 i, void *data)
+{
+	struct exit_ctx *ctx = data;
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &ctx->fds[i]) || !file)
+		return 0;
+	if (!shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) || shim_file_refs(file) != 1)
+		return 0;
+	struct sock *sk = shim_socket_sk(shim_file_socket(file));
+	if (!shim_sk_dentry(sk))
+		return 0;
+	if (ctx->n >= SW_EXIT_SOCKETS_MAX)
+		return 1; // full: the rest is left to the periodic scan
+	ctx->out[ctx->n & (SW_EXIT_SOCKETS_MAX - 1)] = sk;
+	ctx->n++;
+	return 0;
+}
+
+// The bound UNIX sockets whose last reference the exiting current task holds: they are
+// released by this exit with no close(2) for the tracepoint tier to see.
+int shim_current_last_bound_sockets(struct sock **out)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return 0;
+	struct exit_ctx ctx = { .fds = BPF_CORE_READ(fdt, fd), .out = out };
+	__u32 max = BPF_CORE_READ(fdt, max_fds);
+	if (max > SW_FD_SCAN_MAX)
+		max = SW_FD_SCAN_MAX;
+	bpf_loop(max, exit_cb, &ctx, 0);
+	return ctx.n;
 }
 
 // The path argument of the current unlink/rename syscall (x86-64 numbers), copied from user

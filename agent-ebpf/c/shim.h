@@ -6,6 +6,7 @@
 #define SW_PATH_CAP 256
 #define SW_NAME_HASH_MAX 64
 #define SW_FD_SCAN_MAX 65536
+#define SW_EXIT_SOCKETS_MAX 16
 
 // A file as sockwatch identifies it.
 struct sw_file {

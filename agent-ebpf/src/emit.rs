@@ -66,6 +66,7 @@ pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft>
         (*ev).aux = 0;
         (*ev).path_len = 0;
         (*ev)._pad1 = 0;
+        (*ev).dir = FileId::default();
     }
     Some(Draft(entry))
 }
@@ -93,11 +94,18 @@ impl Draft {
         let ev = self.ev();
         unsafe {
             (*ev).file = p.file;
+            (*ev).dir = p.dir;
             (*ev).sock_ino = p.sock_ino;
             (*ev).nlink = p.nlink;
             (*ev).owner = p.owner;
             (*ev).flags |= p.flags;
         }
+        self
+    }
+
+    #[inline(always)]
+    pub fn dir(&mut self, d: FileId) -> &mut Self {
+        unsafe { (*self.ev()).dir = d };
         self
     }
 

@@ -81,6 +81,7 @@ pub fn inspect_victim(dentry: Dentry) -> Option<Pending> {
     }
     let mut p = Pending {
         file: file.id(),
+        dir: parent_id(dentry),
         nlink: file.nlink,
         ..Default::default()
     };
@@ -97,6 +98,14 @@ pub fn inspect_victim(dentry: Dentry) -> Option<Pending> {
         None => {}
     }
     Some(p)
+}
+
+/// Identity of the directory holding `dentry` (zero at a filesystem root).
+#[inline(always)]
+pub fn parent_id(dentry: Dentry) -> FileId {
+    shim::dentry_file(shim::dentry_parent(dentry))
+        .map(|f| f.id())
+        .unwrap_or_default()
 }
 
 /// Whether the current task is a tracked process (holds or descends from a live socket's

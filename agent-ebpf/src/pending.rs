@@ -33,6 +33,8 @@ pub struct Pending {
     /// A scalar argument (fd, backlog, rename flags).
     pub arg: u64,
     pub file: FileId,
+    /// The directory holding `file`, or the start of a relative path.
+    pub dir: FileId,
     pub sock_ino: u64,
     pub owner: Owner,
     pub nlink: u32,

@@ -50,6 +50,30 @@ unsafe extern "C" {
     fn shim_current_fd_file(fd: i32) -> *const c_void;
     fn shim_file_socket(file: *const c_void) -> *const c_void;
     fn shim_atomic_add(counter: *mut u64, delta: i64) -> u64;
+    fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
+    fn shim_current_last_bound_sockets(out: *mut Sock) -> i32;
+}
+
+/// How many sockets one exit can release through [`current_last_bound_sockets`].
+pub const EXIT_SOCKETS_MAX: usize = 16;
+
+/// The bound UNIX sockets whose last reference the exiting current task holds; returns how
+/// many of `out` were filled.
+#[inline(always)]
+pub fn current_last_bound_sockets(out: &mut [Sock; EXIT_SOCKETS_MAX]) -> usize {
+    unsafe { shim_current_last_bound_sockets(out.as_mut_ptr()) as usize }
+}
+
+/// Identity of the directory a relative path starts from: `dirfd`, or the working directory
+/// for `AT_FDCWD`; zero when unknown.
+#[inline(always)]
+pub fn current_dirfd_id(dirfd: i32) -> FileId {
+    let mut out = File::default();
+    if unsafe { shim_current_dirfd_file(dirfd, &mut out) } == 0 {
+        out.id()
+    } else {
+        FileId::default()
+    }
 }
 
 /// Atomically adds `delta` to a counter in map memory; returns the value after (approximate

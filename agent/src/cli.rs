@@ -131,6 +131,34 @@ mod tests {
     }
 
     #[test]
+    fn scan_flags() {
+        let Command::Scan(a) = parse(&["scan"]).expect("parses").command else {
+            panic!("not scan")
+        };
+        assert!(a.watch.is_empty());
+        assert_eq!(a.format, crate::scan::report::Format::Table);
+        let Command::Scan(a) = parse(&[
+            "scan", "--watch", "/a,/b", "--watch", "/c", "--format", "json",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not scan")
+        };
+        assert_eq!(
+            a.watch,
+            vec![
+                PathBuf::from("/a"),
+                PathBuf::from("/b"),
+                PathBuf::from("/c")
+            ]
+        );
+        assert_eq!(a.format, crate::scan::report::Format::Json);
+        let e = parse(&["scan", "--format", "xml"]).unwrap_err().to_string();
+        assert!(e.contains("--format"), "{e}");
+    }
+
+    #[test]
     fn bad_flags_are_rejected_with_the_flag_named() {
         let e = parse(&["run", "--probe-mode", "magic"])
             .unwrap_err()

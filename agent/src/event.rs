@@ -45,8 +45,17 @@ pub struct SockEvent {
     /// Fork: the new process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_tgid: Option<u32>,
+    /// The directory holding the file, or the one a relative path starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<DirId>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +89,9 @@ pub struct EventFlags {
     pub result_unknown: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub exchange: bool,
+    /// The connect target was found by the agent (`stat` in the client's view), not the kernel.
+    #[serde(skip_serializing_if = "is_false")]
+    pub resolved_in_userspace: bool,
 }
 
 impl EventFlags {
@@ -96,6 +108,7 @@ impl EventFlags {
             path_relative: on(flags::PATH_RELATIVE),
             result_unknown: on(flags::RESULT_UNKNOWN),
             exchange: on(flags::EXCHANGE),
+            resolved_in_userspace: false,
         }
     }
 }
@@ -140,6 +153,10 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
         }),
         backlog: (kind == EventKind::Listen).then_some(raw.aux),
         child_tgid: (kind == EventKind::Fork).then_some(raw.aux),
+        dir: (raw.dir.ino != 0).then_some(DirId {
+            dev: raw.dir.dev,
+            ino: raw.dir.ino,
+        }),
         flags: EventFlags::from_bits(raw.flags),
     })
 }
@@ -180,6 +197,7 @@ mod tests {
             nlink: 1,
             owner: Owner::default(),
             aux: 0,
+            dir: FileId::default(),
             path_len: 11,
             _pad1: 0,
             path,

@@ -1,6 +1,7 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
 pub mod cli;
 pub mod engine;
+pub mod enrich;
 pub mod event;
 pub mod loader;
 pub mod output;

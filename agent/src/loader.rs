@@ -57,6 +57,8 @@ pub struct HookReport {
     pub hook: Hook,
     pub attached: Option<Tier>,
     pub refused: Vec<(Tier, String)>,
+    /// Optional programs of the attached tier that this kernel refused.
+    pub degraded: Vec<String>,
 }
 
 impl HookReport {
@@ -68,10 +70,12 @@ impl HookReport {
             .iter()
             .map(|(t, why)| format!("{} refused: {why}", t.name()))
             .collect();
-        if refused.is_empty() {
+        let mut notes = refused;
+        notes.extend(self.degraded.iter().map(|d| format!("degraded: {d}")));
+        if notes.is_empty() {
             format!("{}: {chosen}", self.hook.name())
         } else {
-            format!("{}: {chosen} ({})", self.hook.name(), refused.join("; "))
+            format!("{}: {chosen} ({})", self.hook.name(), notes.join("; "))
         }
     }
 }
@@ -94,10 +98,12 @@ impl Probes {
         for hook in PROBES {
             let mut refused = Vec::new();
             let mut attached = None;
+            let mut degraded = Vec::new();
             for tier in opts.mode.candidates(hook) {
                 match attach_tier(&mut ebpf, tier, &btf) {
-                    Ok(()) => {
+                    Ok(d) => {
                         attached = Some(tier.tier);
+                        degraded = d;
                         break;
                     }
                     Err(why) => refused.push((tier.tier, why)),
@@ -107,6 +113,7 @@ impl Probes {
                 hook: hook.hook,
                 attached,
                 refused,
+                degraded,
             };
             if attached.is_none() {
                 return Err(LoadError::NoTier {
@@ -135,6 +142,16 @@ impl Probes {
         Ok(EventReader { ring })
     }
 
+    /// The kernel's live-socket table, for userspace lookups. Can be taken once.
+    pub fn live_table(&mut self) -> Result<crate::enrich::LiveTable, LoadError> {
+        let map = self
+            .ebpf
+            .take_map(maps::LIVE)
+            .ok_or(LoadError::Map(maps::LIVE))?;
+        let table = HashMap::try_from(map).map_err(|_| LoadError::Map(maps::LIVE))?;
+        Ok(crate::enrich::LiveTable(table))
+    }
+
     /// Kernel-side counters, summed over CPUs.
     pub fn counters(&self) -> Result<Vec<(Counter, u64)>, LoadError> {
         let map = self
@@ -154,7 +171,7 @@ impl Probes {
 }
 
 /// Per hook, every tier and whether this kernel accepts it (each is attached, then detached).
-pub fn probe_support() -> Result<Vec<(Hook, Vec<(Tier, Result<(), String>)>)>, LoadError> {
+pub fn probe_support() -> Result<Vec<(Hook, Vec<(Tier, Result<Vec<String>, String>)>)>, LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
     let opts = LoadOptions {
         mode: ProbeMode::Auto,
@@ -217,19 +234,25 @@ fn reasons(r: &HookReport) -> String {
         .join("; ")
 }
 
-/// Attaches all programs of one tier, or none: on failure the ones attached are unloaded.
-fn attach_tier(ebpf: &mut Ebpf, tier: &TierSpec, btf: &Btf) -> Result<(), String> {
+/// Attaches all required programs of one tier, or none: on failure the ones attached are
+/// unloaded. Returns the optional programs that were refused.
+fn attach_tier(ebpf: &mut Ebpf, tier: &TierSpec, btf: &Btf) -> Result<Vec<String>, String> {
+    let mut degraded = Vec::new();
     for (i, spec) in tier.programs.iter().enumerate() {
-        if let Err(e) = attach_program(ebpf, spec, btf) {
-            for done in &tier.programs[..i] {
-                if let Some(p) = ebpf.program_mut(done.program) {
-                    let _ = unload(p);
+        match attach_program(ebpf, spec, btf) {
+            Ok(()) => {}
+            Err(e) if spec.optional => degraded.push(format!("{}: {e}", spec.program)),
+            Err(e) => {
+                for done in &tier.programs[..i] {
+                    if let Some(p) = ebpf.program_mut(done.program) {
+                        let _ = unload(p);
+                    }
                 }
+                return Err(format!("{}: {e}", spec.program));
             }
-            return Err(format!("{}: {e}", spec.program));
         }
     }
-    Ok(())
+    Ok(degraded)
 }
 
 fn attach_program(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: &Btf) -> Result<(), String> {

@@ -48,10 +48,7 @@ fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match args.format {
         report::Format::Table => report::write_table(&r, &mut out)?,
-        report::Format::Json => {
-            serde_json::to_writer(&mut out, &report::to_json(&r))?;
-            writeln!(out)?;
-        }
+        report::Format::Json => report::write_json(&r, &mut out)?,
     }
     out.flush()?;
     for w in &r.warnings {
@@ -86,6 +83,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         log::info!("attached {}", r.summary());
     }
     let reader = probes.events()?;
+    let live = probes.live_table()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -100,7 +98,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         log::info!("running; stop with SIGINT or SIGTERM");
         let drain_every = Duration::from_millis(args.drain_interval_ms);
-        let pump = sockwatch::pump::pump(reader, &mut out, drain_every, shutdown);
+        let pump = sockwatch::pump::pump(reader, &live, &mut out, drain_every, shutdown);
         tokio::select! {
             r = pump => r,
             _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
@@ -152,7 +150,8 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
     for (hook, tiers) in &table {
         for (tier, result) in tiers {
             let (ok, detail) = match result {
-                Ok(()) => ("yes", String::new()),
+                Ok(degraded) if degraded.is_empty() => ("yes", String::new()),
+                Ok(degraded) => ("partial", format!("degraded: {}", degraded.join("; "))),
                 Err(why) => ("no", why.clone()),
             };
             println!(

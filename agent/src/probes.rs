@@ -62,6 +62,9 @@ pub struct ProgramSpec {
     /// ELF symbol of the program in the eBPF object.
     pub program: &'static str,
     pub attach: Attach,
+    /// The tier works without it, with less detail (its target may be inlined on some
+    /// kernels); the loader reports it as degraded.
+    pub optional: bool,
 }
 
 /// One way of observing a hook: all its programs attach, or none do.
@@ -79,7 +82,18 @@ pub struct HookSpec {
 }
 
 const fn p(program: &'static str, attach: Attach) -> ProgramSpec {
-    ProgramSpec { program, attach }
+    ProgramSpec {
+        program,
+        attach,
+        optional: false,
+    }
+}
+const fn optional(program: &'static str, attach: Attach) -> ProgramSpec {
+    ProgramSpec {
+        program,
+        attach,
+        optional: true,
+    }
 }
 const fn fentry(function: &'static str) -> Attach {
     Attach::Fentry { function }
@@ -227,7 +241,8 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Fentry,
                 &[
-                    p("connect_target_fexit", fexit("unix_find_other")),
+                    // Inlined on some kernels (6.12): then the target is resolved in userspace.
+                    optional("connect_target_fexit", fexit("unix_find_other")),
                     p("connect_stream_fexit", fexit("unix_stream_connect")),
                     p("connect_dgram_fexit", fexit("unix_dgram_connect")),
                     p("connect_sendmsg_fexit", fexit("unix_dgram_sendmsg")),
@@ -236,7 +251,7 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Kprobe,
                 &[
-                    p("connect_target_kretprobe", kretprobe("unix_find_other")),
+                    optional("connect_target_kretprobe", kretprobe("unix_find_other")),
                     p("connect_stream_kprobe", kprobe("unix_stream_connect")),
                     p("connect_stream_kretprobe", kretprobe("unix_stream_connect")),
                     p("connect_dgram_kprobe", kprobe("unix_dgram_connect")),
@@ -361,7 +376,11 @@ mod tests {
         for h in PROBES.iter().filter(|h| !is_process_hook(h.hook)) {
             let last = h.tiers.last().map(|t| t.tier);
             assert_eq!(last, Some(Tier::Tracepoint), "{:?}", h.hook);
-            assert!(h.tiers.iter().all(|t| !t.programs.is_empty()));
+            assert!(
+                h.tiers
+                    .iter()
+                    .all(|t| t.programs.iter().any(|p| !p.optional))
+            );
         }
     }
 

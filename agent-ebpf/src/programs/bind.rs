@@ -106,7 +106,10 @@ fn bound(sk: Sock, tier: Tier) {
     };
     let owner = live::bound(&file, dentry);
     if let Some(mut ev) = emit::reserve(EventKind::Bind, tier, Fidelity::Exact) {
-        ev.file(&file).owner(&owner).sun_path_of(sk);
+        ev.file(&file)
+            .dir(live::parent_id(dentry))
+            .owner(&owner)
+            .sun_path_of(sk);
         ev.submit();
     }
 }

@@ -30,12 +30,20 @@ pub fn fork_tp_btf(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// The last thread of a tracked process exits.
+/// The last thread of a tracked process exits. Its descriptors are still attached: bound
+/// sockets it holds the last reference to are released here, which no close(2) will show.
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn exit_tp(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if live::is_tracked(tgid) && shim::current_group_dead() {
         live::untrack(tgid);
+        let mut socks = [core::ptr::null(); shim::EXIT_SOCKETS_MAX];
+        let n = shim::current_last_bound_sockets(&mut socks);
+        for (i, sk) in socks.iter().enumerate() {
+            if i < n {
+                super::release::released(*sk, Tier::Tracepoint);
+            }
+        }
         if let Some(ev) = emit::reserve(EventKind::Exit, Tier::Tracepoint, Fidelity::Exact) {
             ev.submit();
         }

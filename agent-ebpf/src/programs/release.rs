@@ -28,7 +28,7 @@ pub fn release_kprobe(ctx: ProbeContext) -> u32 {
 }
 
 /// Tracepoint tier: a close(2) that drops a socket file's last reference. Sockets closed by
-/// process exit make no close(2): the exit event and the periodic scan cover those.
+/// a process's exit make no close(2): the exit hook releases those (see `process.rs`).
 #[tracepoint(category = "syscalls", name = "sys_enter_close")]
 pub fn release_tp_close(ctx: TracePointContext) -> u32 {
     let file = shim::current_fd_file(tp_arg(&ctx, 0) as i32);
@@ -39,7 +39,7 @@ pub fn release_tp_close(ctx: TracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn released(sk: Sock, tier: Tier) {
+pub fn released(sk: Sock, tier: Tier) {
     if shim::sk_dentry(sk).is_null() {
         return;
     }

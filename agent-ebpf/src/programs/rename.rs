@@ -11,7 +11,7 @@ use aya_ebpf::{
 
 use super::{
     tp_arg, tp_ret,
-    unlink::{path_begin, path_end},
+    unlink::{AT_FDCWD, path_begin, path_end},
 };
 use crate::{
     emit, live,
@@ -62,19 +62,27 @@ pub fn rename_kretprobe(ctx: RetProbeContext) -> u32 {
 
 #[tracepoint(category = "syscalls", name = "sys_enter_rename")]
 pub fn rename_tp_enter(ctx: TracePointContext) -> u32 {
-    path_begin(tp_arg(&ctx, 1) as *const u8, Slot::Rename);
+    path_begin(AT_FDCWD, tp_arg(&ctx, 1) as *const u8, Slot::Rename);
     0
 }
 
 #[tracepoint(category = "syscalls", name = "sys_enter_renameat")]
 pub fn renameat_tp_enter(ctx: TracePointContext) -> u32 {
-    path_begin(tp_arg(&ctx, 3) as *const u8, Slot::Rename);
+    path_begin(
+        tp_arg(&ctx, 2) as i32,
+        tp_arg(&ctx, 3) as *const u8,
+        Slot::Rename,
+    );
     0
 }
 
 #[tracepoint(category = "syscalls", name = "sys_enter_renameat2")]
 pub fn renameat2_tp_enter(ctx: TracePointContext) -> u32 {
-    path_begin(tp_arg(&ctx, 3) as *const u8, Slot::Rename);
+    path_begin(
+        tp_arg(&ctx, 2) as i32,
+        tp_arg(&ctx, 3) as *const u8,
+        Slot::Rename,
+    );
     0
 }
 

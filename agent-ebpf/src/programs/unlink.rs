@@ -23,6 +23,8 @@ use crate::{
 
 /// `AT_REMOVEDIR`: an unlinkat that is an rmdir.
 const AT_REMOVEDIR: u64 = 0x200;
+/// `AT_FDCWD`: a path relative to the working directory.
+pub const AT_FDCWD: i32 = -100;
 
 /// fentry tier: `vfs_unlink(idmap, dir, dentry, delegated)`; the dentry is argument 2 on
 /// every kernel since 5.12.
@@ -67,14 +69,18 @@ pub fn unlink_kretprobe(ctx: RetProbeContext) -> u32 {
 /// a live socket's file; userspace resolves the rest.
 #[tracepoint(category = "syscalls", name = "sys_enter_unlink")]
 pub fn unlink_tp_enter(ctx: TracePointContext) -> u32 {
-    path_begin(tp_arg(&ctx, 0) as *const u8, Slot::Unlink);
+    path_begin(AT_FDCWD, tp_arg(&ctx, 0) as *const u8, Slot::Unlink);
     0
 }
 
 #[tracepoint(category = "syscalls", name = "sys_enter_unlinkat")]
 pub fn unlinkat_tp_enter(ctx: TracePointContext) -> u32 {
     if tp_arg(&ctx, 2) & AT_REMOVEDIR == 0 {
-        path_begin(tp_arg(&ctx, 1) as *const u8, Slot::Unlink);
+        path_begin(
+            tp_arg(&ctx, 0) as i32,
+            tp_arg(&ctx, 1) as *const u8,
+            Slot::Unlink,
+        );
     }
     0
 }
@@ -118,9 +124,10 @@ fn report(p: &Pending, ret: i64, tier: Tier, extra: u16) {
     }
 }
 
-/// Stashes a user path whose base name matches a live socket's (tracepoint tier).
+/// Stashes a user path whose base name matches a live socket's (tracepoint tier), with the
+/// directory a relative path starts from (`dirfd`, or the working directory).
 #[inline(always)]
-pub fn path_begin(user_path: *const u8, slot: Slot) {
+pub fn path_begin(dirfd: i32, user_path: *const u8, slot: Slot) {
     if emit::is_agent() || user_path.is_null() {
         return;
     }
@@ -133,13 +140,17 @@ pub fn path_begin(user_path: *const u8, slot: Slot) {
     };
     let len = s.len();
     if live::name_is_live(shim::basename_hash(buf, len)) {
-        pending::stash(
-            slot,
-            &Pending {
-                ptr: user_path as u64,
-                ..Default::default()
-            },
-        );
+        let dir = if buf[0] == b'/' {
+            Default::default()
+        } else {
+            shim::current_dirfd_id(dirfd)
+        };
+        let p = Pending {
+            ptr: user_path as u64,
+            dir,
+            ..Default::default()
+        };
+        pending::stash(slot, &p);
     }
 }
 
@@ -150,7 +161,7 @@ pub fn path_end(ret: i64, kind: EventKind, slot: Slot) {
         && ret == 0
         && let Some(mut ev) = emit::reserve(kind, Tier::Tracepoint, Fidelity::PathOnly)
     {
-        ev.user_path(p.ptr as *const u8);
+        ev.user_path(p.ptr as *const u8).dir(p.dir);
         ev.submit();
     }
 }

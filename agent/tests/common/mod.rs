@@ -6,6 +6,8 @@
 //! required.
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
+pub mod actor;
+
 use std::{
     path::Path,
     time::{Duration, Instant},
@@ -13,16 +15,29 @@ use std::{
 
 use agent_common::{Event, Tier};
 use sockwatch::{
+    enrich::{self, LiveTable},
     event::SockEvent,
     loader::{EventReader, LoadOptions, Probes},
     preflight,
-    probes::ProbeMode,
+    probes::{PROBES, ProbeMode},
+    watch::WatchedDir,
 };
 
 pub struct Loaded {
     pub probes: Probes,
     pub events: EventReader,
+    pub live: LiveTable,
+    /// Drained but not yet expected, in arrival order.
+    backlog: Vec<SockEvent>,
 }
+
+/// Every forced mode and the tier it stands for, exact tiers first.
+pub const MODES: [(ProbeMode, Tier); 4] = [
+    (ProbeMode::Fentry, Tier::Fentry),
+    (ProbeMode::Lsm, Tier::Lsm),
+    (ProbeMode::Kprobe, Tier::Kprobe),
+    (ProbeMode::Tracepoint, Tier::Tracepoint),
+];
 
 fn required_tiers() -> Vec<String> {
     std::env::var("SOCKWATCH_REQUIRE_TIERS")
@@ -41,9 +56,18 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Loads the probes under `mode` and checks every hook attached at `tier`; `None` (with the
-/// reason printed) when this kernel cannot, and the tier is not required here.
+/// Loads the probes under `mode` and checks every hook attached at its first candidate tier;
+/// `None` (with the reason printed) when this kernel cannot, and `tier` is not required here.
 pub fn load(test: &str, mode: ProbeMode, tier: Tier) -> Option<Loaded> {
+    load_watching(test, mode, tier, Vec::new())
+}
+
+pub fn load_watching(
+    test: &str,
+    mode: ProbeMode,
+    tier: Tier,
+    watch: Vec<WatchedDir>,
+) -> Option<Loaded> {
     if !is_root() {
         assert!(
             required_tiers().is_empty(),
@@ -57,6 +81,7 @@ pub fn load(test: &str, mode: ProbeMode, tier: Tier) -> Option<Loaded> {
         mode,
         ignore_tgid: 0,
         wakeup_bytes: Event::SIZE as u64,
+        watch,
     });
     let mut probes = match loaded {
         Ok(p) => p,
@@ -69,11 +94,18 @@ pub fn load(test: &str, mode: ProbeMode, tier: Tier) -> Option<Loaded> {
         }
         Err(e) => panic!("{test}: required tier {} did not load: {e}", tier.name()),
     };
-    for r in &probes.report {
-        assert_eq!(r.attached, Some(tier), "{test}: {}", r.summary());
+    for (r, spec) in probes.report.iter().zip(PROBES) {
+        let want = mode.candidates(spec).first().map(|t| t.tier);
+        assert_eq!(r.attached, want, "{test}: {}", r.summary());
     }
     let events = probes.events().expect("event ring buffer");
-    Some(Loaded { probes, events })
+    let live = probes.live_table().expect("live table");
+    Some(Loaded {
+        probes,
+        events,
+        live,
+        backlog: Vec::new(),
+    })
 }
 
 /// How long an event may take: the VM runs under emulation.
@@ -82,6 +114,50 @@ pub fn patience() -> Duration {
         Duration::from_secs(30)
     } else {
         Duration::from_secs(5)
+    }
+}
+
+impl Loaded {
+    /// Moves what the kernel has delivered into the backlog, completed as the agent's pump
+    /// completes it.
+    fn fill(&mut self) {
+        let (live, backlog) = (&self.live, &mut self.backlog);
+        self.events.drain(|e| {
+            let mut e = e.expect("well-formed record");
+            enrich::connect_target(&mut e, |id| live.get(id));
+            backlog.push(e);
+        });
+    }
+
+    /// The first event matching `want`, waiting up to [`patience`]; fails listing what
+    /// arrived. Earlier unmatched events stay available to later expectations.
+    pub fn expect(&mut self, what: &str, want: impl Fn(&SockEvent) -> bool) -> SockEvent {
+        let deadline = Instant::now() + patience();
+        loop {
+            self.fill();
+            if let Some(i) = self.backlog.iter().position(&want) {
+                return self.backlog.remove(i);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} event within {:?}; saw: {:#?}",
+                patience(),
+                self.backlog
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every event whose path is under `dir` arriving within `wait`.
+    pub fn collect_under(&mut self, dir: &Path, wait: Duration) -> Vec<SockEvent> {
+        std::thread::sleep(wait);
+        self.fill();
+        let dir = dir.to_string_lossy().into_owned();
+        self.backlog
+            .iter()
+            .filter(|e| e.path.starts_with(&dir))
+            .cloned()
+            .collect()
     }
 }
 

@@ -1,0 +1,83 @@
+//! Userspace completion of events the kernel could not fully resolve.
+//!
+//! A refused connect carries the path, but on kernels where `unix_find_other` is inlined
+//! (and on the tracepoint tier) not the inode it resolved to. The client's own view of that
+//! path — its mount namespace, bind mounts included — is `/proc/<tgid>/task/<tid>/root/<path>`
+//! (or `cwd` for a relative path; a thread may have its own, after `unshare`): `stat` there
+//! gives the inode and its link count, and the
+//! kernel's live table says whether a socket is bound to it. A pinned stale inode stays
+//! pinned, so this is reliable for the persistent failure that matters.
+use std::{
+    os::unix::fs::{FileTypeExt, MetadataExt},
+    path::PathBuf,
+};
+
+use agent_common::{EventKind, FileId, LiveSock, flags};
+use aya::maps::{HashMap, MapData};
+
+use crate::event::{OwnerInfo, SockEvent};
+
+/// Read access to the kernel's table of live sockets.
+pub struct LiveTable(pub(crate) HashMap<MapData, FileId, LiveSock>);
+
+impl LiveTable {
+    pub fn get(&self, id: &FileId) -> Option<LiveSock> {
+        self.0.get(id, 0).ok()
+    }
+}
+
+/// Where the client thread would find `path`: through its own root or working directory.
+pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
+    let base = if path.starts_with('/') { "root" } else { "cwd" };
+    PathBuf::from(format!(
+        "/proc/{tgid}/task/{tid}/{base}/{}",
+        path.trim_start_matches('/')
+    ))
+}
+
+/// Fills in the target of a refused connect the kernel left unresolved.
+pub fn connect_target(ev: &mut SockEvent, live: impl Fn(&FileId) -> Option<LiveSock>) {
+    if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
+        return;
+    }
+    let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)) else {
+        return;
+    };
+    if !meta.file_type().is_socket() {
+        return;
+    }
+    ev.dev = meta.dev();
+    ev.ino = meta.ino();
+    ev.nlink = meta.nlink() as u32;
+    ev.flags.resolved_in_userspace = true;
+    if let Some(l) = live(&FileId {
+        dev: ev.dev,
+        ino: ev.ino,
+    }) {
+        ev.flags.target_bound = true;
+        ev.flags.listening = l.flags & flags::LISTENING != 0;
+        ev.sock_ino = l.sock_ino;
+        ev.owner = Some(OwnerInfo {
+            tgid: l.owner.tgid,
+            cgroup_id: l.owner.cgroup_id,
+            bind_ns: l.owner.bind_ns,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_view_follows_root_or_cwd() {
+        assert_eq!(
+            client_view(7, 8, "/run/x.sock"),
+            PathBuf::from("/proc/7/task/8/root/run/x.sock")
+        );
+        assert_eq!(
+            client_view(7, 7, "x.sock"),
+            PathBuf::from("/proc/7/task/7/cwd/x.sock")
+        );
+    }
+}
