@@ -8,4 +8,5 @@ pub mod output;
 pub mod preflight;
 pub mod probes;
 pub mod pump;
+pub mod scan;
 pub mod watch;

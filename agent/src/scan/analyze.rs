@@ -1,0 +1,390 @@
+//! The scan's logic: a [`Snapshot`] in, an [`Analysis`] out. The system is seen only through
+//! [`System`] (stat in a process's view, holder names), so every case is a unit test.
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap},
+    ffi::OsStr,
+    io,
+    os::unix::ffi::OsStrExt as _,
+    path::Path,
+};
+
+use super::{
+    FileId, Findings, Holder, OrphanCause, OrphanedListener, ScannedSocket, Snapshot,
+    StaleBindMount, StaleCause, StaleSocketFile, Stat, System, diag::DiagSocket, mounts,
+};
+
+/// How many distinct mount namespaces of a socket's holders are asked where its path leads.
+const MAX_VIEWS: usize = 4;
+/// Processes named per stale bind mount (the count is always given).
+const MAX_LISTED_PROCESSES: usize = 16;
+
+/// What [`analyze`] concludes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Analysis {
+    pub sockets: Vec<ScannedSocket>,
+    pub findings: Findings,
+    /// Findings left out because they lie outside the watched paths.
+    pub outside_watch: usize,
+    /// Path-bound sockets whose file could not be checked.
+    pub unresolved: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resolved {
+    Found(Stat),
+    Missing,
+    Unknown,
+}
+
+fn os_path(bytes: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(bytes))
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+struct Ctx<'a> {
+    snap: &'a Snapshot,
+    sys: &'a dyn System,
+    mntns_of: HashMap<u32, Option<u64>>,
+    holders_of: HashMap<u32, Vec<u32>>,
+    /// Sockets carrying each file, by (dev, low 32 inode bits).
+    by_file: HashMap<(u64, u32), Vec<&'a DiagSocket>>,
+    resolved: RefCell<HashMap<(u64, Vec<u8>), Resolved>>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(snap: &'a Snapshot, sys: &'a dyn System) -> Self {
+        let mut holders_of: HashMap<u32, Vec<u32>> = HashMap::new();
+        for p in &snap.processes {
+            for s in &p.sockets {
+                holders_of.entry(*s).or_default().push(p.tgid);
+            }
+        }
+        let mut by_file: HashMap<(u64, u32), Vec<&DiagSocket>> = HashMap::new();
+        for s in &snap.sockets {
+            if let Some(v) = s.vfs {
+                by_file.entry((v.dev, v.ino32)).or_default().push(s);
+            }
+        }
+        Self {
+            snap,
+            sys,
+            mntns_of: snap.processes.iter().map(|p| (p.tgid, p.mntns)).collect(),
+            holders_of,
+            by_file,
+            resolved: RefCell::default(),
+        }
+    }
+
+    fn sockets_on(&self, st: &Stat) -> &[&'a DiagSocket] {
+        self.by_file
+            .get(&(st.dev, st.ino as u32))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// One process per distinct mount namespace among `tgids`.
+    fn views(&self, tgids: &[u32]) -> Vec<u32> {
+        let mut seen = Vec::new();
+        let mut views = Vec::new();
+        for &t in tgids {
+            let ns = self.mntns_of.get(&t).copied().flatten();
+            if ns.is_none() || !seen.contains(&ns) {
+                seen.push(ns);
+                views.push(t);
+                if views.len() == MAX_VIEWS {
+                    break;
+                }
+            }
+        }
+        views
+    }
+
+    fn resolve(&self, view: u32, path: &[u8]) -> Resolved {
+        // Absolute paths resolve the same for every process of a mount namespace (unless
+        // chrooted: rare for socket daemons); relative ones depend on each cwd.
+        let key = match (path.first(), self.mntns_of.get(&view).copied().flatten()) {
+            (Some(b'/'), Some(ns)) => (ns, path.to_vec()),
+            _ => (u64::from(view) | 1 << 63, path.to_vec()),
+        };
+        if let Some(r) = self.resolved.borrow().get(&key) {
+            return *r;
+        }
+        let r = match self.sys.stat(Some(view), os_path(path)) {
+            Ok(st) => Resolved::Found(st),
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Resolved::Missing
+            }
+            Err(_) => Resolved::Unknown,
+        };
+        self.resolved.borrow_mut().insert(key, r);
+        r
+    }
+
+    fn holders(&self, tgids: &[u32]) -> Vec<Holder> {
+        tgids.iter().filter_map(|&t| self.sys.holder(t)).collect()
+    }
+
+    /// Is `path`, as `view` sees it, at or below a watched path? By identity of its
+    /// ancestors (so a pod's `/run/x` matches the host's `/var/lib/x`), else by string when
+    /// the view is the agent's own.
+    fn in_scope(&self, view: Option<u32>, path: &[u8]) -> bool {
+        let w = &self.snap.watched;
+        if w.is_empty() {
+            return true;
+        }
+        for anc in os_path(path).ancestors() {
+            if let Ok(st) = self.sys.stat(view, anc)
+                && w.iter().any(|w| w.id == st.id())
+            {
+                return true;
+            }
+        }
+        let own = match view {
+            None => true,
+            Some(v) => {
+                self.snap.own_mntns.is_some()
+                    && self.mntns_of.get(&v).copied().flatten() == self.snap.own_mntns
+            }
+        };
+        own && w
+            .iter()
+            .any(|w| mounts::is_under(path, w.path.as_os_str().as_bytes()))
+    }
+}
+
+/// Decide, from a snapshot, what every path-bound socket's state is and what is wrong.
+pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
+    let cx = Ctx::new(snap, sys);
+    let mut out = Analysis::default();
+
+    // Pass 1: where does each path-bound socket's path lead, in each holder's view?
+    struct PathSock<'s> {
+        s: &'s DiagSocket,
+        path: &'s [u8],
+        holders: Vec<u32>,
+        views: Vec<(u32, Resolved)>,
+    }
+    let mut path_socks = Vec::new();
+    for s in &snap.sockets {
+        let Some(path) = s.path() else { continue };
+        let holders = cx.holders_of.get(&s.sock_ino).cloned().unwrap_or_default();
+        let views = if s.vfs.is_some() {
+            cx.views(&holders)
+                .into_iter()
+                .map(|v| (v, cx.resolve(v, path)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        path_socks.push(PathSock {
+            s,
+            path,
+            holders,
+            views,
+        });
+    }
+    // Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files.
+    let mut seen_files: HashMap<(u64, u32), Stat> = HashMap::new();
+    for st in path_socks
+        .iter()
+        .flat_map(|p| p.views.iter())
+        .filter_map(|(_, r)| match r {
+            Resolved::Found(st) if st.is_socket() => Some(*st),
+            _ => None,
+        })
+        .chain(snap.watch_files.iter().map(|(_, st)| *st))
+    {
+        seen_files.insert((st.dev, st.ino as u32), st);
+    }
+
+    // Pass 2: linked, moved, replaced or unlinked.
+    for p in &path_socks {
+        let s = p.s;
+        let mut scanned = ScannedSocket {
+            sock_ino: s.sock_ino.into(),
+            file: None,
+            ino_low32: false,
+            path: lossy(p.path),
+            listening: s.listening(),
+            sock_type: s.sock_type,
+            state: s.state,
+            holders: cx.holders(&p.holders),
+            file_linked: None,
+        };
+        let Some(vfs) = s.vfs else {
+            out.unresolved += 1;
+            out.sockets.push(scanned);
+            continue;
+        };
+        let same = p.views.iter().find_map(|(_, r)| match r {
+            Resolved::Found(st) if vfs.matches(st.dev, st.ino) => Some(*st),
+            _ => None,
+        });
+        let moved = seen_files.get(&(vfs.dev, vfs.ino32)).copied();
+        let other = p.views.iter().find_map(|(v, r)| match r {
+            Resolved::Found(st) => Some((*v, *st)),
+            _ => None,
+        });
+        let missing = p.views.iter().find(|(_, r)| *r == Resolved::Missing);
+        let (linked, cause) = match (same.or(moved), other, missing) {
+            (Some(st), _, _) => {
+                scanned.file = Some(st.id());
+                (Some(true), None)
+            }
+            (None, Some((v, now)), _) => (
+                Some(false),
+                Some((v, OrphanCause::Replaced { now: now.id() })),
+            ),
+            (None, None, Some((v, _))) => (Some(false), Some((*v, OrphanCause::Unlinked))),
+            (None, None, None) => (None, None),
+        };
+        if scanned.file.is_none() {
+            scanned.file = Some(FileId {
+                dev: vfs.dev,
+                ino: vfs.ino32.into(),
+            });
+            scanned.ino_low32 = true;
+        }
+        scanned.file_linked = linked;
+        if linked.is_none() {
+            out.unresolved += 1;
+        }
+        if let (true, Some((view, cause))) = (s.listening(), cause) {
+            if cx.in_scope(Some(view), p.path) {
+                out.findings.orphaned_listeners.push(OrphanedListener {
+                    path: scanned.path.clone(),
+                    sock_ino: scanned.sock_ino,
+                    file: scanned.file.expect("set above"),
+                    ino_low32: scanned.ino_low32,
+                    cause,
+                    pending: s.rqlen.map(|r| r.0),
+                    backlog: s.rqlen.map(|r| r.1),
+                    holders: scanned.holders.clone(),
+                });
+            } else {
+                out.outside_watch += 1;
+            }
+        }
+        out.sockets.push(scanned);
+    }
+
+    // Stale socket files: under the watched paths, and wherever a socket's path leads.
+    // (path, the view it was seen in (None: the agent's walk), stat), by file identity.
+    type Candidate = (Vec<u8>, Option<u32>, Stat);
+    let mut candidates: BTreeMap<(u64, u64), Candidate> = BTreeMap::new();
+    for (path, st) in &snap.watch_files {
+        candidates.entry((st.dev, st.ino)).or_insert((
+            path.as_os_str().as_bytes().to_vec(),
+            None,
+            *st,
+        ));
+    }
+    for p in &path_socks {
+        for (v, r) in &p.views {
+            if let Resolved::Found(st) = r
+                && st.is_socket()
+            {
+                candidates
+                    .entry((st.dev, st.ino))
+                    .or_insert((p.path.to_vec(), Some(*v), *st));
+            }
+        }
+    }
+    for (path, view, st) in candidates.values() {
+        let on = cx.sockets_on(st);
+        if on.iter().any(|s| s.serves_file()) {
+            continue;
+        }
+        if view.is_some() && !cx.in_scope(*view, path) {
+            out.outside_watch += 1;
+            continue;
+        }
+        let (cause, holders) = if on.is_empty() {
+            (StaleCause::NoSocket, Vec::new())
+        } else {
+            let mut tgids: Vec<u32> = on
+                .iter()
+                .flat_map(|s| {
+                    cx.holders_of
+                        .get(&s.sock_ino)
+                        .into_iter()
+                        .flatten()
+                        .copied()
+                })
+                .collect();
+            tgids.sort_unstable();
+            tgids.dedup();
+            let mut sock_inos: Vec<u64> = on.iter().map(|s| s.sock_ino.into()).collect();
+            sock_inos.sort_unstable();
+            (StaleCause::NotListening { sock_inos }, cx.holders(&tgids))
+        };
+        out.findings.stale_socket_files.push(StaleSocketFile {
+            path: lossy(path),
+            file: st.id(),
+            cause,
+            holders,
+        });
+    }
+
+    // Stale bind mounts: a mounted socket file whose source is deleted.
+    for t in &snap.mount_tables {
+        for m in &t.mounts {
+            if m.root == b"/" {
+                continue; // a whole filesystem, not a file
+            }
+            let Ok(st) = sys.stat(Some(t.pid), os_path(&m.mount_point)) else {
+                continue;
+            };
+            if !st.is_socket() || !(m.root_deleted || st.nlink == 0) {
+                continue;
+            }
+            let from_watched = snap.watched.iter().any(|w| {
+                w.fs.as_ref().is_some_and(|(maj, min, inside)| {
+                    (*maj, *min) == (m.major, m.minor) && mounts::is_under(&m.root, inside)
+                })
+            });
+            if !from_watched && !cx.in_scope(Some(t.pid), &m.mount_point) {
+                out.outside_watch += 1;
+                continue;
+            }
+            let pids: Vec<u32> = snap
+                .processes
+                .iter()
+                .filter(|p| p.mntns == Some(t.mntns))
+                .map(|p| p.tgid)
+                .collect();
+            let listed: Vec<u32> = pids.iter().copied().take(MAX_LISTED_PROCESSES).collect();
+            out.findings.stale_bind_mounts.push(StaleBindMount {
+                mount_point: lossy(&m.mount_point),
+                source: lossy(&m.root),
+                source_dev: format!("{}:{}", m.major, m.minor),
+                file: st.id(),
+                nlink: st.nlink,
+                mntns: t.mntns,
+                served_by: cx
+                    .sockets_on(&st)
+                    .iter()
+                    .find(|s| s.serves_file())
+                    .map(|s| s.sock_ino.into()),
+                processes: cx.holders(&listed),
+                process_count: pids.len(),
+            });
+        }
+    }
+
+    let f = &mut out.findings;
+    f.orphaned_listeners
+        .sort_by(|a, b| (&a.path, a.sock_ino).cmp(&(&b.path, b.sock_ino)));
+    f.stale_socket_files.sort_by(|a, b| a.path.cmp(&b.path));
+    f.stale_bind_mounts
+        .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
+    out.sockets.sort_by_key(|s| s.sock_ino);
+    out
+}

@@ -1,0 +1,342 @@
+//! Who holds which socket: the `socket:[N]` links in `/proc/PID/fd`, plus each process's mount
+//! and network namespace. Processes that vanish mid-walk are normal: skipped and counted.
+//!
+//! Only thread-group leaders are listed (what `readdir(/proc)` returns); a thread that
+//! unshared its fd table (`CLONE_FILES` not set) is not seen.
+use std::{
+    fs, io,
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+/// A process holding a socket, for display and for the correlation engine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    pub tgid: u32,
+    pub comm: String,
+    /// Cgroup path: the cgroup v2 path, or on a v1-only or hybrid host the first non-root v1
+    /// path (containers are told apart there). Relative to the agent's cgroup namespace.
+    pub cgroup: String,
+    /// Inode of the cgroup v2 directory: what `bpf_get_current_cgroup_id()` returns in kernel
+    /// events. None when there is no v2 path or cgroup2 is not mounted where the agent looks.
+    pub cgroup_id: Option<u64>,
+}
+
+/// One process as the walk saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Process {
+    pub tgid: u32,
+    /// Mount namespace id (nsfs inode of `/proc/PID/ns/mnt`).
+    pub mntns: Option<u64>,
+    /// Network namespace id (nsfs inode of `/proc/PID/ns/net`).
+    pub netns: Option<u64>,
+    /// Socket inodes it holds, sorted, each once.
+    pub sockets: Vec<u32>,
+}
+
+/// Bounds on the walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcLimits {
+    pub max_processes: usize,
+    pub max_fds_per_process: usize,
+    pub max_fds_total: usize,
+}
+
+impl Default for ProcLimits {
+    fn default() -> Self {
+        Self {
+            max_processes: 1 << 20,
+            max_fds_per_process: 1 << 18,
+            max_fds_total: 1 << 22,
+        }
+    }
+}
+
+/// What the walk could not see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcStats {
+    pub processes: usize,
+    /// Gone between `readdir(/proc)` and reading their fds.
+    pub vanished: usize,
+    /// `/proc/PID/fd` not readable (permissions): their sockets have no known holder.
+    pub fds_unreadable: usize,
+    /// Processes whose namespace links are not readable (permissions): namespaces only they
+    /// are in are not scanned.
+    pub ns_unreadable: usize,
+    pub fds_seen: usize,
+    /// Processes whose fd list was cut by a limit.
+    pub fds_cut: usize,
+    /// The process limit was reached: later processes were not walked.
+    pub processes_cut: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcTable {
+    pub processes: Vec<Process>,
+    pub stats: ProcStats,
+}
+
+/// `socket:[12345]` → 12345.
+pub fn parse_socket_link(target: &[u8]) -> Option<u32> {
+    parse_bracket_link(target, b"socket").and_then(|n| u32::try_from(n).ok())
+}
+
+/// `<kind>:[N]` → N, e.g. `mnt:[4026531832]`.
+pub fn parse_bracket_link(target: &[u8], kind: &[u8]) -> Option<u64> {
+    let rest = target.strip_prefix(kind)?.strip_prefix(b":[")?;
+    let digits = rest.strip_suffix(b"]")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Which cgroup path names a process, from `/proc/PID/cgroup`. Returns (path, is_v2).
+pub fn parse_cgroup(text: &str) -> (String, bool) {
+    let (mut v2, mut v1) = (None, None);
+    for line in text.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            v2 = Some(path);
+        } else if v1.is_none() && path != "/" {
+            v1 = Some(path);
+        }
+    }
+    match (v2, v1) {
+        // The unified path wins unless it is the root and a v1 path says more.
+        (Some(p), _) if p != "/" => (p.to_string(), true),
+        (_, Some(p)) => (p.to_string(), false),
+        (Some(p), None) => (p.to_string(), true),
+        (None, None) => ("/".to_string(), false),
+    }
+}
+
+fn read_link_bytes(p: &Path) -> io::Result<Vec<u8>> {
+    fs::read_link(p).map(|t| t.as_os_str().as_bytes().to_vec())
+}
+
+fn ns_id(proc_root: &Path, tgid: u32, kind: &str) -> io::Result<Option<u64>> {
+    let t = read_link_bytes(&proc_root.join(format!("{tgid}/ns/{kind}")))?;
+    Ok(parse_bracket_link(&t, kind.as_bytes()))
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Walk `proc_root` (normally `/proc`): every process's socket fds and namespaces.
+pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcTable> {
+    let mut table = ProcTable::default();
+    let mut fds_left = limits.max_fds_total;
+    let mut tgids: Vec<u32> = fs::read_dir(proc_root)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            std::str::from_utf8(e.file_name().as_bytes())
+                .ok()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    tgids.sort_unstable();
+    if tgids.len() > limits.max_processes {
+        tgids.truncate(limits.max_processes);
+        table.stats.processes_cut = true;
+    }
+    for tgid in tgids {
+        let mut p = Process {
+            tgid,
+            ..Default::default()
+        };
+        let mut vanished = false;
+        let mut ns_unreadable = false;
+        for (kind, slot) in [("mnt", &mut p.mntns), ("net", &mut p.netns)] {
+            match ns_id(proc_root, tgid, kind) {
+                Ok(id) => *slot = id,
+                Err(e) if is_gone(&e) => vanished = true,
+                Err(_) => ns_unreadable = true,
+            }
+        }
+        table.stats.ns_unreadable += usize::from(ns_unreadable && !vanished);
+        match fs::read_dir(proc_root.join(format!("{tgid}/fd"))) {
+            Ok(dir) => {
+                let mut n = 0usize;
+                for entry in dir {
+                    let Ok(entry) = entry else { continue };
+                    if n >= limits.max_fds_per_process || fds_left == 0 {
+                        table.stats.fds_cut += 1;
+                        break;
+                    }
+                    n += 1;
+                    fds_left -= 1;
+                    // A closed fd (ENOENT) between readdir and readlink is normal.
+                    if let Ok(t) = read_link_bytes(&entry.path())
+                        && let Some(ino) = parse_socket_link(&t)
+                    {
+                        p.sockets.push(ino);
+                    }
+                }
+                table.stats.fds_seen += n;
+            }
+            Err(e) if is_gone(&e) => vanished = true,
+            Err(_) => table.stats.fds_unreadable += 1,
+        }
+        if vanished && p.mntns.is_none() && p.sockets.is_empty() {
+            table.stats.vanished += 1;
+            continue;
+        }
+        p.sockets.sort_unstable();
+        p.sockets.dedup();
+        table.stats.processes += 1;
+        table.processes.push(p);
+    }
+    Ok(table)
+}
+
+/// Read a holder's name and cgroup. None if the process is gone.
+pub fn read_holder(proc_root: &Path, tgid: u32, cgroup2_root: Option<&Path>) -> Option<Holder> {
+    let comm = fs::read_to_string(proc_root.join(format!("{tgid}/comm"))).ok()?;
+    let (cgroup, is_v2) = fs::read_to_string(proc_root.join(format!("{tgid}/cgroup")))
+        .map(|t| parse_cgroup(&t))
+        .unwrap_or_else(|_| (String::new(), false));
+    let cgroup_id = match (is_v2, cgroup2_root) {
+        (true, Some(root)) => {
+            use std::os::unix::fs::MetadataExt as _;
+            fs::metadata(root.join(cgroup.trim_start_matches('/')))
+                .ok()
+                .map(|m| m.ino())
+        }
+        _ => None,
+    };
+    Some(Holder {
+        tgid,
+        comm: comm.trim_end_matches('\n').to_string(),
+        cgroup,
+        cgroup_id,
+    })
+}
+
+/// Where cgroup2 is mounted, from mountinfo (`/sys/fs/cgroup` or `/sys/fs/cgroup/unified`).
+pub fn cgroup2_root(mounts: &[super::mounts::MountInfo]) -> Option<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| m.fs_type == "cgroup2" && m.root == b"/")
+        .map(|m| PathBuf::from(std::ffi::OsStr::from_bytes(&m.mount_point)))
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    #[test]
+    fn socket_and_ns_links() {
+        assert_eq!(parse_socket_link(b"socket:[12345]"), Some(12345));
+        assert_eq!(parse_socket_link(b"socket:[4294967295]"), Some(u32::MAX));
+        assert_eq!(parse_socket_link(b"socket:[4294967296]"), None);
+        assert_eq!(parse_socket_link(b"socket:[]"), None);
+        assert_eq!(parse_socket_link(b"socket:[12a]"), None);
+        assert_eq!(parse_socket_link(b"socket:[1"), None);
+        assert_eq!(parse_socket_link(b"pipe:[12]"), None);
+        assert_eq!(parse_socket_link(b"/tmp/socket:[1]"), None);
+        assert_eq!(parse_socket_link(b"anon_inode:[eventfd]"), None);
+        assert_eq!(
+            parse_bracket_link(b"mnt:[4026531832]", b"mnt"),
+            Some(4026531832)
+        );
+        assert_eq!(parse_bracket_link(b"net:[4026531833]", b"mnt"), None);
+    }
+
+    #[test]
+    fn cgroup_paths() {
+        // Pure v2.
+        assert_eq!(
+            parse_cgroup("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope\n"),
+            (
+                "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope".to_string(),
+                true
+            )
+        );
+        // Hybrid with an empty unified hierarchy: the v1 path says which container.
+        let hybrid = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/2df3\n0::/\n";
+        assert_eq!(
+            parse_cgroup(hybrid),
+            ("/process_api/2df3".to_string(), false)
+        );
+        // Everything at the root.
+        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), ("/".to_string(), true));
+        assert_eq!(parse_cgroup("1:cpu:/\n"), ("/".to_string(), false));
+        assert_eq!(parse_cgroup(""), ("/".to_string(), false));
+        // Paths may contain ':'.
+        assert_eq!(parse_cgroup("0::/a:b\n"), ("/a:b".to_string(), true));
+    }
+
+    #[test]
+    fn walks_a_fake_proc() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let mk = |tgid: u32, fds: &[&str], mnt: Option<&str>| {
+            let p = root.join(tgid.to_string());
+            fs::create_dir_all(p.join("fd")).unwrap();
+            fs::create_dir_all(p.join("ns")).unwrap();
+            for (i, t) in fds.iter().enumerate() {
+                symlink(t, p.join(format!("fd/{i}"))).unwrap();
+            }
+            if let Some(m) = mnt {
+                symlink(m, p.join("ns/mnt")).unwrap();
+                symlink("net:[4026531833]", p.join("ns/net")).unwrap();
+            }
+        };
+        mk(
+            1,
+            &["socket:[10]", "/dev/null", "socket:[11]", "socket:[10]"],
+            Some("mnt:[7]"),
+        );
+        mk(20, &["pipe:[3]"], Some("mnt:[8]"));
+        // A process that vanished: directory listed, nothing inside.
+        fs::create_dir(root.join("300")).unwrap();
+        fs::create_dir(root.join("self-not-a-pid")).unwrap();
+        let t = scan_processes(root, &ProcLimits::default()).unwrap();
+        assert_eq!(
+            t.processes,
+            vec![
+                Process {
+                    tgid: 1,
+                    mntns: Some(7),
+                    netns: Some(4026531833),
+                    sockets: vec![10, 11]
+                },
+                Process {
+                    tgid: 20,
+                    mntns: Some(8),
+                    netns: Some(4026531833),
+                    sockets: vec![]
+                },
+            ]
+        );
+        assert_eq!(t.stats.processes, 2);
+        assert_eq!(t.stats.vanished, 1);
+        assert_eq!(t.stats.fds_seen, 5);
+        assert_eq!(t.stats.fds_cut, 0);
+
+        let t = scan_processes(
+            root,
+            &ProcLimits {
+                max_processes: 1,
+                max_fds_per_process: 2,
+                max_fds_total: 100,
+            },
+        )
+        .unwrap();
+        assert!(t.stats.processes_cut);
+        assert_eq!(t.processes.len(), 1);
+        assert_eq!(t.stats.fds_cut, 1);
+        assert_eq!(t.stats.fds_seen, 2);
+    }
+}
