@@ -7,6 +7,19 @@
 //!
 //! Sockets are known by their file's [`FileId`] (S13, S14); paths are display only, plus an
 //! index of the paths that currently resolve to each file for the path-only tier.
+//!
+//! What the engine assumes of its inputs (the adapter's side of the contract):
+//! - `Exit` means the whole thread group is gone. It may come before the `Release` of the
+//!   sockets the process held (the kernel closes files after the exit tracepoint): the engine
+//!   takes an owner set emptied by exits as a release, and ignores the late `Release`.
+//! - `Unlink`/`Rename` `live: None` means "the kernel could not tell", not "not live": the
+//!   engine then decides from its own state (`decided_by: engine`). Likewise
+//!   `unlinker_holds_fd: None` leaves the ownership question to the engine.
+//! - Every `Unlink`/`Rename` is taken as done. Tiers that report before the operation (LSM)
+//!   should drop the ones that failed; a `RENAME_EXCHANGE` displaces nothing and should not be
+//!   sent as a rename-over.
+//! - `Listen`, `Release` and `FdReceived` of sockets never bound nor scanned are counted and
+//!   ignored: only `Bind` and `Scan` (and the kernel's `live` at an unlink) create entries.
 mod connect;
 mod lifecycle;
 pub mod model;
