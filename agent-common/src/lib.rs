@@ -203,29 +203,24 @@ pub mod flags {
 }
 
 /// Indices into the per-CPU `COUNTERS` array: every loss and failure the kernel side sees.
+/// Submitted and lost events are counted per [`EventKind`] after these (see [`slots`]).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
-    /// A ring-buffer reservation failed: the event is lost.
-    RingbufFull = 0,
     /// A map update failed (map full): state or an event may be lost.
-    MapFull = 1,
+    MapFull = 0,
     /// A kernel or user memory read failed while building an event.
-    ReadFailed = 2,
-    /// Events submitted to the ring buffer.
-    Emitted = 3,
-    /// Successful connects by path to a watched socket: counted, not reported.
-    ConnectOk = 4,
+    ReadFailed = 1,
+    /// Successful connects by path: counted, not reported.
+    ConnectOk = 2,
     /// Entry/exit pairs whose entry half was missing (attached mid-call, or map full).
-    Unpaired = 5,
+    Unpaired = 3,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 6] = [
-        Counter::RingbufFull,
+    pub const ALL: [Counter; 4] = [
         Counter::MapFull,
         Counter::ReadFailed,
-        Counter::Emitted,
         Counter::ConnectOk,
         Counter::Unpaired,
     ];
@@ -233,13 +228,29 @@ impl Counter {
 
     pub fn name(self) -> &'static str {
         match self {
-            Self::RingbufFull => "ringbuf_full",
             Self::MapFull => "map_full",
             Self::ReadFailed => "read_failed",
-            Self::Emitted => "emitted",
             Self::ConnectOk => "connect_ok",
             Self::Unpaired => "unpaired",
         }
+    }
+}
+
+/// Layout of the `COUNTERS` array: [`Counter`]s, then per event kind the records submitted,
+/// then per event kind the records lost to a full ring buffer.
+pub mod slots {
+    use super::{Counter, EventKind};
+
+    /// Room per group; kind ids stay below it.
+    pub const KINDS: u32 = 16;
+    pub const LEN: u32 = Counter::COUNT + 2 * KINDS;
+
+    pub const fn emitted(kind: EventKind) -> u32 {
+        Counter::COUNT + kind as u32
+    }
+
+    pub const fn lost(kind: EventKind) -> u32 {
+        Counter::COUNT + KINDS + kind as u32
     }
 }
 
@@ -392,7 +403,7 @@ const _: () = {
     assert!(offset_of!(Event, dir) == 112);
     assert!(offset_of!(Event, path) == 128);
     assert!(size_of::<Event>() == 128 + PATH_CAP);
-    assert!(size_of::<Event>() % 8 == 0);
+    assert!(size_of::<Event>().is_multiple_of(8));
 };
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Building and submitting events, and counting what is lost on the way.
 use agent_common::{
     COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Owner, PATH_CAP, SUN_PATH_LEN, Tier,
-    flags,
+    flags, slots,
 };
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -24,7 +24,12 @@ pub const SUN_PATH_OFFSET: usize = 2;
 
 #[inline(always)]
 pub fn count(counter: Counter) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+    count_slot(counter as u32);
+}
+
+#[inline(always)]
+fn count_slot(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // Per-CPU slot: no other writer while this program runs on this CPU.
         unsafe { *slot += 1 };
     }
@@ -37,13 +42,13 @@ pub fn is_agent() -> bool {
 }
 
 /// An event being built in ring-buffer memory.
-pub struct Draft(RingBufEntry<Event>);
+pub struct Draft(RingBufEntry<Event>, EventKind);
 
 /// Reserves one event and fills the fields every kind shares; counts a full ring buffer.
 #[inline(always)]
 pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft> {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
-        count(Counter::RingbufFull);
+        count_slot(slots::lost(kind));
         return None;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -68,7 +73,7 @@ pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft>
         (*ev)._pad1 = 0;
         (*ev).dir = FileId::default();
     }
-    Some(Draft(entry))
+    Some(Draft(entry, kind))
 }
 
 impl Draft {
@@ -211,7 +216,7 @@ impl Draft {
         } else {
             BPF_RB_NO_WAKEUP
         };
+        count_slot(slots::emitted(self.1));
         self.0.submit(wake as u64);
-        count(Counter::Emitted);
     }
 }

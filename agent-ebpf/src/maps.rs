@@ -1,5 +1,5 @@
 //! Every map and load-time global of the kernel side, in one place.
-use agent_common::{Counter, Event, FileId, LiveSock, PATH_CAP, WatchedName, maps};
+use agent_common::{Event, FileId, LiveSock, PATH_CAP, WatchedName, maps, slots};
 use aya_ebpf::{
     Global,
     macros::map,
@@ -12,7 +12,7 @@ use crate::pending::{Pending, PendingKey};
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);
 
 #[map(name = "COUNTERS")]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(slots::LEN, 0);
 
 /// Per-CPU room for a path read from user memory (too big for the BPF stack).
 #[map(name = "SCRATCH")]

@@ -3,7 +3,7 @@
 //! Driven entirely by [`crate::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
-use agent_common::{Counter, FileId, Tier, WatchedName, globals, maps};
+use agent_common::{Counter, EventKind, FileId, Tier, WatchedName, globals, maps, slots};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -153,25 +153,71 @@ impl Probes {
     }
 
     /// Kernel-side counters, summed over CPUs.
-    pub fn counters(&self) -> Result<Vec<(Counter, u64)>, LoadError> {
+    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
         let map = self
             .ebpf
             .map(maps::COUNTERS)
             .ok_or(LoadError::Map(maps::COUNTERS))?;
         let arr =
             PerCpuArray::<_, u64>::try_from(map).map_err(|_| LoadError::Map(maps::COUNTERS))?;
-        Ok(Counter::ALL
-            .iter()
-            .map(|&c| {
-                let sum = arr.get(&(c as u32), 0).map_or(0, |v| v.iter().sum());
-                (c, sum)
-            })
-            .collect())
+        let read = |i: u32| arr.get(&i, 0).map_or(0, |v| v.iter().sum());
+        Ok(KernelCounters {
+            other: Counter::ALL.iter().map(|&c| (c, read(c as u32))).collect(),
+            emitted: EventKind::ALL
+                .iter()
+                .map(|&k| (k, read(slots::emitted(k))))
+                .collect(),
+            lost: EventKind::ALL
+                .iter()
+                .map(|&k| (k, read(slots::lost(k))))
+                .collect(),
+        })
     }
 }
 
+/// The kernel side's counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub other: Vec<(Counter, u64)>,
+    /// Records submitted to the ring buffer, per kind.
+    pub emitted: Vec<(EventKind, u64)>,
+    /// Records lost to a full ring buffer, per kind.
+    pub lost: Vec<(EventKind, u64)>,
+}
+
+impl KernelCounters {
+    pub fn get(&self, c: Counter) -> u64 {
+        self.other
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    pub fn emitted_total(&self) -> u64 {
+        self.emitted.iter().map(|(_, n)| n).sum()
+    }
+
+    pub fn lost_total(&self) -> u64 {
+        self.lost.iter().map(|(_, n)| n).sum()
+    }
+
+    /// One log line.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![
+            format!("emitted={}", self.emitted_total()),
+            format!("lost={}", self.lost_total()),
+        ];
+        parts.extend(self.other.iter().map(|(c, n)| format!("{}={n}", c.name())));
+        parts.join(" ")
+    }
+}
+
+/// Per hook: every tier and what this kernel says to it (attached, with any degraded
+/// optional programs; or refused, with the reason).
+pub type SupportTable = Vec<(Hook, Vec<(Tier, Result<Vec<String>, String>)>)>;
+
 /// Per hook, every tier and whether this kernel accepts it (each is attached, then detached).
-pub fn probe_support() -> Result<Vec<(Hook, Vec<(Tier, Result<Vec<String>, String>)>)>, LoadError> {
+pub fn probe_support() -> Result<SupportTable, LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
     let opts = LoadOptions {
         mode: ProbeMode::Auto,

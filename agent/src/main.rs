@@ -104,16 +104,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
         }
     })?;
-    let counters = probes.counters()?;
-    let counters: Vec<String> = counters
-        .iter()
-        .map(|(c, n)| format!("{}={n}", c.name()))
-        .collect();
     log::info!(
         "stopping: {} events delivered, {} malformed; kernel counters: {}",
         stats.delivered,
         stats.decode_errors,
-        counters.join(" ")
+        probes.counters()?.summary()
     );
     drop(probes); // detaches every program
     Ok(())

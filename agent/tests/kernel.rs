@@ -34,12 +34,13 @@ fn bind_is_reported(test: &str, mode: ProbeMode, tier: Tier) {
     assert_eq!(ev.comm, comm_of_this_thread());
     assert!(ev.ts_ns > 0);
     let counters = l.probes.counters().expect("counters");
-    assert!(
-        counters
-            .iter()
-            .all(|(c, n)| c.name() == "emitted" || *n == 0),
-        "{counters:?}"
-    );
+    assert_eq!(counters.lost_total(), 0, "{counters:?}");
+    for c in [
+        agent_common::Counter::MapFull,
+        agent_common::Counter::ReadFailed,
+    ] {
+        assert_eq!(counters.get(c), 0, "{counters:?}");
+    }
 }
 
 fn comm_of_this_thread() -> String {
@@ -228,6 +229,22 @@ fn cli_forced_refused_tier_fails_clearly() {
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("sockwatch: bind: no precise tier attached (fentry refused by this kernel: bind_fexit: BPF_PROG_LOAD failed"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    if is_required(Tier::Kprobe) {
+        return;
+    }
+    let out = Command::new(sockwatch_bin())
+        .args(["run", "--probe-mode", "kprobe"])
+        .output()
+        .expect("run sockwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.trim_end().starts_with(
+            "sockwatch: bind: no kprobe tier attached (kprobe refused by this kernel: bind_kprobe: "
+        ),
         "{stderr}"
     );
 }

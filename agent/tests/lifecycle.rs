@@ -557,3 +557,72 @@ fn agent_activity_is_ignored() {
         vec![(a.pid, s(&tmp.path().join("theirs.sock")).as_str())]
     );
 }
+
+/// S11: a flood far past the ring buffer's capacity, never drained meanwhile: every event is
+/// either delivered or counted lost, exactly, and the probes keep working.
+#[test]
+fn s11_flood_losses_are_counted_exactly() {
+    use agent_common::{Counter, Event, maps::EVENTS_BYTES};
+    let tmp = tempdir();
+    let w = watch::resolve(tmp.path()).expect("watch");
+    let tier = if is_required(Tier::Fentry) {
+        Tier::Fentry
+    } else {
+        Tier::Tracepoint
+    };
+    let mode = if tier == Tier::Fentry {
+        ProbeMode::Fentry
+    } else {
+        ProbeMode::Tracepoint
+    };
+    let Some(mut l) = load_watching("s11_flood", mode, tier, vec![w]) else {
+        return;
+    };
+    // Each listener yields a bind, a listen and a release: three times the ring's capacity.
+    let sockets = EVENTS_BYTES as usize / (Event::SIZE + 8);
+    for i in 0..sockets {
+        drop(
+            std::os::unix::net::UnixListener::bind(tmp.path().join(format!("{i}.sock")))
+                .expect("bind"),
+        );
+    }
+    let mut delivered = std::collections::HashMap::new();
+    l.events
+        .drain(|e| *delivered.entry(e.expect("record").kind).or_insert(0u64) += 1);
+    let counters = l.probes.counters().expect("counters");
+    assert!(
+        counters.lost_total() > 0,
+        "the flood must overflow the ring: {counters:?}"
+    );
+    for kind in [EventKind::Bind, EventKind::Listen, EventKind::Release] {
+        let got = delivered.get(&kind).copied().unwrap_or(0);
+        let emitted = counters
+            .emitted
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, n)| *n);
+        let lost = counters
+            .lost
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, n)| *n);
+        assert_eq!(
+            Some(got),
+            emitted,
+            "{kind:?}: every submitted record is delivered"
+        );
+        assert_eq!(
+            got + lost.unwrap_or(0),
+            sockets as u64,
+            "{kind:?}: produced = delivered + lost"
+        );
+    }
+    assert_eq!(counters.get(Counter::MapFull), 0);
+    // Still running: the next bind is reported.
+    let after = tmp.path().join("after.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&after).expect("bind");
+    let ev = l.expect("bind after the flood", |e| {
+        e.kind == EventKind::Bind && e.path == s(&after)
+    });
+    assert_eq!((ev.dev, ev.ino), stat_id(&after));
+}
