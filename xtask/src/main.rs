@@ -1,1 +1,95 @@
-fn main() {}
+//! sockwatch's task runner (`cargo xtask ...`). It runs things; cargo still builds them.
+mod cmd;
+mod initramfs;
+mod kernels;
+mod setup;
+mod testrun;
+mod vm;
+
+use std::{ffi::OsString, os::unix::process::CommandExt as _, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use kernels::Series;
+
+/// sockwatch's task runner: installs what is missing, builds, runs the agent, runs the tests.
+#[derive(Debug, Parser)]
+#[command(name = "xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what is missing for building (Debian packages, nightly's rust-src, bpf-linker).
+    Setup {
+        /// Also what the QEMU tests need: QEMU, busybox, cpio and Debian's 6.1 and 6.12 kernels.
+        #[arg(long)]
+        vm: bool,
+    },
+    /// Set up, build the agent (release) and run it with these arguments: `cargo xtask run -- run`.
+    Run {
+        /// Arguments for `sockwatch`, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// The agent's integration tests as root inside QEMU on Debian's stock kernels.
+    VmTest(VmArgs),
+}
+
+#[derive(Debug, Args)]
+struct VmArgs {
+    /// Kernel series to boot (repeatable); all of them by default.
+    #[arg(long = "kernel", value_enum)]
+    kernels: Vec<Series>,
+    /// Seconds one guest may take, boot to power-off, before it counts as failed.
+    #[arg(long, default_value_t = 600, env = "SOCKWATCH_VM_TIMEOUT")]
+    vm_timeout: u64,
+}
+
+impl VmArgs {
+    fn series(&self) -> Vec<Series> {
+        if self.kernels.is_empty() {
+            Series::ALL.to_vec()
+        } else {
+            self.kernels.clone()
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<bool> {
+    match cli.command {
+        Command::Setup { vm } => {
+            setup::setup(vm, &Series::ALL)?;
+            Ok(true)
+        }
+        Command::Run { args } => run_agent(args),
+        Command::VmTest(a) => {
+            let ready = setup::setup(true, &a.series())?;
+            let outcomes = vm::test(&ready.kernels, Duration::from_secs(a.vm_timeout))?;
+            Ok(outcomes.iter().all(|o| o.failure.is_none()))
+        }
+    }
+}
+
+/// Builds the release agent and replaces this process with it, so signals (Ctrl-C) and the exit
+/// code are the agent's own.
+fn run_agent(args: Vec<OsString>) -> anyhow::Result<bool> {
+    setup::setup(false, &[])?;
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent"]))?;
+    let bin = cmd::target_dir().join("release/sockwatch");
+    let err = cmd::command(&bin).args(&args).exec();
+    Err(err).with_context(|| format!("cannot execute {}", bin.display()))
+}

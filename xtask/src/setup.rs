@@ -1,0 +1,268 @@
+//! `cargo xtask setup`: checks what the build and the tests need and installs only what is
+//! missing, from package registries (Debian, crates.io, rustup's components). One line per
+//! thing installed; nothing printed for what is already there.
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+use crate::{
+    cmd::{self, LLVM_BIN},
+    kernels::{self, Kernel, Series},
+};
+
+/// Debian packages the eBPF build needs: LLVM 22 for bpf-linker, clang-22 and bpftool for the C
+/// CO-RE shim, libbpf's headers.
+const BUILD_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "clang-22",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "libbpf-dev",
+    "bpftool",
+];
+/// Debian packages the QEMU tests need.
+const VM_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "cpio"];
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// bpf-linker is built against this LLVM; the nightly that emits the bitcode must not be newer.
+const MAX_NIGHTLY_LLVM: u32 = 22;
+/// The nightly sockwatch is tested with (rustc 1.97, LLVM 22.1).
+const TESTED_NIGHTLY: &str = "nightly-2026-05-19";
+
+/// What `setup --vm` leaves ready for `vm-test`.
+pub struct Ready {
+    pub kernels: Vec<Kernel>,
+}
+
+pub fn setup(vm: bool, series: &[Series]) -> anyhow::Result<Ready> {
+    let started = Instant::now();
+    let mut apt = Apt::default();
+    let mut packages = BUILD_PACKAGES.to_vec();
+    if vm {
+        packages.extend_from_slice(VM_PACKAGES);
+    }
+    apt.ensure_installed(&packages)?;
+    check_nightly()?;
+    ensure_components("nightly", &["rust-src", "clippy"])?;
+    ensure_components("stable", &["clippy", "rustfmt"])?;
+    ensure_bpf_linker()?;
+    let kernels = if vm {
+        kernels::ensure(series, &mut apt)?
+    } else {
+        Vec::new()
+    };
+    if apt.installed_anything {
+        println!("xtask: setup done in {:.1?}", started.elapsed());
+    }
+    Ok(Ready { kernels })
+}
+
+/// apt-get, with `apt-get update` run at most once per xtask invocation.
+#[derive(Default)]
+pub struct Apt {
+    updated: bool,
+    installed_anything: bool,
+}
+
+impl Apt {
+    pub fn update_once(&mut self) -> anyhow::Result<bool> {
+        if self.updated {
+            return Ok(false);
+        }
+        require_root("apt-get update")?;
+        cmd::output(cmd::command("apt-get").args(["update", "-qq"]))
+            .context("apt-get update (are Debian's package registries reachable?)")?;
+        self.updated = true;
+        Ok(true)
+    }
+
+    pub fn note_installed(&mut self, what: &str) {
+        self.installed_anything = true;
+        println!("xtask: installed {what}");
+    }
+
+    fn ensure_installed(&mut self, packages: &[&str]) -> anyhow::Result<()> {
+        let missing = missing_packages(packages)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        require_root(&format!("apt-get install {}", missing.join(" ")))?;
+        self.update_once()?;
+        cmd::output(
+            cmd::command("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing),
+        )
+        .with_context(|| format!("apt-get install {}", missing.join(" ")))?;
+        let still = missing_packages(&missing)?;
+        if !still.is_empty() {
+            bail!(
+                "Debian packages still missing after apt-get install: {}",
+                still.join(" ")
+            );
+        }
+        for p in &missing {
+            self.note_installed(&format!("Debian package {p}"));
+        }
+        Ok(())
+    }
+}
+
+fn require_root(what: &str) -> anyhow::Result<()> {
+    if !cmd::is_root() {
+        bail!(
+            "`{what}` needs root: run `cargo xtask setup` as root (or run that apt-get yourself)"
+        );
+    }
+    Ok(())
+}
+
+/// The subset of `packages` that dpkg does not report as installed.
+fn missing_packages<S: AsRef<str>>(packages: &[S]) -> anyhow::Result<Vec<String>> {
+    // Exits 1 when a package is unknown to dpkg; that one is simply absent from the output.
+    let out = cmd::command("dpkg-query")
+        .arg("-W")
+        .arg("-f=${Package}\t${db:Status-Abbrev}\n")
+        .args(packages.iter().map(AsRef::as_ref))
+        .output()
+        .context("cannot run dpkg-query (is this Debian?)")?;
+    let listing = String::from_utf8_lossy(&out.stdout);
+    Ok(packages
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| !is_installed(&listing, p))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Whether `dpkg-query -W -f='${Package}\t${db:Status-Abbrev}\n'` output lists `package` as
+/// installed (`ii`).
+fn is_installed(listing: &str, package: &str) -> bool {
+    listing.lines().any(|line| {
+        let mut fields = line.split('\t');
+        let name = fields.next().unwrap_or_default();
+        let name = name.split(':').next().unwrap_or_default();
+        name == package && fields.next().is_some_and(|s| s.starts_with("ii"))
+    })
+}
+
+/// aya-build compiles the eBPF crate with `rustup run nightly`: that toolchain must exist and its
+/// LLVM must not be newer than bpf-linker's.
+fn check_nightly() -> anyhow::Result<()> {
+    let install = format!("rustup toolchain install {TESTED_NIGHTLY} --component rust-src");
+    let Ok(vv) = cmd::output(cmd::command("rustc").args(["+nightly", "-vV"])) else {
+        bail!(
+            "no `nightly` Rust toolchain (aya-build builds the eBPF programs with it): `{install}` \
+             is the one sockwatch is tested with (LLVM {MAX_NIGHTLY_LLVM})"
+        );
+    };
+    let (llvm, date) = parse_rustc_vv(&vv);
+    let Some(llvm) = llvm else {
+        bail!("`rustc +nightly -vV` reports no LLVM version: cannot match it to bpf-linker");
+    };
+    if llvm > MAX_NIGHTLY_LLVM {
+        bail!(
+            "the `nightly` toolchain ({}) uses LLVM {llvm}, newer than bpf-linker's LLVM \
+             {MAX_NIGHTLY_LLVM}: `{install}` is the one sockwatch is tested with",
+            date.unwrap_or("unknown date")
+        );
+    }
+    Ok(())
+}
+
+/// (LLVM major, commit date) from `rustc -vV`.
+fn parse_rustc_vv(vv: &str) -> (Option<u32>, Option<&str>) {
+    let field = |key: &str| vv.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let llvm = field("LLVM version:")
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok());
+    (llvm, field("commit-date:"))
+}
+
+fn ensure_components(toolchain: &str, components: &[&str]) -> anyhow::Result<()> {
+    let installed = cmd::output(cmd::command("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        toolchain,
+    ]))
+    .with_context(|| format!("listing rustup components of the `{toolchain}` toolchain"))?;
+    for c in components {
+        // Lines read `rust-src` or `clippy-x86_64-unknown-linux-gnu`.
+        let present = installed
+            .lines()
+            .any(|l| l == *c || l.strip_prefix(c).is_some_and(|r| r.starts_with('-')));
+        if !present {
+            cmd::output(cmd::command("rustup").args([
+                "component",
+                "add",
+                c,
+                "--toolchain",
+                toolchain,
+            ]))
+            .with_context(|| format!("rustup component add {c} --toolchain {toolchain}"))?;
+            println!("xtask: installed {c} for the {toolchain} toolchain");
+        }
+    }
+    Ok(())
+}
+
+fn ensure_bpf_linker() -> anyhow::Result<()> {
+    let found = cmd::output(cmd::command("bpf-linker").arg("--version")).ok();
+    if found
+        .as_deref()
+        .is_some_and(|v| v.split_whitespace().any(|w| w == BPF_LINKER_VERSION))
+    {
+        return Ok(());
+    }
+    println!(
+        "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (cargo install, ~2 min)"
+    );
+    let started = Instant::now();
+    cmd::run(cmd::command("cargo").args([
+        "install",
+        "bpf-linker",
+        "--version",
+        BPF_LINKER_VERSION,
+        "--locked",
+        "--no-default-features",
+        "--features",
+        "llvm-22",
+    ]))
+    .with_context(|| {
+        format!("installing bpf-linker {BPF_LINKER_VERSION} (needs llvm-22-dev in {LLVM_BIN})")
+    })?;
+    println!(
+        "xtask: installed bpf-linker {BPF_LINKER_VERSION} in {:.0?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dpkg_listing() {
+        let listing = "clang-22\tii \nzlib1g-dev:amd64\tii \nbpftool\trc \ncpio\tun \n";
+        assert!(is_installed(listing, "clang-22"));
+        assert!(is_installed(listing, "zlib1g-dev"));
+        assert!(!is_installed(listing, "bpftool"), "config-files only");
+        assert!(!is_installed(listing, "cpio"), "not installed");
+        assert!(!is_installed(listing, "busybox-static"), "unknown to dpkg");
+        assert!(!is_installed(listing, "clang"), "no prefix match");
+    }
+
+    #[test]
+    fn rustc_vv() {
+        let vv = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\n\
+                  commit-date: 2026-05-19\nhost: x86_64-unknown-linux-gnu\n\
+                  release: 1.97.0-nightly\nLLVM version: 22.1.4\n";
+        assert_eq!(parse_rustc_vv(vv), (Some(22), Some("2026-05-19")));
+        assert_eq!(parse_rustc_vv("rustc 1.0\n"), (None, None));
+    }
+}

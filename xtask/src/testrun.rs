@@ -1,0 +1,116 @@
+//! Reading libtest's `test result:` lines and adding them up per layer.
+use std::ops::AddAssign;
+
+/// What one or more `test result:` lines say; `ignored` is reported as skipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    /// How many `test result:` lines were added up (one per test binary or doc-test run).
+    pub runs: u64,
+}
+
+impl AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.ignored += o.ignored;
+        self.runs += o.runs;
+    }
+}
+
+/// Parses `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; ...`
+/// anywhere in `line` (a serial console may put kernel noise or `\r` around it).
+pub fn parse_result_line(line: &str) -> Option<Counts> {
+    let rest = &line[line.find("test result: ")? + "test result: ".len()..];
+    let (_verdict, rest) = rest.split_once(". ")?;
+    let mut counts = Counts {
+        runs: 1,
+        ..Counts::default()
+    };
+    let (mut saw_passed, mut saw_failed) = (false, false);
+    for field in rest.split(';') {
+        let mut words = field.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => (counts.passed, saw_passed) = (n, true),
+            "failed" => (counts.failed, saw_failed) = (n, true),
+            "ignored" => counts.ignored = n,
+            _ => {}
+        }
+    }
+    (saw_passed && saw_failed).then_some(counts)
+}
+
+/// Sums every `test result:` line in `text`.
+pub fn sum_results(text: &str) -> Counts {
+    let mut total = Counts::default();
+    for c in text.lines().filter_map(parse_result_line) {
+        total += c;
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ok_line() {
+        let c = parse_result_line(
+            "test result: ok. 12 passed; 0 failed; 3 ignored; 0 measured; 0 filtered out; \
+             finished in 0.52s",
+        );
+        assert_eq!(
+            c,
+            Some(Counts {
+                passed: 12,
+                failed: 0,
+                ignored: 3,
+                runs: 1
+            })
+        );
+    }
+
+    #[test]
+    fn failed_line_with_console_noise() {
+        let c = parse_result_line(
+            "[   12.3] audit: x\rtest result: FAILED. 4 passed; 2 failed; 0 ignored; \
+             0 measured; 1 filtered out; finished in 3.01s\r",
+        )
+        .expect("parses");
+        assert_eq!((c.passed, c.failed, c.ignored), (4, 2, 0));
+    }
+
+    #[test]
+    fn not_result_lines() {
+        assert_eq!(parse_result_line("test bind_event ... ok"), None);
+        assert_eq!(parse_result_line("running 3 tests"), None);
+        assert_eq!(parse_result_line("test result: garbage"), None);
+        assert_eq!(parse_result_line("test result: ok. lots passed"), None);
+    }
+
+    #[test]
+    fn sums_binaries_and_doctests() {
+        let out = "running 2 tests\n\
+                   test a ... ok\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
+                   \n\
+                   test result: FAILED. 1 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out\n\
+                   Doc-tests sockwatch\n\
+                   test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(
+            sum_results(out),
+            Counts {
+                passed: 3,
+                failed: 1,
+                ignored: 2,
+                runs: 3
+            }
+        );
+    }
+}

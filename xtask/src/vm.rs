@@ -1,0 +1,438 @@
+//! `cargo xtask vm-test`: the agent's integration tests, as root, inside QEMU on Debian's stock
+//! 6.1 and 6.12 kernels, where fentry/fexit, kprobes and the BPF LSM are all available.
+use std::{
+    fs,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{
+    cmd,
+    initramfs::Image,
+    kernels::Kernel,
+    testrun::{self, Counts},
+};
+
+const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
+/// What the guest's tests must be able to attach.
+const GUEST_TIERS: &str = "lsm,fentry,kprobe,tracepoint";
+/// How long to let the guest power off after its verdict before killing QEMU.
+const POWEROFF_GRACE: Duration = Duration::from_secs(30);
+
+/// The host binaries that go into the guest.
+pub struct Payload {
+    /// (target name, executable) of each integration test of the `agent` package.
+    pub tests: Vec<(String, PathBuf)>,
+    pub sockwatch: PathBuf,
+}
+
+/// Builds the agent's test executables (debug profile, like the host tests) and finds them in
+/// cargo's JSON messages, along with the `sockwatch` binary built for them.
+pub fn build_payload() -> anyhow::Result<Payload> {
+    let mut build = cmd::cargo();
+    build.args(["test", "-p", "agent", "--no-run", "--message-format=json"]);
+    let out = cmd::output(build.stderr(Stdio::inherit()))
+        .context("building the agent's test executables")?;
+    let agent_manifest = cmd::workspace_root().join("agent/Cargo.toml");
+    let mut tests = Vec::new();
+    let mut sockwatch = None;
+    for line in out.lines() {
+        let Some(a) = Artifact::parse(line) else {
+            continue;
+        };
+        if Path::new(&a.manifest_path) != agent_manifest {
+            continue;
+        }
+        if a.kind == "test" {
+            tests.push((a.name, a.executable));
+        } else if a.kind == "bin" && a.name == "sockwatch" && !a.test {
+            sockwatch = Some(a.executable);
+        }
+    }
+    tests.sort();
+    tests.dedup();
+    if tests.is_empty() {
+        bail!("the agent package has no integration tests (agent/tests/*.rs) to run in the VM");
+    }
+    let sockwatch = sockwatch.context("cargo built no sockwatch binary for the agent's tests")?;
+    Ok(Payload { tests, sockwatch })
+}
+
+/// The fields of one cargo `compiler-artifact` message that matter here.
+#[derive(Debug, PartialEq)]
+struct Artifact {
+    manifest_path: String,
+    name: String,
+    kind: String,
+    test: bool,
+    executable: PathBuf,
+}
+
+impl Artifact {
+    fn parse(line: &str) -> Option<Artifact> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        if v["reason"] != "compiler-artifact" {
+            return None;
+        }
+        let target = &v["target"];
+        Some(Artifact {
+            manifest_path: v["manifest_path"].as_str()?.to_owned(),
+            name: target["name"].as_str()?.to_owned(),
+            kind: target["kind"].as_array()?.first()?.as_str()?.to_owned(),
+            test: v["profile"]["test"].as_bool()?,
+            executable: PathBuf::from(v["executable"].as_str()?),
+        })
+    }
+}
+
+/// The guest's `/init`: mounts what the probes and tests need, runs every test binary with one
+/// thread, and ends with a verdict line the host looks for.
+fn init_script(tests: &[String]) -> String {
+    let mut s = String::from(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TMPDIR=/tmp
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t bpf bpf /sys/fs/bpf
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t securityfs securityfs /sys/kernel/security
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+echo "SOCKWATCH-VM-KERNEL: $(uname -r) lsm=$(cat /sys/kernel/security/lsm)"
+verdict=PASS
+"#,
+    );
+    for t in tests {
+        s.push_str(&format!(
+            "echo \"SOCKWATCH-VM-RUN: {t}\"\n\
+             SOCKWATCH_REQUIRE_TIERS={GUEST_TIERS} SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
+             RUST_BACKTRACE=1 /tests/{t} --test-threads=1\n\
+             rc=$?\n\
+             echo \"SOCKWATCH-VM-EXIT: {t} $rc\"\n\
+             [ $rc -eq 0 ] || verdict=FAIL\n"
+        ));
+    }
+    s.push_str(&format!("echo \"{VERDICT}$verdict\"\npoweroff -f\n"));
+    s
+}
+
+/// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, `/init`).
+pub fn build_initramfs(payload: &Payload, out: &Path) -> anyhow::Result<()> {
+    let mut img = Image::default();
+    for d in [
+        "proc", "sys", "dev", "tmp", "run", "root", "sbin", "usr/bin", "usr/sbin",
+    ] {
+        img.dir(d);
+    }
+    // The kernel opens /dev/console for /init before anything is mounted.
+    img.char_dev("dev/console", 5, 1);
+    img.executable("bin/busybox", Path::new("/bin/busybox"))
+        .context("busybox (apt-get install busybox-static)")?;
+    img.symlink("bin/sh", "busybox");
+    img.executable("bin/sockwatch", &payload.sockwatch)?;
+    let mut names = Vec::new();
+    for (name, exe) in &payload.tests {
+        img.executable(&format!("tests/{name}"), exe)?;
+        names.push(name.clone());
+    }
+    img.bytes("init", init_script(&names), 0o755);
+    if let Some(dir) = out.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    img.write_gz(out)
+}
+
+/// `line` without terminal escape sequences (SeaBIOS and the guest reset the screen) and
+/// control characters other than tab and newline.
+fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                // CSI (`ESC [ ... final`) or a two-character escape (`ESC c`).
+                if chars.next_if_eq(&'[').is_some() {
+                    while chars.next().is_some_and(|c| !('@'..='~').contains(&c)) {}
+                } else {
+                    chars.next();
+                }
+            }
+            '\t' | '\n' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// What one guest boot showed.
+pub struct Outcome {
+    pub label: String,
+    pub kernel: Kernel,
+    /// `uname -r` as the guest printed it.
+    pub release: Option<String>,
+    pub counts: Counts,
+    /// From QEMU's start to the guest's first line from `/init`.
+    pub boot_time: Option<Duration>,
+    /// `None` when the run passed; otherwise why it failed.
+    pub failure: Option<String>,
+    pub elapsed: Duration,
+    pub log: PathBuf,
+}
+
+/// Boots `kernel` with `initrd` under TCG, streams the serial console to
+/// `target/vm/<kernel>/console.log` and reads the verdict from it.
+pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result<Outcome> {
+    let label = format!("vm {}", kernel.upstream());
+    let dir = cmd::target_dir().join("vm").join(kernel.upstream());
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log_path = dir.join("console.log");
+    let mut log =
+        fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+
+    let started = Instant::now();
+    let mut qemu = cmd::command("qemu-system-x86_64");
+    qemu.args([
+        "-accel",
+        "tcg,thread=multi",
+        "-cpu",
+        "max",
+        "-m",
+        "1024",
+        "-smp",
+        "2",
+    ])
+    .args(["-nographic", "-no-reboot", "-kernel"])
+    .arg(&kernel.vmlinuz)
+    .arg("-initrd")
+    .arg(initrd)
+    .args([
+        "-append",
+        "console=ttyS0 quiet panic=-1 lsm=lockdown,capability,landlock,bpf",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = qemu
+        .spawn()
+        .context("cannot start qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let line = printable(&String::from_utf8_lossy(&buf));
+            if tx.send(line).is_err() {
+                break;
+            }
+            buf.clear();
+        }
+    });
+    let mut stderr = child.stderr.take().expect("piped");
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    let deadline = started + timeout;
+    let mut console = String::new();
+    let mut verdict = None;
+    let mut release = None;
+    let mut boot_time = None;
+    let mut timed_out = false;
+    loop {
+        let now = Instant::now();
+        let limit = match verdict {
+            Some(_) => deadline.min(now + POWEROFF_GRACE),
+            None => deadline,
+        };
+        let Some(wait) = limit.checked_duration_since(now) else {
+            timed_out = verdict.is_none();
+            break;
+        };
+        match rx.recv_timeout(wait) {
+            Ok(line) => {
+                log.write_all(line.as_bytes())?;
+                let text = line.trim_end();
+                if let Some(v) = text.split(VERDICT).nth(1) {
+                    verdict = Some(v.trim() == "PASS");
+                }
+                if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
+                    release = r.split_whitespace().next().map(str::to_owned);
+                    boot_time = Some(started.elapsed());
+                }
+                if text.contains("SOCKWATCH-VM-")
+                    || text.contains("test result:")
+                    || text.starts_with("test ")
+                {
+                    println!("[{label}] {text}");
+                }
+                console.push_str(&line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = verdict.is_none();
+                break;
+            }
+            // QEMU closed its console: it has exited.
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = child.kill();
+    let status = child.wait().context("waiting for qemu")?;
+    let _ = reader.join();
+    let qemu_stderr = stderr_reader.join().unwrap_or_default();
+    if !qemu_stderr.is_empty() {
+        writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
+    }
+
+    let counts = testrun::sum_results(&console);
+    let failure = if timed_out {
+        Some(format!("timed out after {timeout:?}"))
+    } else {
+        match verdict {
+            Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
+            Some(true) => None,
+            Some(false) => Some("guest verdict FAIL".to_owned()),
+            None => Some(format!("no verdict line; qemu exited ({status})")),
+        }
+    };
+    Ok(Outcome {
+        label,
+        kernel: kernel.clone(),
+        release,
+        counts,
+        boot_time,
+        failure,
+        elapsed: started.elapsed(),
+        log: log_path,
+    })
+}
+
+/// Builds the payload and initramfs once, then boots each kernel in turn (two cores: one VM at a
+/// time). A failed boot prints its whole console log.
+pub fn test(kernels: &[Kernel], timeout: Duration) -> anyhow::Result<Vec<Outcome>> {
+    let started = Instant::now();
+    let payload = build_payload()?;
+    let initrd = cmd::target_dir().join("vm").join("initrd.gz");
+    build_initramfs(&payload, &initrd)?;
+    let size = fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "xtask: initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
+        initrd.display(),
+        size as f64 / (1 << 20) as f64,
+        payload
+            .tests
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        started.elapsed()
+    );
+    let mut outcomes = Vec::new();
+    for kernel in kernels {
+        println!(
+            "xtask: booting {} ({}) under QEMU/TCG",
+            kernel.package, kernel.version
+        );
+        let o = boot(kernel, &initrd, timeout)?;
+        if o.failure.is_some() {
+            let log = fs::read_to_string(&o.log).unwrap_or_default();
+            println!("----- {} console ({}) -----", o.label, o.log.display());
+            print!("{log}");
+            println!("----- end of {} console -----", o.label);
+        }
+        println!("{}", o.summary());
+        outcomes.push(o);
+    }
+    Ok(outcomes)
+}
+
+impl Outcome {
+    pub fn summary(&self) -> String {
+        format!(
+            "xtask: {} ({}, kernel {}): {} passed, {} failed, {} ignored; boot {}, total {:.1?}: {}",
+            self.label,
+            self.kernel.package,
+            self.release.as_deref().unwrap_or("?"),
+            self.counts.passed,
+            self.counts.failed,
+            self.counts.ignored,
+            self.boot_time
+                .map_or("?".to_owned(), |b| format!("{:.1?}", b)),
+            self.elapsed,
+            match &self.failure {
+                None => "PASS".to_owned(),
+                Some(why) => format!("FAIL ({why}; log {})", self.log.display()),
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integration_test_artifact() {
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/agent/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"kernel","src_path":"/w/agent/tests/kernel.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/kernel-0f1e"],"executable":"/w/target/debug/deps/kernel-0f1e","fresh":true}"#;
+        assert_eq!(
+            Artifact::parse(line),
+            Some(Artifact {
+                manifest_path: "/w/agent/Cargo.toml".into(),
+                name: "kernel".into(),
+                kind: "test".into(),
+                test: true,
+                executable: "/w/target/debug/deps/kernel-0f1e".into(),
+            })
+        );
+        // Libraries have no executable; other messages are not artifacts.
+        let lib = r#"{"reason":"compiler-artifact","manifest_path":"/m","target":{"kind":["lib"],"name":"x"},"profile":{"test":false},"executable":null}"#;
+        assert_eq!(Artifact::parse(lib), None);
+        assert_eq!(
+            Artifact::parse(r#"{"reason":"build-finished","success":true}"#),
+            None
+        );
+        assert_eq!(Artifact::parse("   Compiling agent"), None);
+    }
+
+    #[test]
+    fn console_lines_are_made_printable() {
+        assert_eq!(
+            printable("\x1bc\x1b[?7l\x1b[2JSOCKWATCH-VM-KERNEL: 6.1.0\r\n"),
+            "SOCKWATCH-VM-KERNEL: 6.1.0\n"
+        );
+        assert_eq!(printable("\x1b[0mSeaBIOS\ttext\x07"), "SeaBIOS\ttext");
+        assert_eq!(printable("plain"), "plain");
+    }
+
+    #[test]
+    fn init_runs_each_test_and_ends_with_a_verdict() {
+        let s = init_script(&["kernel".into(), "cli".into()]);
+        assert!(s.starts_with("#!/bin/busybox sh\n"));
+        for m in [
+            "bpf /sys/fs/bpf",
+            "tracefs /sys/kernel/tracing",
+            "cgroup2 /sys/fs/cgroup",
+        ] {
+            assert!(s.contains(m), "{m}");
+        }
+        assert!(s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/kernel --test-threads=1"));
+        assert!(s.contains("/tests/cli --test-threads=1"));
+        assert!(
+            s.trim_end()
+                .ends_with("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f")
+        );
+    }
+}
