@@ -3,6 +3,7 @@ mod cmd;
 mod initramfs;
 mod kernels;
 mod setup;
+mod suite;
 mod testrun;
 mod vm;
 
@@ -34,6 +35,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// The whole suite: setup --vm, fmt, clippy (host and eBPF), host tests, QEMU tests.
+    Test(VmArgs),
     /// The agent's integration tests as root inside QEMU on Debian's stock kernels.
     VmTest(VmArgs),
 }
@@ -76,6 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::Run { args } => run_agent(args),
+        Command::Test(a) => Ok(suite::run(&a.series(), Duration::from_secs(a.vm_timeout))),
         Command::VmTest(a) => {
             let ready = setup::setup(true, &a.series())?;
             let outcomes = vm::test(&ready.kernels, Duration::from_secs(a.vm_timeout))?;

@@ -1,5 +1,13 @@
 //! Reading libtest's `test result:` lines and adding them up per layer.
-use std::ops::AddAssign;
+use std::{
+    io::{BufRead as _, BufReader},
+    ops::AddAssign,
+    process::{Command, ExitStatus, Stdio},
+};
+
+use anyhow::Context as _;
+
+use crate::cmd;
 
 /// What one or more `test result:` lines say; `ignored` is reported as skipped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +61,28 @@ pub fn sum_results(text: &str) -> Counts {
         total += c;
     }
     total
+}
+
+/// Runs a `cargo test` command, passing its stdout through while adding up its result lines.
+pub fn run_and_count(mut cmd: Command) -> anyhow::Result<(ExitStatus, Counts)> {
+    let what = cmd::describe(&cmd);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    let mut total = Counts::default();
+    let stdout = child.stdout.take().expect("piped");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.with_context(|| format!("reading the output of `{what}`"))?;
+        println!("{line}");
+        if let Some(c) = parse_result_line(&line) {
+            total += c;
+        }
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for `{what}`"))?;
+    Ok((status, total))
 }
 
 #[cfg(test)]

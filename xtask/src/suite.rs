@@ -1,0 +1,197 @@
+//! `cargo xtask test`: every check and test layer in order, continuing past failures, then a
+//! step table, a layer table and one closing count line.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    cmd,
+    kernels::Series,
+    setup,
+    testrun::{self, Counts},
+    vm,
+};
+
+/// aya-build's flags for the eBPF crate (`\x1f`-separated, as in `CARGO_ENCODED_RUSTFLAGS`).
+const EBPF_RUSTFLAGS: &str =
+    "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf";
+
+struct Step {
+    name: &'static str,
+    failure: Option<String>,
+    elapsed: Duration,
+}
+
+/// A test layer's counts; a layer whose run failed without a failing test (build error, crash,
+/// timeout, no verdict) counts as one failure so the closing line never hides it.
+struct Layer {
+    name: String,
+    counts: Counts,
+    note: Option<String>,
+}
+
+impl Layer {
+    fn new(name: String, mut counts: Counts, failure: Option<String>) -> Layer {
+        let note = match failure {
+            Some(why) if counts.failed == 0 => {
+                counts.failed = 1;
+                Some(format!("+1 failed: {why}"))
+            }
+            other => other,
+        };
+        Layer { name, counts, note }
+    }
+}
+
+/// Runs the suite; `true` when everything passed.
+pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
+    let mut steps = Vec::new();
+    let mut layers = Vec::new();
+    let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
+        println!("xtask: ===== {name} =====");
+        let started = Instant::now();
+        let failure = f().err().map(|e| format!("{e:#}"));
+        if let Some(why) = &failure {
+            println!("xtask: {name}: FAILED: {why}");
+        }
+        steps.push(Step {
+            name,
+            failure,
+            elapsed: started.elapsed(),
+        });
+    };
+
+    let mut kernels = None;
+    step("setup --vm", &mut || {
+        kernels = Some(setup::setup(true, series)?.kernels);
+        Ok(())
+    });
+    step("cargo fmt --check", &mut || {
+        cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))
+    });
+    step("clippy (host crates)", &mut || {
+        // The eBPF crate only builds for the BPF target: it gets its own clippy below.
+        cmd::run(cmd::cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "agent-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
+    step("clippy (eBPF crate)", &mut || {
+        let mut c = cmd::cargo();
+        c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
+            .args([
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--release",
+            ])
+            .arg("--target-dir")
+            .arg(cmd::target_dir().join("ebpf-clippy"))
+            .args(["--", "-D", "warnings"])
+            .env("CARGO_ENCODED_RUSTFLAGS", EBPF_RUSTFLAGS)
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("RUSTUP_TOOLCHAIN");
+        cmd::run(&mut c)
+    });
+    step("host tests (root, host kernel)", &mut || {
+        let mut c = cmd::cargo();
+        c.args(["test", "--workspace", "--exclude", "agent-ebpf"])
+            .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
+            .env("RUST_TEST_THREADS", "1");
+        let (counts, failure) = count_tests(c);
+        layers.push(Layer::new("host".into(), counts, failure.clone()));
+        failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
+    });
+    step("vm tests (QEMU)", &mut || {
+        let Some(kernels) = &kernels else {
+            layers.push(Layer::new(
+                "vm".into(),
+                Counts::default(),
+                Some("setup --vm failed".into()),
+            ));
+            anyhow::bail!("no kernels: setup --vm failed");
+        };
+        let outcomes = match vm::test(kernels, vm_timeout) {
+            Ok(o) => o,
+            Err(e) => {
+                layers.push(Layer::new(
+                    "vm".into(),
+                    Counts::default(),
+                    Some(format!("{e:#}")),
+                ));
+                return Err(e);
+            }
+        };
+        let mut failed = Vec::new();
+        for o in outcomes {
+            if let Some(why) = &o.failure {
+                failed.push(format!("{}: {why}", o.label));
+            }
+            layers.push(Layer::new(o.label, o.counts, o.failure));
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            anyhow::bail!(failed.join("; "))
+        }
+    });
+
+    print_tables(&steps, &layers);
+    steps.iter().all(|s| s.failure.is_none())
+}
+
+/// Runs a `cargo test`, returning what its result lines add up to and why it failed, if it did.
+fn count_tests(c: Command) -> (Counts, Option<String>) {
+    let what = cmd::describe(&c);
+    match testrun::run_and_count(c) {
+        Ok((status, counts)) if status.success() => (counts, None),
+        Ok((status, counts)) => (counts, Some(format!("`{what}` failed ({status})"))),
+        Err(e) => (Counts::default(), Some(format!("{e:#}"))),
+    }
+}
+
+fn print_tables(steps: &[Step], layers: &[Layer]) {
+    println!();
+    println!("xtask: {:<32} {:>8}  {:>8}", "step", "result", "time");
+    for s in steps {
+        println!(
+            "xtask: {:<32} {:>8}  {:>7.1}s",
+            s.name,
+            if s.failure.is_some() { "FAILED" } else { "ok" },
+            s.elapsed.as_secs_f64()
+        );
+    }
+    println!();
+    println!(
+        "xtask: {:<14} {:>7} {:>7} {:>8}",
+        "layer", "passed", "failed", "skipped"
+    );
+    let mut total = Counts::default();
+    for l in layers {
+        println!(
+            "xtask: {:<14} {:>7} {:>7} {:>8}{}",
+            l.name,
+            l.counts.passed,
+            l.counts.failed,
+            l.counts.ignored,
+            l.note
+                .as_deref()
+                .map(|n| format!("  ({n})"))
+                .unwrap_or_default()
+        );
+        total += l.counts;
+    }
+    println!(
+        "xtask: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.ignored
+    );
+}
