@@ -70,6 +70,11 @@ pub enum DiagError {
     Kernel(io::Error),
     #[error("sock_diag: the kernel dropped part of the dump (receive buffer overrun)")]
     Overrun,
+    #[error(
+        "sock_diag: this kernel has no AF_UNIX handler: load the unix_diag module \
+         (`modprobe unix_diag`, CONFIG_UNIX_DIAG)"
+    )]
+    NoUnixDiag,
     #[error("sock_diag: {0}")]
     Io(io::Error),
 }
@@ -449,8 +454,15 @@ pub fn dump(fd: &OwnedFd) -> Result<Vec<DiagSocket>, DiagError> {
                 have: buf.len(),
             });
         }
-        if parse_batch(&buf[..n], SEQ, &mut out)? {
-            return Ok(out);
+        match parse_batch(&buf[..n], SEQ, &mut out) {
+            Ok(true) => return Ok(out),
+            Ok(false) => {}
+            // No handler registered for the family: unix_diag is a module that is not loaded
+            // and the kernel could not load it (no modprobe, e.g. in an initramfs).
+            Err(DiagError::Kernel(e)) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(DiagError::NoUnixDiag);
+            }
+            Err(e) => return Err(e),
         }
     }
 }
