@@ -24,6 +24,15 @@ pub enum Command {
     /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo. Exit status 0:
     /// clean, 1: problems found, 2: error.
     Scan(ScanArgs),
+    /// Run a recorded event log (JSON lines, as `run` writes them) through the correlation
+    /// engine again and print its verdicts.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The event log; `-` is stdin.
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +110,18 @@ mod tests {
         assert_eq!(a.events, PathBuf::from("-"));
         assert_eq!(a.drain_interval_ms, 10);
         assert!(a.watch.is_empty());
+    }
+
+    #[test]
+    fn replay_takes_a_file() {
+        let Command::Replay(a) = parse(&["replay", "/tmp/log.jsonl"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not replay")
+        };
+        assert_eq!(a.file, PathBuf::from("/tmp/log.jsonl"));
+        assert!(parse(&["replay"]).is_err());
     }
 
     #[test]

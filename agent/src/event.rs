@@ -48,6 +48,9 @@ pub struct SockEvent {
     /// The directory holding the file, or the one a relative path starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<DirId>,
+    /// Container and pod of the acting process, filled in by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<crate::engine::Workload>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
 }
@@ -157,6 +160,7 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
             dev: raw.dir.dev,
             ino: raw.dir.ino,
         }),
+        workload: None,
         flags: EventFlags::from_bits(raw.flags),
     })
 }

@@ -3,9 +3,11 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::Parser as _;
 use sockwatch::{
-    cli::{CheckArgs, Cli, Command, RunArgs, ScanArgs},
+    cli::{CheckArgs, Cli, Command, ReplayArgs, RunArgs, ScanArgs},
+    engine::{Engine, Limits},
     loader::{self, LoadOptions, Probes},
     output::JsonLines,
+    pipeline::Pipeline,
     preflight,
     probes::PROBES,
     watch::{self, WatchedDir},
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Check(args) => check(args),
+        Command::Replay(args) => replay(args),
         Command::Scan(args) => {
             return scan(args).unwrap_or_else(|e| {
                 eprintln!("sockwatch: {e:#}");
@@ -71,7 +74,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(|p| watch::resolve(p))
         .collect::<Result<Vec<_>, _>>()?;
     preflight::prepare()?;
-    let mut out = JsonLines::open(&args.events)
+    let out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?;
     let mut probes = Probes::load(&LoadOptions {
         mode: args.probe_mode,
@@ -83,7 +86,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         log::info!("attached {}", r.summary());
     }
     let reader = probes.events()?;
-    let live = probes.live_table()?;
+    let engine = Engine::new(Limits::default())?;
+    let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -98,7 +102,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         log::info!("running; stop with SIGINT or SIGTERM");
         let drain_every = Duration::from_millis(args.drain_interval_ms);
-        let pump = sockwatch::pump::pump(reader, &live, &mut out, drain_every, shutdown);
+        let pump = sockwatch::pump::pump(reader, &mut pipeline, drain_every, shutdown);
         tokio::select! {
             r = pump => r,
             _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
@@ -111,6 +115,28 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         probes.counters()?.summary()
     );
     drop(probes); // detaches every program
+    Ok(())
+}
+
+fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let input: Box<dyn std::io::BufRead> = if args.file == std::path::Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(&args.file)
+            .with_context(|| format!("cannot open {}", args.file.display()))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let mut pipeline = Pipeline::replay(
+        Engine::new(Limits::default())?,
+        JsonLines::open(std::path::Path::new("-"))?,
+    );
+    let stats = sockwatch::replay::replay(input, &mut pipeline)
+        .with_context(|| format!("replay {}", args.file.display()))?;
+    log::info!(
+        "replayed {} events ({} recorded verdict lines skipped)",
+        stats.events,
+        stats.recorded_verdicts
+    );
     Ok(())
 }
 

@@ -242,20 +242,20 @@ pub const PROBES: &[HookSpec] = &[
                 Tier::Fentry,
                 &[
                     // Inlined on some kernels (6.12): then the target is resolved in userspace.
-                    optional("connect_target_fexit", fexit("unix_find_other")),
-                    p("connect_stream_fexit", fexit("unix_stream_connect")),
-                    p("connect_dgram_fexit", fexit("unix_dgram_connect")),
-                    p("connect_sendmsg_fexit", fexit("unix_dgram_sendmsg")),
+                    optional("conn_tgt_fexit", fexit("unix_find_other")),
+                    p("conn_stream_fexit", fexit("unix_stream_connect")),
+                    p("conn_dgram_fexit", fexit("unix_dgram_connect")),
+                    p("conn_sendmsg_fexit", fexit("unix_dgram_sendmsg")),
                 ],
             ),
             tier(
                 Tier::Kprobe,
                 &[
-                    optional("connect_target_kretprobe", kretprobe("unix_find_other")),
-                    p("connect_stream_kprobe", kprobe("unix_stream_connect")),
-                    p("connect_stream_kretprobe", kretprobe("unix_stream_connect")),
-                    p("connect_dgram_kprobe", kprobe("unix_dgram_connect")),
-                    p("connect_dgram_kretprobe", kretprobe("unix_dgram_connect")),
+                    optional("conn_tgt_kret", kretprobe("unix_find_other")),
+                    p("conn_stream_kprobe", kprobe("unix_stream_connect")),
+                    p("conn_stream_kret", kretprobe("unix_stream_connect")),
+                    p("conn_dgram_kprobe", kprobe("unix_dgram_connect")),
+                    p("conn_dgram_kret", kretprobe("unix_dgram_connect")),
                 ],
             ),
             tier(

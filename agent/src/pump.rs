@@ -4,7 +4,7 @@ use std::{future::Future, io, time::Duration};
 
 use tokio::io::{Interest, unix::AsyncFd};
 
-use crate::{enrich::LiveTable, loader::EventReader, output::JsonLines};
+use crate::{loader::EventReader, pipeline::Pipeline};
 
 /// What the pump saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,8 +16,7 @@ pub struct PumpStats {
 /// Runs until `shutdown` completes, then drains what is left.
 pub async fn pump(
     reader: EventReader,
-    live: &LiveTable,
-    out: &mut JsonLines,
+    pipeline: &mut Pipeline,
     drain_every: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<PumpStats> {
@@ -31,30 +30,28 @@ pub async fn pump(
         tokio::select! {
             guard = fd.readable_mut() => {
                 let mut guard = guard?;
-                drain_into(guard.get_inner_mut(), live, out, &mut stats)?;
+                drain_into(guard.get_inner_mut(), pipeline, &mut stats)?;
                 guard.clear_ready();
             }
-            _ = tick.tick() => drain_into(fd.get_mut(), live, out, &mut stats)?,
+            _ = tick.tick() => drain_into(fd.get_mut(), pipeline, &mut stats)?,
             _ = &mut shutdown => break,
         }
     }
-    drain_into(fd.get_mut(), live, out, &mut stats)?;
+    drain_into(fd.get_mut(), pipeline, &mut stats)?;
     Ok(stats)
 }
 
 fn drain_into(
     reader: &mut EventReader,
-    live: &LiveTable,
-    out: &mut JsonLines,
+    pipeline: &mut Pipeline,
     stats: &mut PumpStats,
 ) -> io::Result<()> {
     let mut result = Ok(());
     let n = reader.drain(|ev| match ev {
-        Ok(mut ev) => {
+        Ok(ev) => {
             stats.delivered += 1;
-            crate::enrich::connect_target(&mut ev, |id| live.get(id));
             if result.is_ok() {
-                result = out.write(&ev);
+                result = pipeline.event(ev);
             }
         }
         Err(e) => {
@@ -64,7 +61,7 @@ fn drain_into(
     });
     result?;
     if n > 0 {
-        out.flush()?;
+        pipeline.flush()?;
     }
     Ok(())
 }

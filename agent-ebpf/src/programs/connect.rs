@@ -27,7 +27,7 @@ const SOCK_DGRAM: i32 = 2;
 /// fentry tier: the target lookup of every connect/sendto by address. Its arity changed
 /// across kernels, so the result comes from `bpf_get_func_ret` (5.17+).
 #[fexit(function = "unix_find_other")]
-pub fn connect_target_fexit(ctx: FExitContext) -> i32 {
+pub fn conn_tgt_fexit(ctx: FExitContext) -> i32 {
     if let Ok(sk) = ctx.ret::<u64>() {
         target_found(sk);
     }
@@ -35,14 +35,14 @@ pub fn connect_target_fexit(ctx: FExitContext) -> i32 {
 }
 
 #[fexit(function = "unix_stream_connect")]
-pub fn connect_stream_fexit(ctx: FExitContext) -> i32 {
+pub fn conn_stream_fexit(ctx: FExitContext) -> i32 {
     let ret: i32 = ctx.arg(4);
     finished(ctx.arg(1), ret as i64, 0, Tier::Fentry);
     0
 }
 
 #[fexit(function = "unix_dgram_connect")]
-pub fn connect_dgram_fexit(ctx: FExitContext) -> i32 {
+pub fn conn_dgram_fexit(ctx: FExitContext) -> i32 {
     let ret: i32 = ctx.arg(4);
     finished(ctx.arg(1), ret as i64, flags::DGRAM, Tier::Fentry);
     0
@@ -50,7 +50,7 @@ pub fn connect_dgram_fexit(ctx: FExitContext) -> i32 {
 
 /// `unix_dgram_sendmsg(sock, msg, len)`: a sendto with a destination path.
 #[fexit(function = "unix_dgram_sendmsg")]
-pub fn connect_sendmsg_fexit(ctx: FExitContext) -> i32 {
+pub fn conn_sendmsg_fexit(ctx: FExitContext) -> i32 {
     let ret: i64 = ctx.arg(3);
     let addr = shim::msghdr_name(ctx.arg(1));
     if addr.is_null() {
@@ -61,31 +61,31 @@ pub fn connect_sendmsg_fexit(ctx: FExitContext) -> i32 {
 }
 
 #[kretprobe(function = "unix_find_other")]
-pub fn connect_target_kretprobe(ctx: RetProbeContext) -> u32 {
+pub fn conn_tgt_kret(ctx: RetProbeContext) -> u32 {
     target_found(ctx.ret::<u64>());
     0
 }
 
 #[kprobe(function = "unix_stream_connect")]
-pub fn connect_stream_kprobe(ctx: ProbeContext) -> u32 {
+pub fn conn_stream_kprobe(ctx: ProbeContext) -> u32 {
     stash_addr(ctx.arg::<u64>(1).unwrap_or(0), 0);
     0
 }
 
 #[kretprobe(function = "unix_stream_connect")]
-pub fn connect_stream_kretprobe(ctx: RetProbeContext) -> u32 {
+pub fn conn_stream_kret(ctx: RetProbeContext) -> u32 {
     kprobe_finished(ctx.ret::<i32>() as i64);
     0
 }
 
 #[kprobe(function = "unix_dgram_connect")]
-pub fn connect_dgram_kprobe(ctx: ProbeContext) -> u32 {
+pub fn conn_dgram_kprobe(ctx: ProbeContext) -> u32 {
     stash_addr(ctx.arg::<u64>(1).unwrap_or(0), flags::DGRAM);
     0
 }
 
 #[kretprobe(function = "unix_dgram_connect")]
-pub fn connect_dgram_kretprobe(ctx: RetProbeContext) -> u32 {
+pub fn conn_dgram_kret(ctx: RetProbeContext) -> u32 {
     kprobe_finished(ctx.ret::<i32>() as i64);
     0
 }

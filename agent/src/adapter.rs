@@ -1,0 +1,264 @@
+//! Kernel events to engine inputs: the one place that knows both vocabularies.
+use agent_common::{EventKind, Fidelity as KernelFidelity};
+
+use crate::{
+    engine::{Fidelity, FileId, Input, LiveAtUnlink, Proc},
+    event::SockEvent,
+};
+
+/// The engine input for one kernel event, or `None` when it carries nothing the engine
+/// uses (a `RENAME_EXCHANGE` swaps names and displaces nothing).
+pub fn to_input(ev: &SockEvent) -> Option<Input> {
+    let ts_ns = ev.ts_ns;
+    let proc = Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: ev.comm.clone(),
+        cgroup_id: ev.cgroup_id,
+        workload: ev.workload.clone(),
+    };
+    let file = FileId {
+        dev: ev.dev,
+        ino: ev.ino,
+    };
+    let exact = ev.fidelity == KernelFidelity::Exact;
+    let fidelity = if exact {
+        Fidelity::Exact
+    } else {
+        Fidelity::PathOnly
+    };
+    // Only a positive kernel answer is trusted: a socket bound before the agent started may
+    // be missing from the kernel's table until the startup scan seeds it.
+    let live = (exact && ev.flags.live).then(|| LiveAtUnlink {
+        owner_tgid: ev.owner.map_or(0, |o| o.tgid),
+        sock_ino: ev.sock_ino,
+        listening: ev.flags.listening,
+        unlinker_holds_fd: Some(ev.flags.holds_fd),
+    });
+    let seen = |yes: bool| (exact && yes).then_some(file);
+    Some(match ev.kind {
+        EventKind::Bind => Input::Bind {
+            ts_ns,
+            proc,
+            file,
+            sock_ino: ev.sock_ino,
+            path: ev.path.clone(),
+        },
+        EventKind::Listen => Input::Listen {
+            ts_ns,
+            proc,
+            file,
+            sock_ino: ev.sock_ino,
+        },
+        EventKind::Release => Input::Release {
+            ts_ns,
+            proc,
+            file,
+            sock_ino: ev.sock_ino,
+        },
+        EventKind::Unlink => Input::Unlink {
+            ts_ns,
+            proc,
+            path: ev.path.clone(),
+            file: seen(ev.ino != 0),
+            fidelity,
+            live,
+        },
+        EventKind::Rename if ev.flags.exchange => return None,
+        EventKind::Rename => Input::Rename {
+            ts_ns,
+            proc,
+            from: String::new(),
+            to: ev.path.clone(),
+            replaced: seen(ev.ino != 0),
+            fidelity,
+            live,
+        },
+        EventKind::Connect => {
+            let resolved = ev.ino != 0;
+            let known = exact || ev.flags.resolved_in_userspace;
+            Input::Connect {
+                ts_ns,
+                proc,
+                path: ev.path.clone(),
+                errno: -ev.ret,
+                target: resolved.then_some(file),
+                target_nlink: resolved.then_some(ev.nlink),
+                target_bound: known.then_some(ev.flags.target_bound),
+                target_listening: (known && ev.flags.target_bound).then_some(ev.flags.listening),
+            }
+        }
+        EventKind::Fork => Input::Fork {
+            ts_ns,
+            parent: proc,
+            child_tgid: ev.child_tgid.unwrap_or(0),
+        },
+        EventKind::Exit => Input::Exit {
+            ts_ns,
+            tgid: ev.tgid,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_common::Tier;
+
+    use super::*;
+    use crate::event::{EventFlags, OwnerInfo};
+
+    fn ev(kind: EventKind) -> SockEvent {
+        SockEvent {
+            kind,
+            tier: Tier::Fentry,
+            fidelity: KernelFidelity::Exact,
+            ts_ns: 10,
+            tgid: 412,
+            pid: 413,
+            comm: "multus".into(),
+            cgroup_id: 7,
+            dev: 0x801,
+            ino: 1 << 40,
+            sock_ino: 99,
+            nlink: 1,
+            path: "/run/multus/multus.sock".into(),
+            ret: 0,
+            owner: None,
+            backlog: None,
+            child_tgid: None,
+            dir: None,
+            workload: None,
+            flags: EventFlags::default(),
+        }
+    }
+
+    #[test]
+    fn exact_unlink_of_a_live_socket_carries_the_kernel_decision() {
+        let mut e = ev(EventKind::Unlink);
+        e.flags.live = true;
+        e.flags.listening = true;
+        e.owner = Some(OwnerInfo {
+            tgid: 977,
+            cgroup_id: 8,
+            bind_ns: 1,
+        });
+        let Some(Input::Unlink {
+            file,
+            fidelity,
+            live,
+            proc,
+            ..
+        }) = to_input(&e)
+        else {
+            panic!("unlink")
+        };
+        assert_eq!(
+            file,
+            Some(FileId {
+                dev: 0x801,
+                ino: 1 << 40
+            })
+        );
+        assert_eq!(fidelity, Fidelity::Exact);
+        assert_eq!(proc.tgid, 412);
+        assert_eq!(
+            live,
+            Some(LiveAtUnlink {
+                owner_tgid: 977,
+                sock_ino: 99,
+                listening: true,
+                unlinker_holds_fd: Some(false)
+            })
+        );
+    }
+
+    #[test]
+    fn path_only_unlink_leaves_the_decision_to_the_engine() {
+        let mut e = ev(EventKind::Unlink);
+        e.fidelity = KernelFidelity::PathOnly;
+        e.dev = 0;
+        e.ino = 0;
+        let Some(Input::Unlink {
+            file,
+            fidelity,
+            live,
+            ..
+        }) = to_input(&e)
+        else {
+            panic!("unlink")
+        };
+        assert_eq!((file, fidelity, live), (None, Fidelity::PathOnly, None));
+    }
+
+    #[test]
+    fn rename_exchange_displaces_nothing() {
+        let mut e = ev(EventKind::Rename);
+        e.flags.exchange = true;
+        assert_eq!(to_input(&e), None);
+        e.flags.exchange = false;
+        assert!(matches!(
+            to_input(&e),
+            Some(Input::Rename {
+                replaced: Some(_),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn refused_connects_say_what_is_known_of_the_target() {
+        let mut e = ev(EventKind::Connect);
+        e.ret = -111;
+        e.nlink = 0;
+        let Some(Input::Connect {
+            errno,
+            target,
+            target_nlink,
+            target_bound,
+            target_listening,
+            ..
+        }) = to_input(&e)
+        else {
+            panic!("connect")
+        };
+        assert_eq!(
+            (errno, target_nlink, target_bound, target_listening),
+            (111, Some(0), Some(false), None)
+        );
+        assert_eq!(
+            target,
+            Some(FileId {
+                dev: 0x801,
+                ino: 1 << 40
+            })
+        );
+        // Tracepoint tier, unresolved: nothing known of the target.
+        e.fidelity = KernelFidelity::PathOnly;
+        e.ino = 0;
+        let Some(Input::Connect {
+            target,
+            target_bound,
+            ..
+        }) = to_input(&e)
+        else {
+            panic!("connect")
+        };
+        assert_eq!((target, target_bound), (None, None));
+    }
+
+    #[test]
+    fn fork_and_exit() {
+        let mut e = ev(EventKind::Fork);
+        e.child_tgid = Some(500);
+        assert!(
+            matches!(to_input(&e), Some(Input::Fork { child_tgid: 500, parent, .. }) if parent.tgid == 412)
+        );
+        assert_eq!(
+            to_input(&ev(EventKind::Exit)),
+            Some(Input::Exit {
+                ts_ns: 10,
+                tgid: 412
+            })
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! `sockwatch replay`: a recorded event log (what `run` writes) through the engine again.
+use std::io::BufRead;
+
+use crate::{event::SockEvent, pipeline::Pipeline};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("line {line}: {source}")]
+    Parse {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("line {line}: {source}")]
+    Io {
+        line: usize,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a replay went through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    pub events: usize,
+    /// Verdict lines of the recording, skipped: the engine derives its own.
+    pub recorded_verdicts: usize,
+}
+
+/// Feeds every event line of `log` to `pipeline`; blank lines and recorded verdicts are
+/// skipped, anything else that is not an event is an error naming its line.
+pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats, ReplayError> {
+    let mut stats = ReplayStats::default();
+    for (i, line) in log.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.map_err(|source| ReplayError::Io {
+            line: line_no,
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&line).map_err(|source| ReplayError::Parse {
+                line: line_no,
+                source,
+            })?;
+        if value.get("verdict").is_some() {
+            stats.recorded_verdicts += 1;
+            continue;
+        }
+        let ev: SockEvent = serde_json::from_value(value).map_err(|source| ReplayError::Parse {
+            line: line_no,
+            source,
+        })?;
+        pipeline.event(ev).map_err(|source| ReplayError::Io {
+            line: line_no,
+            source,
+        })?;
+        stats.events += 1;
+    }
+    pipeline
+        .flush()
+        .map_err(|source| ReplayError::Io { line: 0, source })?;
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        io::Write,
+        sync::{Arc, Mutex},
+    };
+
+    use super::*;
+    use crate::{
+        engine::{Engine, Limits},
+        output::JsonLines,
+    };
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn run(log: &str) -> (Result<ReplayStats, ReplayError>, String) {
+        let buf = Shared::default();
+        let mut p = Pipeline::replay(
+            Engine::new(Limits::default()).expect("engine"),
+            JsonLines::new(Box::new(buf.clone())),
+        );
+        let r = replay(log.as_bytes(), &mut p);
+        let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+        (r, text)
+    }
+
+    const A_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":1,"tgid":10,"pid":10,"comm":"a","cgroup_id":1,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0}"#;
+    const A_LISTENS: &str = r#"{"kind":"listen","tier":"fentry","fidelity":"exact","ts_ns":2,"tgid":10,"pid":10,"comm":"a","cgroup_id":1,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0,"backlog":8,"listening":true}"#;
+    const B_UNLINKS: &str = r#"{"kind":"unlink","tier":"fentry","fidelity":"exact","ts_ns":3,"tgid":20,"pid":20,"comm":"b","cgroup_id":2,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0,"owner":{"tgid":10,"cgroup_id":1,"bind_ns":1},"live":true,"listening":true}"#;
+
+    #[test]
+    fn a_recorded_foreign_unlink_yields_its_verdicts() {
+        let log = [
+            A_BINDS,
+            A_LISTENS,
+            "",
+            r#"{"verdict":"whatever"}"#,
+            B_UNLINKS,
+        ]
+        .join("\n");
+        let (r, out) = run(&log);
+        assert_eq!(
+            r.expect("replays"),
+            ReplayStats {
+                events: 3,
+                recorded_verdicts: 1
+            }
+        );
+        let verdicts: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        let kinds: Vec<&str> = verdicts
+            .iter()
+            .map(|v| v["verdict"].as_str().expect("tagged"))
+            .collect();
+        assert_eq!(kinds, ["foreign_unlink", "orphan_opened"], "{out}");
+        assert_eq!(verdicts[0]["actor"]["tgid"], 20);
+        assert_eq!(verdicts[0]["victim"]["tgid"], 10);
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let (r, _) = run(&[A_BINDS, "{not json"].join("\n"));
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with("line 2: "), "{e}");
+        let (r, _) = run(r#"{"kind":"bind"}"#);
+        assert!(
+            r.unwrap_err()
+                .to_string()
+                .starts_with("line 1: missing field")
+        );
+    }
+}
