@@ -52,6 +52,10 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub watch: Vec<PathBuf>,
+    /// Seconds between reconciliation sweeps (sock_diag + /proc), which repair the picture
+    /// after lost events; 0 disables them (the startup scan always runs).
+    #[arg(long, default_value_t = 30, env = "SOCKWATCH_SCAN_INTERVAL_SECS")]
+    pub scan_interval_secs: u64,
     /// How often to drain the ring buffer when the kernel has not woken the agent.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
     pub drain_interval_ms: u64,

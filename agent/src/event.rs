@@ -55,7 +55,7 @@ pub struct SockEvent {
     pub flags: EventFlags,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DirId {
     pub dev: u64,
     pub ino: u64,

@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod preflight;
 pub mod probes;
 pub mod pump;
+pub mod reconcile;
 pub mod replay;
 pub mod scan;
 pub mod watch;

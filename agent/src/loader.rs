@@ -142,14 +142,21 @@ impl Probes {
         Ok(EventReader { ring })
     }
 
-    /// The kernel's live-socket table, for userspace lookups. Can be taken once.
+    /// The kernel's live-socket table and its name index, for userspace lookups and
+    /// seeding. Can be taken once.
     pub fn live_table(&mut self) -> Result<crate::enrich::LiveTable, LoadError> {
-        let map = self
+        let live = self
             .ebpf
             .take_map(maps::LIVE)
             .ok_or(LoadError::Map(maps::LIVE))?;
-        let table = HashMap::try_from(map).map_err(|_| LoadError::Map(maps::LIVE))?;
-        Ok(crate::enrich::LiveTable(table))
+        let names = self
+            .ebpf
+            .take_map(maps::LIVE_NAMES)
+            .ok_or(LoadError::Map(maps::LIVE_NAMES))?;
+        Ok(crate::enrich::LiveTable {
+            live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
+            names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
+        })
     }
 
     /// Kernel-side counters, summed over CPUs.

@@ -10,6 +10,9 @@ use sockwatch::{
     pipeline::Pipeline,
     preflight,
     probes::PROBES,
+    pump::Sweep,
+    reconcile,
+    scan::{self, ScanOptions},
     watch::{self, WatchedDir},
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -88,6 +91,27 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let reader = probes.events()?;
     let engine = Engine::new(Limits::default())?;
     let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
+    // After attaching, so a socket bound meanwhile is in the scan or in the events.
+    let scan_opts = ScanOptions {
+        watch: args.watch.clone(),
+        ..Default::default()
+    };
+    let started = reconcile::boot_ns();
+    match scan::scan(&scan_opts) {
+        Ok(report) => {
+            let seeded = pipeline.reconcile(started, &report)?;
+            pipeline.flush()?;
+            for w in &report.warnings {
+                log::warn!("startup scan could not see everything: {w}");
+            }
+            log::info!(
+                "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
+                report.sockets.len(),
+                report.findings.len()
+            );
+        }
+        Err(e) => log::warn!("startup scan failed, continuing on kernel events alone: {e}"),
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -102,7 +126,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         log::info!("running; stop with SIGINT or SIGTERM");
         let drain_every = Duration::from_millis(args.drain_interval_ms);
-        let pump = sockwatch::pump::pump(reader, &mut pipeline, drain_every, shutdown);
+        let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
+        if args.scan_interval_secs > 0 {
+            tokio::spawn(sweep_periodically(
+                scan_opts,
+                Duration::from_secs(args.scan_interval_secs),
+                sweep_tx,
+            ));
+        }
+        let pump = sockwatch::pump::pump(reader, &mut pipeline, drain_every, sweeps, shutdown);
         tokio::select! {
             r = pump => r,
             _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
@@ -138,6 +170,30 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         stats.recorded_verdicts
     );
     Ok(())
+}
+
+/// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag).
+async fn sweep_periodically(
+    opts: ScanOptions,
+    every: Duration,
+    tx: tokio::sync::mpsc::Sender<Sweep>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await; // the startup scan just ran
+    loop {
+        tick.tick().await;
+        let opts = opts.clone();
+        let started = reconcile::boot_ns();
+        match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
+            Ok(Ok(report)) => {
+                if tx.send((started, report)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(e)) => log::warn!("sweep failed: {e}"),
+            Err(e) => log::warn!("sweep task failed: {e}"),
+        }
+    }
 }
 
 /// A watched directory deleted and re-created has a new identity: the kernel adopts it on the

@@ -1,17 +1,26 @@
 //! What happens to each kernel event: completed, written, and run through the engine, whose
 //! verdicts are written as their own lines.
-use std::{collections::VecDeque, io};
+use std::{
+    collections::{HashMap, VecDeque},
+    io,
+};
+
+use agent_common::EventKind;
 
 use crate::{
     adapter,
     engine::{Engine, Input, Verdict},
     enrich::{self, LiveTable},
-    event::SockEvent,
+    event::{DirId, SockEvent},
     output::JsonLines,
+    reconcile,
+    scan::ScanReport,
 };
 
 /// Verdicts kept for the API.
 const RECENT_VERDICTS: usize = 1_024;
+/// Directories remembered for resolving relative paths.
+const KNOWN_DIRS: usize = 4_096;
 
 pub struct Pipeline {
     pub engine: Engine,
@@ -20,6 +29,9 @@ pub struct Pipeline {
     recent: VecDeque<Verdict>,
     /// Write each event before its verdicts (`run`); off when replaying a recorded log.
     echo_events: bool,
+    /// Directory identity -> absolute path, learned from binds, to resolve the relative
+    /// paths of unlinks and renames (`rm -r` unlinks relative to a directory descriptor).
+    dirs: HashMap<DirId, String>,
 }
 
 impl Pipeline {
@@ -32,6 +44,7 @@ impl Pipeline {
             live: Some(live),
             recent: VecDeque::new(),
             echo_events: true,
+            dirs: HashMap::new(),
         }
     }
 
@@ -43,6 +56,7 @@ impl Pipeline {
             live: None,
             recent: VecDeque::new(),
             echo_events: false,
+            dirs: HashMap::new(),
         }
     }
 
@@ -51,12 +65,39 @@ impl Pipeline {
         if let Some(live) = &self.live {
             enrich::connect_target(&mut ev, |id| live.get(id));
         }
+        self.resolve_relative(&mut ev);
         if self.echo_events {
             self.out.write(&ev)?;
         }
         match adapter::to_input(&ev) {
             Some(input) => self.input(&input),
             None => Ok(()),
+        }
+    }
+
+    /// Learns directories from binds; makes relative paths absolute where the directory
+    /// they start from is known (the flag `path_relative` stays: the caller gave it so).
+    fn resolve_relative(&mut self, ev: &mut SockEvent) {
+        let Some(dir) = ev.dir else { return };
+        if ev.kind == EventKind::Bind && ev.path.starts_with('/') {
+            if let Some((parent, _)) = ev.path.rsplit_once('/') {
+                if self.dirs.len() >= KNOWN_DIRS && !self.dirs.contains_key(&dir) {
+                    self.dirs.clear(); // crude but bounded; binds refill it
+                }
+                self.dirs.insert(
+                    dir,
+                    if parent.is_empty() {
+                        "/".into()
+                    } else {
+                        parent.into()
+                    },
+                );
+            }
+        } else if !ev.path.starts_with('/')
+            && matches!(ev.kind, EventKind::Unlink | EventKind::Rename)
+            && let Some(parent) = self.dirs.get(&dir)
+        {
+            ev.path = format!("{}/{}", parent.trim_end_matches('/'), ev.path);
         }
     }
 
@@ -70,6 +111,27 @@ impl Pipeline {
             self.recent.push_back(v);
         }
         Ok(())
+    }
+
+    /// Applies a reconciliation scan begun at `ts_ns` (boot clock): the engine learns the
+    /// kernel's current view, and the kernel's live table gets the sockets it never saw
+    /// bound. Returns how many were seeded.
+    pub fn reconcile(&mut self, ts_ns: u64, report: &ScanReport) -> io::Result<usize> {
+        let mut seeded = 0;
+        if let Some(live) = &mut self.live {
+            for (file, entry) in report
+                .sockets
+                .iter()
+                .filter_map(|s| reconcile::live_entry(s, ts_ns))
+            {
+                match live.seed(file, entry) {
+                    Ok(added) => seeded += usize::from(added),
+                    Err(e) => log::warn!("seeding the kernel's live table: {e}"),
+                }
+            }
+        }
+        self.input(&Input::Scan(reconcile::snapshot(report, ts_ns)))?;
+        Ok(seeded)
     }
 
     /// The latest verdicts, oldest first.

@@ -2,9 +2,15 @@
 //! and drained on a short timer regardless (submits below the threshold wake nobody).
 use std::{future::Future, io, time::Duration};
 
-use tokio::io::{Interest, unix::AsyncFd};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::mpsc,
+};
 
-use crate::{loader::EventReader, pipeline::Pipeline};
+use crate::{loader::EventReader, pipeline::Pipeline, scan::ScanReport};
+
+/// A reconciliation scan and the boot-clock time it began.
+pub type Sweep = (u64, ScanReport);
 
 /// What the pump saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -13,11 +19,13 @@ pub struct PumpStats {
     pub decode_errors: u64,
 }
 
-/// Runs until `shutdown` completes, then drains what is left.
+/// Runs until `shutdown` completes, then drains what is left. Sweeps arriving on `sweeps`
+/// are applied between drains, after the events the kernel delivered before them.
 pub async fn pump(
     reader: EventReader,
     pipeline: &mut Pipeline,
     drain_every: Duration,
+    mut sweeps: mpsc::Receiver<Sweep>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<PumpStats> {
     // SAFETY: the reader owns the ring buffer's fd and keeps it open while the AsyncFd lives.
@@ -34,6 +42,12 @@ pub async fn pump(
                 guard.clear_ready();
             }
             _ = tick.tick() => drain_into(fd.get_mut(), pipeline, &mut stats)?,
+            Some((ts_ns, report)) = sweeps.recv() => {
+                drain_into(fd.get_mut(), pipeline, &mut stats)?;
+                let seeded = pipeline.reconcile(ts_ns, &report)?;
+                pipeline.flush()?;
+                log::debug!("sweep: {} path sockets, {seeded} seeded in the kernel table", report.sockets.len());
+            }
             _ = &mut shutdown => break,
         }
     }

@@ -5,7 +5,7 @@ mod common;
 use std::{os::unix::net::UnixListener, process::Command, time::Duration};
 
 use agent_common::{EventKind, Tier};
-use common::*;
+use common::{agent::sockwatch_bin, *};
 use sockwatch::probes::ProbeMode;
 
 fn bind_is_reported(test: &str, mode: ProbeMode, tier: Tier) {
@@ -129,10 +129,6 @@ fn bind_ignores_abstract_unnamed_failed_and_inet() {
             "{test}: unexpected events from this process: {others:#?}"
         );
     }
-}
-
-fn sockwatch_bin() -> String {
-    std::env::var("SOCKWATCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sockwatch").to_string())
 }
 
 /// The real binary: auto attaches the best tier, prints a JSON bind event for a bind made by

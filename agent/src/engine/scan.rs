@@ -23,6 +23,16 @@ impl Engine {
                 continue;
             };
             seen.insert(file);
+            // A scan is older than the events applied while it ran: a socket the events
+            // show released since the scan began is not brought back.
+            let released_since = self
+                .sockets
+                .get(&file)
+                .and_then(|s| s.released.as_ref())
+                .is_some_and(|r| r.ts_ns > ts_ns);
+            if released_since {
+                continue;
+            }
             self.reconcile(ts_ns, file, sc, out);
         }
         if snap.complete {
@@ -30,7 +40,8 @@ impl Engine {
             let gone: Vec<FileId> = self
                 .sockets
                 .iter()
-                .filter(|s| s.is_live() && !seen.contains(&s.file))
+                // Bound after the scan began: the scan could not have seen it.
+                .filter(|s| s.is_live() && !seen.contains(&s.file) && s.bound_ns <= ts_ns)
                 .map(|s| s.file)
                 .collect();
             for f in gone {

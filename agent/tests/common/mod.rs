@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
 pub mod actor;
+pub mod agent;
 
 use std::{
     path::Path,

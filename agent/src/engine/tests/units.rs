@@ -188,3 +188,41 @@ fn late_inputs_for_unknown_sockets_are_counted_not_invented() {
         (3, 1, 1)
     );
 }
+
+/// A scan is older than the events applied while it ran: a socket bound after it began is
+/// not released for missing from it, and one released after it began is not brought back.
+#[test]
+fn a_scan_does_not_undo_events_newer_than_itself() {
+    let mut e = engine();
+    e.apply(&bind(20, &a(), fid(1), 11, P));
+    e.apply(&listen(21, &a(), fid(1), 11));
+    let empty = Input::Scan(ScanSnapshot {
+        ts_ns: 10,
+        sockets: vec![],
+        complete: true,
+    });
+    assert!(e.apply(&empty).is_empty());
+    assert!(
+        e.socket(fid(1)).expect("known").released.is_none(),
+        "bound after the scan began"
+    );
+
+    e.apply(&release(30, &a(), fid(1), 11));
+    let stale_view = Input::Scan(ScanSnapshot {
+        ts_ns: 25,
+        sockets: vec![ScannedSocket {
+            sock_ino: 11,
+            file: Some(fid(1)),
+            path: P.into(),
+            listening: true,
+            holders: vec![a()],
+            file_linked: Some(true),
+        }],
+        complete: true,
+    });
+    assert!(e.apply(&stale_view).is_empty());
+    assert!(
+        e.socket(fid(1)).expect("known").released.is_some(),
+        "released after the scan began"
+    );
+}

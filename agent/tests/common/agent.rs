@@ -1,0 +1,136 @@
+//! The real `sockwatch run` binary as a test drives it: started on a watched directory,
+//! read back through its JSON-lines event file.
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use super::patience;
+
+pub fn sockwatch_bin() -> String {
+    std::env::var("SOCKWATCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sockwatch").to_string())
+}
+
+pub struct Agent {
+    child: Child,
+    pub events: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts `sockwatch run` watching `watch`, writing into `dir`, and waits until it runs.
+    pub fn start(dir: &Path, watch: &Path, extra: &[&str]) -> Agent {
+        let events = dir.join("events.jsonl");
+        let log = dir.join("agent.log");
+        let child = Command::new(sockwatch_bin())
+            .args(["run", "--scan-interval-secs", "0", "--events"])
+            .arg(&events)
+            .arg("--watch")
+            .arg(watch)
+            .args(extra)
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn sockwatch");
+        let mut agent = Agent { child, events, log };
+        let deadline = Instant::now() + patience();
+        while !agent.log_text().contains("running;") {
+            assert!(
+                agent.child.try_wait().expect("wait").is_none(),
+                "sockwatch exited: {}",
+                agent.log_text()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "sockwatch did not start: {}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        agent
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Every line written so far, parsed.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+            .collect()
+    }
+
+    pub fn verdicts(&self) -> Vec<serde_json::Value> {
+        self.lines()
+            .into_iter()
+            .filter(|v| v.get("verdict").is_some())
+            .collect()
+    }
+
+    /// Waits for a verdict matching `want`; fails listing every line written.
+    pub fn expect_verdict(
+        &self,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + patience();
+        loop {
+            if let Some(v) = self.verdicts().into_iter().find(|v| want(v)) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} verdict; lines: {:#?}\nlog: {}",
+                self.lines(),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the agent with SIGINT; it must exit cleanly.
+    pub fn stop(mut self) -> Vec<serde_json::Value> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "exit {status}: {}", self.log_text());
+        self.verdicts()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The Go listener (agent/tests/go/golistener.go): `SOCKWATCH_GO_LISTENER`, or built here
+/// with `go` when it is installed; `None` when neither.
+pub fn go_listener() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SOCKWATCH_GO_LISTENER") {
+        return Some(PathBuf::from(p));
+    }
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("golistener");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go/golistener.go");
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .env("CGO_ENABLED", "0")
+        .env(
+            "GOCACHE",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gocache"),
+        )
+        .env(
+            "GOPATH",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gopath"),
+        )
+        .status()
+        .ok()?;
+    status.success().then_some(out)
+}
