@@ -9,6 +9,7 @@ use agent_common::EventKind;
 
 use crate::{
     adapter,
+    attribution::Attributor,
     engine::{Engine, Input, Verdict},
     enrich::{self, LiveTable},
     event::{DirId, SockEvent},
@@ -29,6 +30,8 @@ pub struct Pipeline {
     recent: VecDeque<Verdict>,
     /// Write each event before its verdicts (`run`); off when replaying a recorded log.
     echo_events: bool,
+    /// pid -> container and pod; absent when replaying (the log carries it).
+    attributor: Option<Attributor>,
     /// Directory identity -> absolute path, learned from binds, to resolve the relative
     /// paths of unlinks and renames (`rm -r` unlinks relative to a directory descriptor).
     dirs: HashMap<DirId, String>,
@@ -44,6 +47,7 @@ impl Pipeline {
             live: Some(live),
             recent: VecDeque::new(),
             echo_events: true,
+            attributor: Some(Attributor::default()),
             dirs: HashMap::new(),
         }
     }
@@ -56,6 +60,7 @@ impl Pipeline {
             live: None,
             recent: VecDeque::new(),
             echo_events: false,
+            attributor: None,
             dirs: HashMap::new(),
         }
     }
@@ -66,6 +71,12 @@ impl Pipeline {
             enrich::connect_target(&mut ev, |id| live.get(id));
         }
         self.resolve_relative(&mut ev);
+        if let Some(a) = &mut self.attributor {
+            ev.workload = a.workload(ev.tgid);
+            if ev.kind == EventKind::Exit {
+                a.forget(ev.tgid);
+            }
+        }
         if self.echo_events {
             self.out.write(&ev)?;
         }
