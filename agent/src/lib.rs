@@ -2,10 +2,13 @@
 pub mod adapter;
 pub mod attribution;
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod enrich;
 pub mod event;
+pub mod http;
 pub mod loader;
+pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod preflight;

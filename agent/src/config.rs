@@ -1,0 +1,662 @@
+//! `--config FILE`: the agent's settings in TOML, each also settable by flag or environment.
+//!
+//! ```toml
+//! listen = "0.0.0.0:9469"        # HOST:PORT, :PORT or PORT
+//! scan_interval = "60s"          # ms, s, m or h
+//! drain_interval = "10ms"
+//!
+//! [[watches]]
+//! name = "multus"                # the `watch` label; defaults to the directory's name
+//! path = "/run/multus"
+//! ```
+//!
+//! Unknown fields and bad values are errors that name the field and the problem, e.g.
+//! `config /etc/sockwatch.toml: watches[1].path: must be absolute`.
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Component, Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+/// The port `/metrics` and the API are served on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 9469;
+/// Every interface, [`DEFAULT_PORT`] (what the DaemonSet uses; `127.0.0.1:9469` for loopback).
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT);
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Bounds of the intervals (the drain interval's match `--drain-interval-ms`).
+pub const SCAN_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(24 * 3600));
+pub const DRAIN_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_millis(1000));
+/// At most this many watches: each name is a label value (see `metrics::MAX_WATCHES`, which
+/// keeps room for `none` and `other`).
+pub const MAX_WATCHES: usize = crate::metrics::MAX_WATCHES - 2;
+/// Names the metrics reserve for sockets outside every watch and for overflow.
+pub const RESERVED_NAMES: [&str; 2] = [crate::metrics::NO_WATCH, crate::metrics::OTHER_WATCH];
+
+/// One watched directory and the name its metrics carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchConfig {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// The agent's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Empty: every path socket on the node is watched.
+    pub watches: Vec<WatchConfig>,
+    /// Where to serve `/metrics` and the API; `None` when neither file nor flag said.
+    pub listen: Option<SocketAddr>,
+    pub scan_interval: Duration,
+    pub drain_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            watches: Vec::new(),
+            listen: None,
+            scan_interval: DEFAULT_SCAN_INTERVAL,
+            drain_interval: DEFAULT_DRAIN_INTERVAL,
+        }
+    }
+}
+
+/// Values from flags or the environment; each one set replaces the file's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Non-empty: replaces the file's watches.
+    pub watches: Vec<WatchConfig>,
+    pub listen: Option<SocketAddr>,
+    pub scan_interval: Option<Duration>,
+    pub drain_interval: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown field or a value of the wrong type.
+    #[error("config {}: {}{message}", file.display(), at.as_deref().map(|a| format!("{a}: ")).unwrap_or_default())]
+    Parse {
+        file: PathBuf,
+        /// The field (`watches[1].path`) or the place (`line 3, column 7`), when known.
+        at: Option<String>,
+        message: String,
+    },
+    /// A value of the right type that is not acceptable.
+    #[error("config {origin}: {field}: {problem}")]
+    Invalid {
+        /// The file, or `flags` for values from flags and the environment.
+        origin: String,
+        field: String,
+        problem: String,
+    },
+}
+
+/// Reads and checks a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path)
+}
+
+/// Parses and checks config text; `file` only names it in errors.
+pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let parse_error = |at: Option<String>, message: String| ConfigError::Parse {
+        file: file.to_path_buf(),
+        at,
+        message,
+    };
+    let de = toml::Deserializer::parse(text)
+        .map_err(|e| parse_error(place(text, e.span()), e.message().to_string()))?;
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let at = if path.is_empty() || path == "." {
+            place(text, inner.span())
+        } else {
+            Some(path)
+        };
+        parse_error(at, inner.message().to_string())
+    })?;
+    let origin = file.display().to_string();
+    let invalid = |field: String, problem: String| ConfigError::Invalid {
+        origin: origin.clone(),
+        field,
+        problem,
+    };
+    let mut config = Config::default();
+    for (i, w) in raw.watches.into_iter().enumerate() {
+        let path = PathBuf::from(&w.path);
+        check_watch_path(&path).map_err(|p| invalid(format!("watches[{i}].path"), p))?;
+        let name = match w.name {
+            Some(name) => name,
+            None => default_name(&path).map_err(|p| invalid(format!("watches[{i}].name"), p))?,
+        };
+        config.watches.push(WatchConfig { name, path });
+    }
+    if let Some(l) = raw.listen {
+        config.listen = Some(parse_listen(&l).map_err(|p| invalid("listen".into(), p))?);
+    }
+    if let Some(s) = raw.scan_interval {
+        config.scan_interval = parse_interval(&s, SCAN_INTERVAL_RANGE)
+            .map_err(|p| invalid("scan_interval".into(), p))?;
+    }
+    if let Some(s) = raw.drain_interval {
+        config.drain_interval = parse_interval(&s, DRAIN_INTERVAL_RANGE)
+            .map_err(|p| invalid("drain_interval".into(), p))?;
+    }
+    config.validate(&origin)?;
+    Ok(config)
+}
+
+impl Config {
+    /// Applies flags and environment over the file's values, and checks the result.
+    pub fn merge(mut self, o: Overrides) -> Result<Config, ConfigError> {
+        if !o.watches.is_empty() {
+            self.watches = o.watches;
+        }
+        self.listen = o.listen.or(self.listen);
+        self.scan_interval = o.scan_interval.unwrap_or(self.scan_interval);
+        self.drain_interval = o.drain_interval.unwrap_or(self.drain_interval);
+        self.validate("flags")?;
+        Ok(self)
+    }
+
+    /// Checks what no single value can: names, counts, ranges, duplicates.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |field: String, problem: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            field,
+            problem,
+        };
+        if self.watches.len() > MAX_WATCHES {
+            return Err(invalid(
+                "watches".into(),
+                format!(
+                    "{} watches, at most {MAX_WATCHES} (each name is a metric label)",
+                    self.watches.len()
+                ),
+            ));
+        }
+        for (i, w) in self.watches.iter().enumerate() {
+            check_name(&w.name).map_err(|p| invalid(format!("watches[{i}].name"), p))?;
+            check_watch_path(&w.path).map_err(|p| invalid(format!("watches[{i}].path"), p))?;
+            if let Some(j) = self.watches[..i].iter().position(|o| o.name == w.name) {
+                return Err(invalid(
+                    format!("watches[{i}].name"),
+                    format!("`{}` is already the name of watches[{j}]", w.name),
+                ));
+            }
+            if let Some(j) = self.watches[..i].iter().position(|o| o.path == w.path) {
+                return Err(invalid(
+                    format!("watches[{i}].path"),
+                    format!("{} is already watched by watches[{j}]", w.path.display()),
+                ));
+            }
+        }
+        for (field, d, range) in [
+            ("scan_interval", self.scan_interval, SCAN_INTERVAL_RANGE),
+            ("drain_interval", self.drain_interval, DRAIN_INTERVAL_RANGE),
+        ] {
+            check_range(d, range).map_err(|p| invalid(field.into(), p))?;
+        }
+        Ok(())
+    }
+
+    /// The name of the watch `path` lies in (the deepest one), or `""` for none. Paths are
+    /// compared by components, so `/run/multus2/x` is not in `/run/multus`.
+    pub fn watch_of(&self, path: &str) -> &str {
+        let path = Path::new(path);
+        self.watches
+            .iter()
+            .filter(|w| path.starts_with(&w.path))
+            .max_by_key(|w| w.path.components().count())
+            .map_or("", |w| w.name.as_str())
+    }
+
+    /// The watch names, for `Metrics::watches`.
+    pub fn watch_names(&self) -> impl Iterator<Item = &str> {
+        self.watches.iter().map(|w| w.name.as_str())
+    }
+}
+
+/// `NAME=PATH` or `PATH` (named after its last component), as `--watch` takes it.
+impl FromStr for WatchConfig {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, path) = match s.split_once('=') {
+            Some((name, path)) if !name.contains('/') => (Some(name.to_string()), path),
+            _ => (None, s),
+        };
+        let path = PathBuf::from(path);
+        check_watch_path(&path)?;
+        let name = match name {
+            Some(n) => n,
+            None => default_name(&path)?,
+        };
+        check_name(&name)?;
+        Ok(WatchConfig { name, path })
+    }
+}
+
+impl fmt::Display for WatchConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.path.display())
+    }
+}
+
+/// A listen address: `HOST:PORT` (an IP literal, `[::1]:PORT` for IPv6), `:PORT` or `PORT`
+/// (both every interface).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    let port_only = s.strip_prefix(':').unwrap_or(s);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::new(DEFAULT_LISTEN.ip(), port));
+    }
+    s.parse::<SocketAddr>().map_err(|_| {
+        format!("`{s}` is not an address: expected HOST:PORT with an IP host, :PORT or PORT")
+    })
+}
+
+/// A duration with a unit: `500ms`, `10s`, `5m`, `1h` (a decimal number is allowed: `1.5s`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{s}` has no unit: write e.g. 500ms, 10s, 5m or 1h"))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration: write e.g. 500ms, 10s, 5m or 1h"))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        u => return Err(format!("`{s}`: unknown unit `{u}` (ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|_| format!("`{s}` is out of range"))
+}
+
+/// A duration within `range`.
+pub fn parse_interval(s: &str, range: (Duration, Duration)) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    check_range(d, range)?;
+    Ok(d)
+}
+
+fn check_range(d: Duration, (lo, hi): (Duration, Duration)) -> Result<(), String> {
+    if d < lo || d > hi {
+        return Err(format!(
+            "{d:?} is out of range: must be between {lo:?} and {hi:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn check_watch_path(path: &Path) -> Result<(), String> {
+    if path.as_os_str().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if !path.is_absolute() {
+        return Err(format!("must be absolute, not `{}`", path.display()));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(format!(
+            "must not contain `.` or `..` components: `{}`",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Watch names are label values: short, plain, and not one the metrics reserve.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 63 {
+        return Err(format!("`{name}` must be 1 to 63 characters long"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(format!(
+            "`{name}` may only contain letters, digits, `_`, `-` and `.`"
+        ));
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return Err(format!("`{name}` is reserved by the metrics"));
+    }
+    Ok(())
+}
+
+/// The last component of `path`, made into a name (`/run/multus` → `multus`).
+fn default_name(path: &Path) -> Result<String, String> {
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| {
+            format!(
+                "{} has no last component to name it after: set a name",
+                path.display()
+            )
+        })?;
+    let name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    check_name(&name).map(|()| name)
+}
+
+/// `line L, column C` of a byte span's start.
+fn place(text: &str, span: Option<std::ops::Range<usize>>) -> Option<String> {
+    let at = span?.start.min(text.len());
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    Some(format!("line {line}, column {column}"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    watches: Vec<RawWatch>,
+    listen: Option<String>,
+    scan_interval: Option<String>,
+    drain_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatch {
+    name: Option<String>,
+    path: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<Config, String> {
+        parse(text, Path::new("/etc/sockwatch.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn full_file() {
+        let c = parse_str(
+            r#"
+listen = "127.0.0.1:9469"
+scan_interval = "30s"
+drain_interval = "20ms"
+
+[[watches]]
+name = "multus"
+path = "/run/multus"
+
+[[watches]]
+path = "/var/run/crio"
+"#,
+        )
+        .expect("parses");
+        assert_eq!(c.listen, Some("127.0.0.1:9469".parse().expect("addr")));
+        assert_eq!(c.scan_interval, Duration::from_secs(30));
+        assert_eq!(c.drain_interval, Duration::from_millis(20));
+        assert_eq!(
+            c.watches,
+            vec![
+                WatchConfig {
+                    name: "multus".into(),
+                    path: "/run/multus".into()
+                },
+                WatchConfig {
+                    name: "crio".into(),
+                    path: "/var/run/crio".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(parse_str("").expect("parses"), Config::default());
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_problem() {
+        let cases = [
+            (
+                "[[watches]]\npath = \"/run/a\"\n[[watches]]\npath = \"run/b\"\n",
+                "config /etc/sockwatch.toml: watches[1].path: must be absolute",
+            ),
+            (
+                "[[watches]]\npaht = \"/run/a\"\n",
+                "config /etc/sockwatch.toml: watches[0].paht: unknown field `paht`, expected `name` or `path`",
+            ),
+            (
+                "lisen = \":9469\"\n",
+                "config /etc/sockwatch.toml: lisen: unknown field `lisen`, expected one of `watches`,",
+            ),
+            (
+                "[[watches]]\npath = 5\n",
+                "config /etc/sockwatch.toml: watches[0].path: invalid type: integer `5`",
+            ),
+            (
+                "listen = \"localhost:http\"\n",
+                "config /etc/sockwatch.toml: listen: `localhost:http` is not an address",
+            ),
+            (
+                "scan_interval = \"10\"\n",
+                "config /etc/sockwatch.toml: scan_interval: `10` has no unit",
+            ),
+            (
+                "scan_interval = \"10 fortnights\"\n",
+                "config /etc/sockwatch.toml: scan_interval: `10 fortnights`: unknown unit",
+            ),
+            (
+                "drain_interval = \"5s\"\n",
+                "config /etc/sockwatch.toml: drain_interval: 5s is out of range",
+            ),
+            (
+                "[[watches]]\nname = \"a\"\npath = \"/run/a\"\n[[watches]]\nname = \"a\"\npath = \"/run/b\"\n",
+                "config /etc/sockwatch.toml: watches[1].name: `a` is already the name of watches[0]",
+            ),
+            (
+                "[[watches]]\nname = \"x y\"\npath = \"/run/a\"\n",
+                "config /etc/sockwatch.toml: watches[0].name: `x y` may only contain",
+            ),
+            (
+                "[[watches]]\nname = \"none\"\npath = \"/run/a\"\n",
+                "config /etc/sockwatch.toml: watches[0].name: `none` is reserved",
+            ),
+            (
+                "[[watches]]\npath = \"/run/../etc\"\n",
+                "config /etc/sockwatch.toml: watches[0].path: must not contain",
+            ),
+            ("listen = [\n", "config /etc/sockwatch.toml: line 1, column"),
+        ];
+        for (text, want) in cases {
+            let got = parse_str(text).expect_err(text);
+            assert!(
+                got.starts_with(want),
+                "{text:?}:\n got: {got}\nwant: {want}…"
+            );
+        }
+    }
+
+    #[test]
+    fn unreadable_file_is_named() {
+        let e = load(Path::new("/nonexistent/sockwatch.toml"))
+            .expect_err("missing")
+            .to_string();
+        assert!(e.starts_with("config /nonexistent/sockwatch.toml: "), "{e}");
+    }
+
+    #[test]
+    fn too_many_watches() {
+        let mut text = String::new();
+        for i in 0..=MAX_WATCHES {
+            text.push_str(&format!("[[watches]]\npath = \"/run/w{i}\"\n"));
+        }
+        let e = parse_str(&text).expect_err("too many");
+        assert!(e.contains("watches: 63 watches, at most 62"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = parse_str("listen = \":9000\"\n[[watches]]\npath = \"/run/a\"\n").expect("ok");
+        let merged = file
+            .clone()
+            .merge(Overrides {
+                watches: vec!["m=/run/multus".parse().expect("watch")],
+                listen: Some("127.0.0.1:9469".parse().expect("addr")),
+                scan_interval: Some(Duration::from_secs(5)),
+                drain_interval: None,
+            })
+            .expect("valid");
+        assert_eq!(merged.watches[0].name, "m");
+        assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
+        assert_eq!(merged.scan_interval, Duration::from_secs(5));
+        assert_eq!(merged.drain_interval, DEFAULT_DRAIN_INTERVAL);
+        // Nothing set: the file stands.
+        assert_eq!(
+            file.clone().merge(Overrides::default()).expect("valid"),
+            file
+        );
+        let e = file
+            .merge(Overrides {
+                watches: vec![
+                    "a=/run/a".parse().expect("w"),
+                    "a=/run/b".parse().expect("w"),
+                ],
+                ..Overrides::default()
+            })
+            .expect_err("duplicate")
+            .to_string();
+        assert_eq!(
+            e,
+            "config flags: watches[1].name: `a` is already the name of watches[0]"
+        );
+    }
+
+    #[test]
+    fn watch_flag_syntax() {
+        let w: WatchConfig = "/run/multus".parse().expect("path only");
+        assert_eq!(
+            (w.name.as_str(), w.path.as_path()),
+            ("multus", Path::new("/run/multus"))
+        );
+        let w: WatchConfig = "cni=/run/multus".parse().expect("named");
+        assert_eq!(w.name, "cni");
+        assert_eq!(w.to_string(), "cni=/run/multus");
+        // A path with '=' in a component is still a path.
+        let w: WatchConfig = "/run/a=b".parse().expect("path with =");
+        assert_eq!(w.path, Path::new("/run/a=b"));
+        assert_eq!(w.name, "a_b");
+        assert!("relative/dir".parse::<WatchConfig>().is_err());
+        assert!(
+            "/".parse::<WatchConfig>()
+                .expect_err("no name")
+                .contains("set a name")
+        );
+    }
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(parse_listen("9469"), Ok(DEFAULT_LISTEN));
+        assert_eq!(parse_listen(":9469"), Ok(DEFAULT_LISTEN));
+        assert_eq!(
+            parse_listen("127.0.0.1:9469"),
+            Ok("127.0.0.1:9469".parse().expect("addr"))
+        );
+        assert_eq!(
+            parse_listen("[::1]:1"),
+            Ok("[::1]:1".parse().expect("addr"))
+        );
+        assert!(parse_listen("99999").is_err());
+        assert!(parse_listen("localhost:9469").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1e400s").is_err());
+    }
+
+    #[test]
+    fn watch_of_matches_components_deepest_first() {
+        let c = Config {
+            watches: vec![
+                "run=/run".parse().expect("w"),
+                "multus=/run/multus".parse().expect("w"),
+            ],
+            ..Config::default()
+        };
+        assert_eq!(c.watch_of("/run/multus/multus.sock"), "multus");
+        assert_eq!(c.watch_of("/run/multus2/x.sock"), "run");
+        assert_eq!(c.watch_of("/tmp/x.sock"), "");
+        assert_eq!(c.watch_names().collect::<Vec<_>>(), ["run", "multus"]);
+    }
+
+    /// The example in deploy/ is a valid config.
+    #[test]
+    fn deploy_example_config_parses() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        let cm = std::fs::read_to_string(dir.join("20-configmap.yaml"))
+            .expect("deploy/20-configmap.yaml");
+        // The TOML is the block scalar under `sockwatch.toml: |`, indented by 4.
+        let toml: String = cm
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("sockwatch.toml: |"))
+            .skip(1)
+            .take_while(|l| l.is_empty() || l.starts_with("    "))
+            .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+            .collect();
+        let c = parse(&toml, Path::new("deploy/20-configmap.yaml")).expect("valid config");
+        assert!(c.watches.is_empty(), "the default watches the whole node");
+        // The commented-out example is valid too.
+        let example: String = toml
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.starts_with("[[watches]]") || rest.contains(" = ") => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = parse(&example, Path::new("example")).expect("valid example");
+        assert_eq!(
+            c.watch_names().collect::<Vec<_>>(),
+            ["multus", "device-plugins"]
+        );
+    }
+}
