@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# deploy/check.sh: checks deploy/ and dashboards/ without a cluster. Exit 0 when all pass.
+#
+#   1. manifests: Kubernetes schemas (PyPI kubernetes-validate, strict, 1.30 and 1.37),
+#      Prometheus Operator schemas (npm @kubernetes-models/prometheus-operator, plus the strict
+#      subsets in deploy/schemas/), the privileged patch applied, cross-object checks
+#      (deploy/tests/validate.py)
+#   2. `promtool check rules` on the PrometheusRule's groups
+#   3. `promtool test rules deploy/tests/alerts.test.yaml`: every alert fires when it should and
+#      stays silent in benign series
+#   4. every PromQL expression of every dashboard parses (`promtool check rules` on them as
+#      recording rules)
+#
+# Installs what is missing, idempotently: Debian's `prometheus` package (promtool) with
+# apt-get (as root), the Python packages with `pip --target` and the npm package with
+# `npm --prefix`, both into $SOCKWATCH_CHECK_CACHE (default /var/cache/sockwatch-deploy-check).
+# Runs every step even after a failure; the last line is `deploy/check.sh: N passed, M failed`.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+cache="${SOCKWATCH_CHECK_CACHE:-/var/cache/sockwatch-deploy-check}"
+py_packages=(kubernetes-validate==1.37.0 PyYAML==6.0.3 jsonschema==4.26.0)
+npm_package="@kubernetes-models/prometheus-operator@6.0.0"
+
+say() { echo "deploy/check.sh: $*"; }
+die() { say "$*" >&2; exit 2; }
+
+apt_updated=
+apt_install() {
+    [[ $EUID -eq 0 ]] || die "missing $* and not root: apt-get install $* (or run as root)"
+    if [[ -z $apt_updated ]]; then
+        apt-get update -qq >/dev/null || die "apt-get update failed"
+        apt_updated=1
+    fi
+    say "installing Debian packages: $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+        || die "apt-get install $* failed"
+}
+
+command -v promtool >/dev/null || apt_install prometheus
+command -v python3 >/dev/null || apt_install python3 python3-pip
+python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+command -v node >/dev/null && command -v npm >/dev/null || apt_install nodejs npm
+
+mkdir -p "$cache" || die "cannot create $cache"
+py_dir="$cache/py"
+py_stamp="$py_dir/.installed-$(printf '%s ' "${py_packages[@]}" | sha256sum | cut -c1-16)"
+if [[ ! -e $py_stamp ]]; then
+    say "installing ${py_packages[*]} into $py_dir"
+    rm -rf "$py_dir"
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+        --target "$py_dir" "${py_packages[@]}" || die "pip install ${py_packages[*]} failed"
+    touch "$py_stamp"
+fi
+export PYTHONPATH="$py_dir${PYTHONPATH:+:$PYTHONPATH}"
+node_dir="$cache/node"
+node_stamp="$node_dir/.installed-$(echo "$npm_package" | sha256sum | cut -c1-16)"
+if [[ ! -e $node_stamp ]]; then
+    say "installing $npm_package into $node_dir"
+    rm -rf "$node_dir"
+    mkdir -p "$node_dir"
+    npm install --prefix "$node_dir" --no-audit --no-fund --silent "$npm_package" \
+        || die "npm install $npm_package failed"
+    touch "$node_stamp"
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+step() {
+    local name="$1"
+    shift
+    say "===== $name ====="
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        say "FAILED: $name"
+    fi
+}
+
+alert_rules() {
+    python3 "$here/tests/promrules.py" rules "$here/60-prometheusrule.yaml" >"$tmp/sockwatch.rules.yaml" \
+        && promtool check rules "$tmp/sockwatch.rules.yaml"
+}
+alert_tests() {
+    python3 "$here/tests/promrules.py" rules "$here/60-prometheusrule.yaml" >"$tmp/sockwatch.rules.yaml" \
+        && cp "$here/tests/alerts.test.yaml" "$tmp/" \
+        && promtool test rules "$tmp/alerts.test.yaml"
+}
+dashboard_exprs() {
+    python3 "$here/tests/promrules.py" dashboards "$root"/dashboards/*.json >"$tmp/dashboards.rules.yaml" \
+        && promtool check rules "$tmp/dashboards.rules.yaml" \
+        && echo "$(grep -c 'record:' "$tmp/dashboards.rules.yaml") dashboard expressions parse"
+}
+
+step "manifests: schemas and cross-object checks" \
+    python3 "$here/tests/validate.py" --deploy "$here" --crd-validator "$node_dir"
+step "promtool check rules (PrometheusRule)" alert_rules
+step "promtool test rules (deploy/tests/alerts.test.yaml)" alert_tests
+step "dashboard PromQL parses" dashboard_exprs
+
+say "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
