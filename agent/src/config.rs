@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! listen = "0.0.0.0:9469"        # HOST:PORT, :PORT or PORT
-//! scan_interval = "60s"          # ms, s, m or h
+//! scan_interval = "30s"          # ms, s, m or h; "0s": no periodic sweeps
 //! drain_interval = "10ms"
 //!
 //! [[watches]]
@@ -27,9 +27,11 @@ pub const DEFAULT_PORT: u16 = 9469;
 /// Every interface, [`DEFAULT_PORT`] (what the DaemonSet uses; `127.0.0.1:9469` for loopback).
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT);
-pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(60);
+/// As `--scan-interval-secs`; zero disables the periodic sweeps (the start-up scan still runs).
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_millis(10);
-/// Bounds of the intervals (the drain interval's match `--drain-interval-ms`).
+/// Bounds of the intervals (the drain interval's match `--drain-interval-ms`); a zero scan
+/// interval is accepted besides (no periodic sweeps).
 pub const SCAN_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(24 * 3600));
 pub const DRAIN_INTERVAL_RANGE: (Duration, Duration) =
@@ -153,8 +155,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         config.listen = Some(parse_listen(&l).map_err(|p| invalid("listen".into(), p))?);
     }
     if let Some(s) = raw.scan_interval {
-        config.scan_interval = parse_interval(&s, SCAN_INTERVAL_RANGE)
-            .map_err(|p| invalid("scan_interval".into(), p))?;
+        config.scan_interval =
+            parse_scan_interval(&s).map_err(|p| invalid("scan_interval".into(), p))?;
     }
     if let Some(s) = raw.drain_interval {
         config.drain_interval = parse_interval(&s, DRAIN_INTERVAL_RANGE)
@@ -209,12 +211,12 @@ impl Config {
                 ));
             }
         }
-        for (field, d, range) in [
-            ("scan_interval", self.scan_interval, SCAN_INTERVAL_RANGE),
-            ("drain_interval", self.drain_interval, DRAIN_INTERVAL_RANGE),
-        ] {
-            check_range(d, range).map_err(|p| invalid(field.into(), p))?;
+        if !self.scan_interval.is_zero() {
+            check_range(self.scan_interval, SCAN_INTERVAL_RANGE)
+                .map_err(|p| invalid("scan_interval".into(), p))?;
         }
+        check_range(self.drain_interval, DRAIN_INTERVAL_RANGE)
+            .map_err(|p| invalid("drain_interval".into(), p))?;
         Ok(())
     }
 
@@ -298,6 +300,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn parse_interval(s: &str, range: (Duration, Duration)) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     check_range(d, range)?;
+    Ok(d)
+}
+
+/// A scan interval: zero (`0s`, no periodic sweeps) or within [`SCAN_INTERVAL_RANGE`].
+pub fn parse_scan_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if !d.is_zero() {
+        check_range(d, SCAN_INTERVAL_RANGE)?;
+    }
     Ok(d)
 }
 
@@ -600,6 +611,14 @@ path = "/var/run/crio"
         );
         assert!(parse_listen("99999").is_err());
         assert!(parse_listen("localhost:9469").is_err());
+    }
+
+    #[test]
+    fn a_zero_scan_interval_disables_sweeps() {
+        let c = parse_str("scan_interval = \"0s\"\n").expect("zero is allowed");
+        assert_eq!(c.scan_interval, Duration::ZERO);
+        let e = parse_str("scan_interval = \"500ms\"\n").expect_err("too short");
+        assert!(e.contains("scan_interval: 500ms is out of range"), "{e}");
     }
 
     #[test]
