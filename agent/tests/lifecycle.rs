@@ -73,7 +73,7 @@ fn assert_removal(
 /// shutdown then unlinks B's live socket. Two foreign unlinks, decided in the kernel.
 #[test]
 fn s1_two_foreign_unlinks() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let test = format!("s1_{}", tier.name());
         let Some(mut l) = load(&test, mode, tier) else {
             continue;
@@ -139,7 +139,7 @@ fn s1_two_foreign_unlinks() {
 /// S2: the owner unlinks its own socket while holding it: live, and the unlinker holds it.
 #[test]
 fn s2_owner_unlink_holds_fd() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s2_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -169,7 +169,7 @@ fn s2_owner_unlink_holds_fd() {
 /// S5: B renames its fresh socket over A's live one: A's inode is displaced.
 #[test]
 fn s5_rename_over_live_socket() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s5_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -203,7 +203,7 @@ fn s5_rename_over_live_socket() {
 /// reported (owner set) and the kernel sees the worker holding the socket.
 #[test]
 fn s6_inherited_listener() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s6_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -243,7 +243,7 @@ fn s6_inherited_listener() {
 /// Bind, listen and release carry the socket file, the sockfs inode and the backlog.
 #[test]
 fn bind_listen_release() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("blr_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -306,7 +306,7 @@ fn bind_listen_release() {
 /// replaced; the client's connect is refused on the old inode: unlinked (nlink 0) and pinned.
 #[test]
 fn s3_bind_mount_pins_stale_inode() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s3_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -352,7 +352,7 @@ fn s3_bind_mount_pins_stale_inode() {
 /// S8: bound but not listening: the refusal names a bound target (not a stale inode).
 #[test]
 fn s8_bound_not_listening_refusal() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s8_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -379,7 +379,7 @@ fn s8_bound_not_listening_refusal() {
 /// Missing path and datagram sendto failures carry their errno and kind.
 #[test]
 fn connect_and_sendto_errors() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("connect_err_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -418,7 +418,7 @@ fn connect_and_sendto_errors() {
 /// S9: abstract sockets never produce events, nor do connects to them.
 #[test]
 fn s9_abstract_sockets_are_ignored() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let Some(mut l) = load(&format!("s9_{}", tier.name()), mode, tier) else {
             continue;
         };
@@ -480,7 +480,7 @@ fn s9_abstract_sockets_are_ignored() {
 /// is deleted and re-created is watched again from its first bind, in the kernel.
 #[test]
 fn s12_watched_directory_recreated() {
-    for (mode, tier) in MODES {
+    for (mode, tier) in modes() {
         let tmp = tempdir();
         let dir = tmp.path().join("watched");
         let other = tmp.path().join("other");

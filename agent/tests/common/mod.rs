@@ -33,12 +33,22 @@ pub struct Loaded {
 }
 
 /// Every forced mode and the tier it stands for, exact tiers first.
-pub const MODES: [(ProbeMode, Tier); 4] = [
+const ALL_MODES: [(ProbeMode, Tier); 4] = [
     (ProbeMode::Fentry, Tier::Fentry),
     (ProbeMode::Lsm, Tier::Lsm),
     (ProbeMode::Kprobe, Tier::Kprobe),
     (ProbeMode::Tracepoint, Tier::Tracepoint),
 ];
+
+/// The modes a scenario runs under. In the VM (emulated, slow) the tracepoint tier is left
+/// to the host, which runs it natively; the VM still runs it for bind in `kernel.rs`.
+pub fn modes() -> Vec<(ProbeMode, Tier)> {
+    let in_vm = std::env::var_os("SOCKWATCH_IN_VM").is_some();
+    ALL_MODES
+        .into_iter()
+        .filter(|(_, t)| !(in_vm && *t == Tier::Tracepoint))
+        .collect()
+}
 
 fn required_tiers() -> Vec<String> {
     std::env::var("SOCKWATCH_REQUIRE_TIERS")
