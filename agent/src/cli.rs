@@ -1,9 +1,12 @@
 //! Command line. Every flag can also come from the environment (`SOCKWATCH_*`).
-use std::path::PathBuf;
+use std::{net::SocketAddr, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::probes::ProbeMode;
+use crate::{
+    config::{self, WatchConfig},
+    probes::ProbeMode,
+};
 
 /// sockwatch: watches UNIX-domain socket files and reports who deletes or replaces a socket
 /// that another process still listens on.
@@ -27,6 +30,9 @@ pub enum Command {
     /// Run a recorded event log (JSON lines, as `run` writes them) through the correlation
     /// engine again and print its verdicts.
     Replay(ReplayArgs),
+    /// Current state and recent history of one socket path, from a running agent's API, or
+    /// else from a scan of the node.
+    Explain(ExplainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -43,22 +49,38 @@ pub struct RunArgs {
     /// Where to write events, one JSON object per line; `-` is stdout.
     #[arg(long, default_value = "-", env = "SOCKWATCH_EVENTS")]
     pub events: PathBuf,
-    /// Watch only sockets in (or below, up to 8 levels) this directory; repeatable. Without
-    /// it every path socket on the node is watched.
+    /// Settings file (TOML): watches, listen address, intervals. Flags override it.
+    #[arg(long, value_name = "FILE", env = "SOCKWATCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Watch only sockets in (or below, up to 8 levels) this directory; repeatable; `NAME=DIR`
+    /// names it in metrics. Without any, every path socket on the node is watched.
     #[arg(
         long = "watch",
-        value_name = "DIR",
+        value_name = "[NAME=]DIR",
         env = "SOCKWATCH_WATCH",
         value_delimiter = ','
     )]
-    pub watch: Vec<PathBuf>,
+    pub watch: Vec<WatchConfig>,
+    /// Serve /metrics, /healthz, /readyz and the API here (`127.0.0.1:9469` for loopback
+    /// only; `:9469` on every interface). Off unless given here or in the config file.
+    #[arg(long, value_name = "ADDR", value_parser = config::parse_listen, env = "SOCKWATCH_LISTEN")]
+    pub listen: Option<SocketAddr>,
     /// Seconds between reconciliation sweeps (sock_diag + /proc), which repair the picture
-    /// after lost events; 0 disables them (the startup scan always runs).
-    #[arg(long, default_value_t = 30, env = "SOCKWATCH_SCAN_INTERVAL_SECS")]
-    pub scan_interval_secs: u64,
-    /// How often to drain the ring buffer when the kernel has not woken the agent.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
-    pub drain_interval_ms: u64,
+    /// after lost events; 0 disables them (the startup scan always runs). Default 30.
+    #[arg(long, env = "SOCKWATCH_SCAN_INTERVAL_SECS")]
+    pub scan_interval_secs: Option<u64>,
+    /// How often to drain the ring buffer when the kernel has not woken the agent. Default 10.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
+    pub drain_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The socket path to explain.
+    pub path: PathBuf,
+    /// A running agent's API address; when none answers there, a scan of the node is used.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9469", value_parser = config::parse_listen, env = "SOCKWATCH_AGENT")]
+    pub agent: SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -112,7 +134,10 @@ mod tests {
         };
         assert_eq!(a.probe_mode, ProbeMode::Auto);
         assert_eq!(a.events, PathBuf::from("-"));
-        assert_eq!(a.drain_interval_ms, 10);
+        assert_eq!(
+            (a.drain_interval_ms, a.scan_interval_secs, a.listen),
+            (None, None, None)
+        );
         assert!(a.watch.is_empty());
     }
 
@@ -136,10 +161,25 @@ mod tests {
         else {
             panic!("not run")
         };
+        let paths: Vec<PathBuf> = a.watch.iter().map(|w| w.path.clone()).collect();
         assert_eq!(
-            a.watch,
+            paths,
             vec![PathBuf::from("/run/a"), PathBuf::from("/run/b")]
         );
+        let Command::Run(a) = parse(&[
+            "run",
+            "--watch",
+            "multus=/run/multus",
+            "--listen",
+            "127.0.0.1:9469",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(a.watch[0].name, "multus");
+        assert_eq!(a.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     }
 
     #[test]

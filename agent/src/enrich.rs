@@ -32,6 +32,15 @@ impl LiveTable {
         self.live.get(id, 0).ok()
     }
 
+    /// Entries in the table (walks it: for scrapes, not for the event path).
+    pub fn len(&self) -> usize {
+        self.live.keys().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Adds a socket the kernel has not seen bound (it was bound before the agent started,
     /// or its bind event was lost); an entry the kernel made is never overwritten. Returns
     /// whether it was added.

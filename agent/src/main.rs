@@ -1,27 +1,32 @@
-use std::{process::ExitCode, time::Duration};
+mod run;
 
-use anyhow::Context as _;
+use std::process::ExitCode;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
 use clap::Parser as _;
 use sockwatch::{
-    cli::{CheckArgs, Cli, Command, ReplayArgs, RunArgs, ScanArgs},
+    cli::{CheckArgs, Cli, Command, ExplainArgs, ReplayArgs, ScanArgs},
     engine::{Engine, Limits},
-    loader::{self, LoadOptions, Probes},
+    loader,
     output::JsonLines,
     pipeline::Pipeline,
     preflight,
     probes::PROBES,
-    pump::Sweep,
-    reconcile,
     scan::{self, ScanOptions},
-    watch::{self, WatchedDir},
 };
-use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("SOCKWATCH_LOG", "info")).init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run::run(args),
+        Command::Explain(args) => explain(args),
         Command::Check(args) => check(args),
         Command::Replay(args) => replay(args),
         Command::Scan(args) => {
@@ -70,86 +75,6 @@ fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut watches = args
-        .watch
-        .iter()
-        .map(|p| watch::resolve(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    preflight::prepare()?;
-    let out = JsonLines::open(&args.events)
-        .with_context(|| format!("cannot open --events {}", args.events.display()))?;
-    let mut probes = Probes::load(&LoadOptions {
-        mode: args.probe_mode,
-        ignore_tgid: std::process::id(),
-        wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
-        watch: watches.clone(),
-    })?;
-    for r in &probes.report {
-        log::info!("attached {}", r.summary());
-    }
-    let reader = probes.events()?;
-    let engine = Engine::new(Limits::default())?;
-    let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
-    // After attaching, so a socket bound meanwhile is in the scan or in the events.
-    let scan_opts = ScanOptions {
-        watch: args.watch.clone(),
-        ..Default::default()
-    };
-    let started = reconcile::boot_ns();
-    match scan::scan(&scan_opts) {
-        Ok(report) => {
-            let seeded = pipeline.reconcile(started, &report)?;
-            pipeline.flush()?;
-            for w in &report.warnings {
-                log::warn!("startup scan could not see everything: {w}");
-            }
-            log::info!(
-                "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
-                report.sockets.len(),
-                report.findings.len()
-            );
-        }
-        Err(e) => log::warn!("startup scan failed, continuing on kernel events alone: {e}"),
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let stats = rt.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let shutdown = async {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
-        log::info!("running; stop with SIGINT or SIGTERM");
-        let drain_every = Duration::from_millis(args.drain_interval_ms);
-        let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
-        if args.scan_interval_secs > 0 {
-            tokio::spawn(sweep_periodically(
-                scan_opts,
-                Duration::from_secs(args.scan_interval_secs),
-                sweep_tx,
-            ));
-        }
-        let pump = sockwatch::pump::pump(reader, &mut pipeline, drain_every, sweeps, shutdown);
-        tokio::select! {
-            r = pump => r,
-            _ = refresh_watches(&mut probes, &mut watches) => unreachable!("refresh never ends"),
-        }
-    })?;
-    log::info!(
-        "stopping: {} events delivered, {} malformed; kernel counters: {}",
-        stats.delivered,
-        stats.decode_errors,
-        probes.counters()?.summary()
-    );
-    drop(probes); // detaches every program
-    Ok(())
-}
-
 fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let input: Box<dyn std::io::BufRead> = if args.file == std::path::Path::new("-") {
         Box::new(std::io::stdin().lock())
@@ -172,52 +97,69 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag).
-async fn sweep_periodically(
-    opts: ScanOptions,
-    every: Duration,
-    tx: tokio::sync::mpsc::Sender<Sweep>,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await; // the startup scan just ran
-    loop {
-        tick.tick().await;
-        let opts = opts.clone();
-        let started = reconcile::boot_ns();
-        match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
-            Ok(Ok(report)) => {
-                if tx.send((started, report)).await.is_err() {
-                    return;
-                }
-            }
-            Ok(Err(e)) => log::warn!("sweep failed: {e}"),
-            Err(e) => log::warn!("sweep task failed: {e}"),
+/// `sockwatch explain PATH`: the running agent's view of one path, else a scan's.
+fn explain(args: ExplainArgs) -> anyhow::Result<()> {
+    let path = args.path.to_str().context("the path is not UTF-8")?;
+    match api_get(
+        args.agent,
+        &format!("/api/sockets?path={}", percent_encode(path)),
+    ) {
+        Ok(body) => {
+            writeln!(std::io::stdout(), "{body}")?;
+            return Ok(());
         }
+        Err(e) => log::info!(
+            "no agent answered at {}: {e}; scanning the node instead",
+            args.agent
+        ),
     }
+    let report = scan::scan(&ScanOptions::default())?;
+    let sockets: Vec<serde_json::Value> = report
+        .sockets
+        .iter()
+        .filter(|s| s.path == path)
+        .map(|s| {
+            serde_json::json!({
+                "sock_ino": s.sock_ino,
+                "file": s.file.map(|f| serde_json::json!({"dev": f.dev, "ino": f.ino})),
+                "listening": s.listening,
+                "file_linked": s.file_linked,
+                "holders": s.holders.iter().map(|h| serde_json::json!({"tgid": h.tgid, "comm": h.comm})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let findings = scan::report::to_json(&report);
+    let answer =
+        serde_json::json!({ "source": "scan", "path": path, "sockets": sockets, "scan": findings });
+    writeln!(std::io::stdout(), "{answer}")?;
+    Ok(())
 }
 
-/// A watched directory deleted and re-created has a new identity: the kernel adopts it on the
-/// first bind below it; this catches up for the rest (and for a re-created parent).
-async fn refresh_watches(probes: &mut Probes, watches: &mut [WatchedDir]) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        for w in watches.iter_mut() {
-            let Ok(now) = watch::resolve(&w.path) else {
-                continue;
-            };
-            if now != *w {
-                match probes.watch(&now) {
-                    Ok(()) => log::info!(
-                        "watch {}: directory re-created, following it",
-                        w.path.display()
-                    ),
-                    Err(e) => log::warn!("watch {}: {e}", w.path.display()),
-                }
-                *w = now;
-            }
-        }
+/// A plain HTTP/1.0 GET to the agent's API; the body on 200.
+fn api_get(addr: SocketAddr, target: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("agent answered {}", head.lines().next().unwrap_or_default());
     }
+    Ok(body.to_string())
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     io,
+    sync::Arc,
 };
 
 use agent_common::EventKind;
@@ -10,9 +11,11 @@ use agent_common::EventKind;
 use crate::{
     adapter,
     attribution::Attributor,
+    config::Config,
     engine::{Engine, Input, Verdict},
     enrich::{self, LiveTable},
     event::{DirId, SockEvent},
+    metrics::Metrics,
     output::JsonLines,
     reconcile,
     scan::ScanReport,
@@ -32,6 +35,8 @@ pub struct Pipeline {
     echo_events: bool,
     /// pid -> container and pod; absent when replaying (the log carries it).
     attributor: Option<Attributor>,
+    /// Metrics, and the watch names their labels use; absent when replaying.
+    observer: Option<(Arc<Metrics>, Arc<Config>)>,
     /// Directory identity -> absolute path, learned from binds, to resolve the relative
     /// paths of unlinks and renames (`rm -r` unlinks relative to a directory descriptor).
     dirs: HashMap<DirId, String>,
@@ -48,6 +53,7 @@ impl Pipeline {
             recent: VecDeque::new(),
             echo_events: true,
             attributor: Some(Attributor::default()),
+            observer: None,
             dirs: HashMap::new(),
         }
     }
@@ -61,6 +67,7 @@ impl Pipeline {
             recent: VecDeque::new(),
             echo_events: false,
             attributor: None,
+            observer: None,
             dirs: HashMap::new(),
         }
     }
@@ -77,6 +84,9 @@ impl Pipeline {
                 a.forget(ev.tgid);
             }
         }
+        if let Some((m, _)) = &self.observer {
+            m.event(&ev);
+        }
         if self.echo_events {
             self.out.write(&ev)?;
         }
@@ -84,6 +94,11 @@ impl Pipeline {
             Some(input) => self.input(&input),
             None => Ok(()),
         }
+    }
+
+    /// Counts every event and verdict in `metrics`, labelled with `config`'s watch names.
+    pub fn observe(&mut self, metrics: Arc<Metrics>, config: Arc<Config>) {
+        self.observer = Some((metrics, config));
     }
 
     /// Learns directories from binds; makes relative paths absolute where the directory
@@ -115,6 +130,9 @@ impl Pipeline {
     /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.
     pub fn input(&mut self, input: &Input) -> io::Result<()> {
         for v in self.engine.apply(input) {
+            if let Some((m, config)) = &self.observer {
+                m.verdict(&v, config.watch_of(v.path().unwrap_or_default()));
+            }
             self.out.write(&v)?;
             if self.recent.len() == RECENT_VERDICTS {
                 self.recent.pop_front();
@@ -143,6 +161,11 @@ impl Pipeline {
         }
         self.input(&Input::Scan(reconcile::snapshot(report, ts_ns)))?;
         Ok(seeded)
+    }
+
+    /// The kernel's live table (None when replaying).
+    pub fn live_table(&self) -> Option<&LiveTable> {
+        self.live.as_ref()
     }
 
     /// The latest verdicts, oldest first.

@@ -1,6 +1,6 @@
 //! Moves events from the kernel to the output: woken by the kernel past a backlog threshold,
 //! and drained on a short timer regardless (submits below the threshold wake nobody).
-use std::{future::Future, io, time::Duration};
+use std::{future::Future, io, sync::Mutex, time::Duration};
 
 use tokio::{
     io::{Interest, unix::AsyncFd},
@@ -23,7 +23,7 @@ pub struct PumpStats {
 /// are applied between drains, after the events the kernel delivered before them.
 pub async fn pump(
     reader: EventReader,
-    pipeline: &mut Pipeline,
+    pipeline: &Mutex<Pipeline>,
     drain_every: Duration,
     mut sweeps: mpsc::Receiver<Sweep>,
     shutdown: impl Future<Output = ()>,
@@ -44,8 +44,9 @@ pub async fn pump(
             _ = tick.tick() => drain_into(fd.get_mut(), pipeline, &mut stats)?,
             Some((ts_ns, report)) = sweeps.recv() => {
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
-                let seeded = pipeline.reconcile(ts_ns, &report)?;
-                pipeline.flush()?;
+                let mut p = pipeline.lock().expect("pipeline lock");
+                let seeded = p.reconcile(ts_ns, &report)?;
+                p.flush()?;
                 log::debug!("sweep: {} path sockets, {seeded} seeded in the kernel table", report.sockets.len());
             }
             _ = &mut shutdown => break,
@@ -57,9 +58,10 @@ pub async fn pump(
 
 fn drain_into(
     reader: &mut EventReader,
-    pipeline: &mut Pipeline,
+    pipeline: &Mutex<Pipeline>,
     stats: &mut PumpStats,
 ) -> io::Result<()> {
+    let mut pipeline = pipeline.lock().expect("pipeline lock");
     let mut result = Ok(());
     let n = reader.drain(|ev| match ev {
         Ok(ev) => {

@@ -224,3 +224,17 @@ impl Verdict {
         }
     }
 }
+
+impl Verdict {
+    /// The path the verdict is about, as its actor named it, where there is one.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            Verdict::ForeignUnlink { path, .. }
+            | Verdict::Replaced { path, .. }
+            | Verdict::StaleConnect { path, .. } => Some(path),
+            Verdict::OrphanOpened { path, .. }
+            | Verdict::OrphanClosed { path, .. }
+            | Verdict::StaleSocketFile { path, .. } => path.as_deref(),
+        }
+    }
+}

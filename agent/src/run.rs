@@ -1,0 +1,263 @@
+//! `sockwatch run`: probes, pipeline, reconciliation sweeps, and the HTTP endpoint, wired.
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use sockwatch::{
+    cli::RunArgs,
+    config::{self, Config, Overrides},
+    engine::{Engine, Limits},
+    http::{self, Api, HttpLimits},
+    loader::{LoadOptions, Probes},
+    metrics::Metrics,
+    output::JsonLines,
+    pipeline::Pipeline,
+    pump::{self, Sweep},
+    reconcile,
+    scan::{self, ScanOptions, ScanReport},
+    watch::{self, WatchedDir},
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The configuration file merged with flags and environment (which win).
+fn settle(args: &RunArgs) -> anyhow::Result<Config> {
+    let base = match &args.config {
+        Some(path) => config::load(path)?,
+        None => Config::default(),
+    };
+    let merged = base.merge(Overrides {
+        watches: args.watch.clone(),
+        listen: args.listen,
+        scan_interval: args.scan_interval_secs.map(Duration::from_secs),
+        drain_interval: args.drain_interval_ms.map(Duration::from_millis),
+    })?;
+    Ok(merged)
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = Arc::new(settle(&args)?);
+    let watches: Vec<WatchedDir> = config
+        .watches
+        .iter()
+        .map(|w| watch::resolve(&w.path))
+        .collect::<Result<_, _>>()?;
+    sockwatch::preflight::prepare()?;
+    let out = JsonLines::open(&args.events)
+        .with_context(|| format!("cannot open --events {}", args.events.display()))?;
+    let mut probes = Probes::load(&LoadOptions {
+        mode: args.probe_mode,
+        ignore_tgid: std::process::id(),
+        wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
+        watch: watches.clone(),
+    })?;
+    for r in &probes.report {
+        log::info!("attached {}", r.summary());
+    }
+    let metrics = Arc::new(Metrics::new());
+    metrics.watches(config.watch_names());
+    metrics.probes(&probes.report);
+    let reader = probes.events()?;
+    let mut pipeline = Pipeline::live(Engine::new(Limits::default())?, out, probes.live_table()?);
+    pipeline.observe(metrics.clone(), config.clone());
+
+    // After attaching, so a socket bound meanwhile is in the scan or in the events.
+    let scan_opts = ScanOptions {
+        watch: config.watches.iter().map(|w| w.path.clone()).collect(),
+        ..Default::default()
+    };
+    let started = reconcile::boot_ns();
+    let clock = Instant::now();
+    match scan::scan(&scan_opts) {
+        Ok(report) => {
+            let seeded = pipeline.reconcile(started, &report)?;
+            pipeline.flush()?;
+            record_scan(&metrics, "startup", clock.elapsed(), &report);
+            for w in &report.warnings {
+                log::warn!("startup scan could not see everything: {w}");
+            }
+            log::info!(
+                "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
+                report.sockets.len(),
+                report.findings.len()
+            );
+        }
+        Err(e) => log::warn!("startup scan failed, continuing on kernel events alone: {e}"),
+    }
+
+    let shared = Arc::new(Shared {
+        metrics,
+        config: config.clone(),
+        pipeline: Mutex::new(pipeline),
+        probes: Mutex::new(probes),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let stats = rt.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let shutdown = async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        if let Some(addr) = config.listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            log::info!("serving /metrics, /healthz, /readyz and /api on {addr}");
+            let api: Arc<dyn Api> = shared.clone();
+            tokio::spawn(async move {
+                if let Err(e) = http::serve(listener, api, HttpLimits::default()).await {
+                    log::error!("HTTP endpoint stopped: {e}");
+                }
+            });
+        }
+        let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
+        if !config.scan_interval.is_zero() {
+            let metrics = shared.metrics.clone();
+            tokio::spawn(sweep_periodically(
+                scan_opts,
+                config.scan_interval,
+                metrics,
+                sweep_tx,
+            ));
+        }
+        log::info!("running; stop with SIGINT or SIGTERM");
+        let pump = pump::pump(
+            reader,
+            &shared.pipeline,
+            config.drain_interval,
+            sweeps,
+            shutdown,
+        );
+        tokio::select! {
+            r = pump => r.map_err(anyhow::Error::from),
+            _ = refresh_watches(&shared.probes, watches) => unreachable!("refresh never ends"),
+        }
+    })?;
+    let probes = shared.probes.lock().expect("probes lock");
+    log::info!(
+        "stopping: {} events delivered, {} malformed; kernel counters: {}",
+        stats.delivered,
+        stats.decode_errors,
+        probes.counters()?.summary()
+    );
+    Ok(()) // dropping the probes detaches every program
+}
+
+fn record_scan(metrics: &Metrics, kind: &str, took: Duration, report: &ScanReport) {
+    let f = &report.findings;
+    metrics.scan(
+        kind,
+        took.as_secs_f64(),
+        f.stale_bind_mounts.len(),
+        f.stale_socket_files.len(),
+    );
+}
+
+/// What the HTTP endpoint reads: everything behind locks held only briefly.
+struct Shared {
+    metrics: Arc<Metrics>,
+    config: Arc<Config>,
+    pipeline: Mutex<Pipeline>,
+    probes: Mutex<Probes>,
+}
+
+impl Api for Shared {
+    fn metrics(&self) -> String {
+        if let Ok(c) = self.probes.lock().expect("probes lock").counters() {
+            self.metrics.kernel(&c);
+        }
+        {
+            let p = self.pipeline.lock().expect("pipeline lock");
+            let orphans = p.engine.orphans(reconcile::boot_ns());
+            self.metrics.engine(&p.engine.stats(), &orphans, |path| {
+                self.config.watch_of(path).to_string()
+            });
+            if let Some(live) = p.live_table() {
+                self.metrics.map_fill(
+                    "LIVE",
+                    live.len() as u64,
+                    u64::from(agent_common::maps::LIVE_CAPACITY),
+                );
+            }
+        }
+        self.metrics.render()
+    }
+
+    fn ready(&self) -> bool {
+        // The endpoint is served only once probes are attached and the startup scan ran.
+        true
+    }
+
+    fn sockets(&self, path: Option<&str>) -> serde_json::Value {
+        let p = self.pipeline.lock().expect("pipeline lock");
+        match path {
+            Some(path) => {
+                serde_json::json!({ "path": path, "sockets": p.engine.socket_by_path(path) })
+            }
+            None => serde_json::json!({ "orphans": p.engine.orphans(reconcile::boot_ns()) }),
+        }
+    }
+
+    fn verdicts(&self, limit: usize) -> serde_json::Value {
+        let p = self.pipeline.lock().expect("pipeline lock");
+        let recent: Vec<_> = p.recent().collect();
+        serde_json::json!(recent.into_iter().rev().take(limit).collect::<Vec<_>>())
+    }
+}
+
+/// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag).
+async fn sweep_periodically(
+    opts: ScanOptions,
+    every: Duration,
+    metrics: Arc<Metrics>,
+    tx: tokio::sync::mpsc::Sender<Sweep>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await; // the startup scan just ran
+    loop {
+        tick.tick().await;
+        let opts = opts.clone();
+        let started = reconcile::boot_ns();
+        let clock = Instant::now();
+        match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
+            Ok(Ok(report)) => {
+                record_scan(&metrics, "periodic", clock.elapsed(), &report);
+                if tx.send((started, report)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(e)) => log::warn!("sweep failed: {e}"),
+            Err(e) => log::warn!("sweep task failed: {e}"),
+        }
+    }
+}
+
+/// A watched directory deleted and re-created has a new identity: the kernel adopts it on the
+/// first bind below it; this catches up for the rest (and for a re-created parent).
+async fn refresh_watches(probes: &Mutex<Probes>, mut watches: Vec<WatchedDir>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        for w in watches.iter_mut() {
+            let Ok(now) = watch::resolve(&w.path) else {
+                continue;
+            };
+            if now != *w {
+                match probes.lock().expect("probes lock").watch(&now) {
+                    Ok(()) => log::info!(
+                        "watch {}: directory re-created, following it",
+                        w.path.display()
+                    ),
+                    Err(e) => log::warn!("watch {}: {e}", w.path.display()),
+                }
+                *w = now;
+            }
+        }
+    }
+}
