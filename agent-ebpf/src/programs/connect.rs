@@ -51,12 +51,13 @@ pub fn conn_dgram_fexit(ctx: FExitContext) -> i32 {
 /// `unix_dgram_sendmsg(sock, msg, len)`: a sendto with a destination path.
 #[fexit(function = "unix_dgram_sendmsg")]
 pub fn conn_sendmsg_fexit(ctx: FExitContext) -> i32 {
-    let ret: i64 = ctx.arg(3);
+    // An int: read as i32, the upper half of the argument slot is not sign-extended.
+    let ret: i32 = ctx.arg(3);
     let addr = shim::msghdr_name(ctx.arg(1));
     if addr.is_null() {
         return 0;
     }
-    finished(addr, ret.min(0), flags::DGRAM | flags::SENDTO, Tier::Fentry);
+    finished(addr, i64::from(ret.min(0)), flags::DGRAM | flags::SENDTO, Tier::Fentry);
     0
 }
 
