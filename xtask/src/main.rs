@@ -1,4 +1,5 @@
 //! sockwatch's task runner (`cargo xtask ...`). It runs things; cargo still builds them.
+mod bench;
 mod cmd;
 mod initramfs;
 mod kernels;
@@ -39,6 +40,9 @@ enum Command {
     Test(VmArgs),
     /// The agent's integration tests as root inside QEMU on Debian's stock kernels.
     VmTest(VmArgs),
+    /// Overhead, throughput, loss, latency and footprint, beside bpftrace and auditd; writes
+    /// docs/BENCHMARKS.md.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -85,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             let outcomes = vm::test(&ready.kernels, Duration::from_secs(a.vm_timeout))?;
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }
+        Command::Bench(a) => bench::run(&a),
     }
 }
 

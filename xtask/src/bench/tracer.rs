@@ -1,0 +1,460 @@
+//! The observers compared: sockwatch itself, an equivalent bpftrace script and an auditd watch;
+//! and the small readers the phases share (/metrics, /proc/PID).
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::cmd;
+
+/// A running `sockwatch run`.
+pub struct Agent {
+    child: Child,
+    pub log: PathBuf,
+    pub listen: Option<SocketAddr>,
+    /// Spawn → "running;" in its log.
+    pub startup: Duration,
+}
+
+impl Agent {
+    /// `sockwatch run --probe-mode tracepoint --events EVENTS [extra...]`, its log in `log`;
+    /// returns once it logs that it runs.
+    pub fn start(
+        bin: &Path,
+        events: &Path,
+        log: &Path,
+        listen: Option<SocketAddr>,
+        extra: &[String],
+    ) -> anyhow::Result<Agent> {
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "--probe-mode", "tracepoint", "--events"])
+            .arg(events)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(log).context("agent log")?);
+        if let Some(a) = listen {
+            cmd.arg("--listen").arg(a.to_string());
+        }
+        let t = Instant::now();
+        let child = cmd.spawn().context("cannot start sockwatch")?;
+        let mut agent = Agent {
+            child,
+            log: log.to_path_buf(),
+            listen,
+            startup: Duration::ZERO,
+        };
+        while !agent.log_text().contains("running;") {
+            if let Some(st) = agent.child.try_wait()? {
+                bail!("sockwatch exited ({st}): {}", agent.log_text());
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                bail!("sockwatch did not start in 60 s: {}", agent.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        agent.startup = t.elapsed();
+        Ok(agent)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The whole /metrics exposition, parsed.
+    pub fn metrics(&self) -> anyhow::Result<Metrics> {
+        let addr = self.listen.context("the agent serves no /metrics")?;
+        Ok(Metrics::parse(&http_get(addr, "/metrics")?))
+    }
+
+    /// SIGINT, then waits (10 s, then SIGKILL); fails unless it exited cleanly.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                if !st.success() {
+                    bail!("sockwatch exited with {st}: {}", self.log_text());
+                }
+                return Ok(());
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("sockwatch did not stop on SIGINT in 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A Prometheus text exposition: series (name with labels, as printed) → value.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    pub series: BTreeMap<String, f64>,
+    pub bytes: usize,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let series = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect();
+        Metrics {
+            series,
+            bytes: text.len(),
+        }
+    }
+
+    /// The sum of the series of metric `name` whose labels include every `label="value"`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.series
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix(name)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
+                    && labels
+                        .iter()
+                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+/// GET `path` with `Connection: close`; the body of a 200 answer.
+pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("connect {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    match r.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => bail!("GET {path}: {}", r.lines().next().unwrap_or("no answer")),
+    }
+}
+
+/// utime + stime of a process, in seconds (/proc/PID/stat, clock-tick resolution).
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised comm: state is field 3; utime and stime are 14 and 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc/PID/stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    Ok(ticks as f64 / clock_ticks())
+}
+
+pub fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// A `/proc/PID/status` field in KiB (VmRSS, VmHWM).
+pub fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// The bpftrace program that reports what sockwatch's tracepoint tier reports, the way a user
+/// would write it: the same syscall tracepoints (enter and exit), AF_UNIX addresses and paths
+/// read from user memory, a path-prefix filter for the watched directory, a table of bound
+/// descriptors (for listen and close) and of live socket paths (for unlink and rename-over),
+/// one printed line per event, successful connects counted in a map.
+pub fn bpftrace_script(watched: &Path) -> String {
+    let prefix = format!("{}/", watched.display());
+    let len = prefix.len();
+    let unix_path = |ptr: &str| {
+        format!(
+            "$a = (uint64){ptr};\n  if ($a != 0 && *(uint16 *)uptr($a) == 1) {{\n    \
+             $p = str(uptr($a + 2));\n    if (strncmp($p, \"{prefix}\", {len}) == 0) {{"
+        )
+    };
+    let mut s = String::from("BEGIN { printf(\"ready\\n\"); }\n\n");
+    s += &format!(
+        "tracepoint:syscalls:sys_enter_bind {{\n  {}\n      @bind_path[tid] = $p; \
+         @bind_fd[tid] = args->fd + 1;\n    }}\n  }}\n}}\n",
+        unix_path("args->umyaddr")
+    );
+    s += "tracepoint:syscalls:sys_exit_bind /@bind_fd[tid]/ {\n  \
+          printf(\"bind pid=%d tid=%d comm=%s ret=%d path=%s\\n\", pid, tid, comm, args->ret, \
+          @bind_path[tid]);\n  if (args->ret == 0) {\n    \
+          @fds[pid, @bind_fd[tid] - 1] = 1;\n    @live[@bind_path[tid]] = 1;\n  }\n  \
+          delete(@bind_path[tid]); delete(@bind_fd[tid]);\n}\n";
+    s += "tracepoint:syscalls:sys_enter_listen /@fds[pid, args->fd]/ { \
+          @listen_fd[tid] = args->fd + 1; }\n\
+          tracepoint:syscalls:sys_exit_listen /@listen_fd[tid]/ {\n  \
+          printf(\"listen pid=%d tid=%d comm=%s ret=%d fd=%d\\n\", pid, tid, comm, args->ret, \
+          @listen_fd[tid] - 1);\n  delete(@listen_fd[tid]);\n}\n";
+    for (call, ptr) in [("connect", "args->uservaddr"), ("sendto", "args->addr")] {
+        s += &format!(
+            "tracepoint:syscalls:sys_enter_{call} {{\n  {}\n      @conn_path[tid] = $p; \
+             @conn_on[tid] = 1;\n    }}\n  }}\n}}\n",
+            unix_path(ptr)
+        );
+        s += &format!(
+            "tracepoint:syscalls:sys_exit_{call} /@conn_on[tid]/ {{\n  if (args->ret < 0) {{\n    \
+             printf(\"{call} pid=%d tid=%d comm=%s ret=%d path=%s\\n\", pid, tid, comm, \
+             args->ret, @conn_path[tid]);\n  }} else {{\n    @connects_ok = count();\n  }}\n  \
+             delete(@conn_path[tid]); delete(@conn_on[tid]);\n}}\n"
+        );
+    }
+    for (call, path, cond) in [
+        ("unlink", "args->pathname", ""),
+        ("unlinkat", "args->pathname", " /(args->flag & 0x200) == 0/"),
+        ("rename", "args->newname", ""),
+        ("renameat", "args->newname", ""),
+        ("renameat2", "args->newname", ""),
+    ] {
+        // `@rm_path[tid] = $p` after `@live[$p]` stores garbage in bpftrace 0.17 (Debian 12):
+        // the path is read again instead.
+        s += &format!(
+            "tracepoint:syscalls:sys_enter_{call}{cond} {{\n  $p = str({path});\n  \
+             if (@live[$p]) {{ @rm_path[tid] = str({path}); @rm_on[tid] = 1; }}\n}}\n\
+             tracepoint:syscalls:sys_exit_{call} /@rm_on[tid]/ {{\n  \
+             printf(\"{call} pid=%d tid=%d comm=%s ret=%d path=%s\\n\", pid, tid, comm, \
+             args->ret, @rm_path[tid]);\n  if (args->ret == 0) {{ delete(@live[@rm_path[tid]]); }}\n  \
+             delete(@rm_path[tid]); delete(@rm_on[tid]);\n}}\n"
+        );
+    }
+    s += "tracepoint:syscalls:sys_enter_close /@fds[pid, args->fd]/ {\n  \
+          printf(\"release pid=%d tid=%d comm=%s fd=%d\\n\", pid, tid, comm, args->fd);\n  \
+          delete(@fds[pid, args->fd]);\n}\n\
+          tracepoint:sched:sched_process_fork { @forks = count(); }\n\
+          tracepoint:sched:sched_process_exit { @exits = count(); }\n";
+    s
+}
+
+/// Tracepoint probes in [`bpftrace_script`].
+pub fn bpftrace_probes(script: &str) -> usize {
+    script
+        .lines()
+        .filter(|l| l.starts_with("tracepoint:"))
+        .count()
+}
+
+/// A running bpftrace with [`bpftrace_script`], printing into a file on tmpfs.
+pub struct Bpftrace {
+    child: Child,
+    pub out: PathBuf,
+    err: PathBuf,
+}
+
+impl Bpftrace {
+    /// Starts it and returns once every tracepoint is attached: bpftrace has said "Attaching"
+    /// and holds one perf event per tracepoint probe (its output is block-buffered, so BEGIN's
+    /// line cannot tell).
+    pub fn start(script: &Path, out: &Path, probes: usize) -> anyhow::Result<Bpftrace> {
+        let _ = fs::remove_file(out);
+        let err = out.with_extension("err");
+        let child = cmd::command("bpftrace")
+            .arg("-o")
+            .arg(out)
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&err).context("bpftrace's stderr file")?)
+            .spawn()
+            .context("cannot start bpftrace")?;
+        let mut b = Bpftrace {
+            child,
+            out: out.to_path_buf(),
+            err,
+        };
+        let t = Instant::now();
+        let mut stable_since: Option<(usize, Instant)> = None;
+        loop {
+            if let Some(st) = b.child.try_wait()? {
+                bail!("bpftrace exited ({st}): {}", b.stderr());
+            }
+            let said = fs::read_to_string(out).unwrap_or_default();
+            let events = perf_events(b.child.id());
+            if said.contains("Attaching") && events >= probes {
+                match stable_since {
+                    Some((n, since)) if n == events => {
+                        if since.elapsed() > Duration::from_millis(300) {
+                            return Ok(b);
+                        }
+                    }
+                    _ => stable_since = Some((events, Instant::now())),
+                }
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                bail!("bpftrace did not attach in 60 s ({events} perf events, want {probes})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What it wrote to stderr, without the RLIMIT_MEMLOCK warning (BPF memory is accounted
+    /// by memcg on this kernel; the limit cannot be raised here and does not matter).
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.err)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.contains("RLIMIT_MEMLOCK"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+
+    /// SIGINT (bpftrace prints its maps and exits), then the lines it printed, by first word.
+    pub fn stop(mut self) -> anyhow::Result<BTreeMap<String, u64>> {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let t = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("bpftrace did not stop on SIGINT in 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let text = String::from_utf8_lossy(&fs::read(&self.out).unwrap_or_default()).into_owned();
+        let mut by_word = BTreeMap::new();
+        for l in text.lines() {
+            if let Some(w) = l.split_whitespace().next() {
+                *by_word.entry(w.to_string()).or_insert(0) += 1;
+            }
+        }
+        Ok(by_word)
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Perf-event descriptors a process holds.
+fn perf_events(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().contains("perf_event"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The kernel's audit status (`auditctl -s`), as key → value.
+pub fn audit_status() -> anyhow::Result<BTreeMap<String, String>> {
+    let out = cmd::output(cmd::command("auditctl").arg("-s"))?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().to_string()))
+        })
+        .collect())
+}
+
+pub fn auditctl(args: &[&str]) -> anyhow::Result<()> {
+    cmd::output(cmd::command("auditctl").args(args)).map(drop)
+}
+
+/// The audit rule key the bench's watch carries.
+pub const AUDIT_KEY: &str = "sockwatch-bench";
+
+/// Audit switched on: the watch on `dir` (`-w DIR -p wa`), auditing enabled. Threads created
+/// from now on get the kernel's per-task audit context.
+pub fn audit_on(dir: &Path) -> anyhow::Result<()> {
+    auditctl(&["-D"])?;
+    let dir = dir.display().to_string();
+    auditctl(&["-w", &dir, "-p", "wa", "-k", AUDIT_KEY])?;
+    auditctl(&["-e", "1"])
+}
+
+/// Audit switched off: no watch, auditing disabled, and `-a never,task` so that threads created
+/// from now on carry no audit context (once auditing has been enabled since boot, the kernel
+/// gives every new task one unless a task rule says never).
+pub fn audit_off() -> anyhow::Result<()> {
+    auditctl(&["-D"])?;
+    auditctl(&["-a", "never,task"])?;
+    auditctl(&["-e", "0"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_sum_by_labels() {
+        let m = Metrics::parse(
+            "# HELP x y\nsockwatch_events_total{kind=\"bind\",tier=\"tracepoint\"} 3\n\
+             sockwatch_events_total{kind=\"listen\",tier=\"tracepoint\"} 2\n\
+             sockwatch_events_total_other 9\nsockwatch_decode_errors_total 1\n",
+        );
+        assert_eq!(m.sum("sockwatch_events_total", &[("kind", "bind")]), 3.0);
+        assert_eq!(m.sum("sockwatch_events_total", &[]), 5.0);
+        assert_eq!(m.sum("sockwatch_decode_errors_total", &[]), 1.0);
+        assert_eq!(m.series.len(), 4);
+    }
+
+    #[test]
+    fn the_bpftrace_script_covers_the_tracepoint_tiers_syscalls() {
+        let s = bpftrace_script(Path::new("/run/w"));
+        for call in [
+            "bind",
+            "listen",
+            "connect",
+            "sendto",
+            "unlink",
+            "unlinkat",
+            "rename",
+            "renameat",
+            "renameat2",
+        ] {
+            assert!(s.contains(&format!("sys_enter_{call} ")), "{call}");
+            assert!(s.contains(&format!("sys_exit_{call} ")), "{call}");
+        }
+        assert!(s.contains("sys_enter_close"));
+        assert!(s.contains(r#"strncmp($p, "/run/w/", 7)"#));
+        assert_eq!(bpftrace_probes(&s), 21);
+    }
+}
