@@ -104,9 +104,16 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
     });
     step("host tests (root, host kernel)", &mut || {
         let mut c = cmd::cargo();
-        c.args(["test", "--workspace", "--exclude", "agent-ebpf"])
-            .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
-            .env("RUST_TEST_THREADS", "1");
+        // --no-fail-fast: every test binary runs and is counted, even after one fails.
+        c.args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "agent-ebpf",
+            "--no-fail-fast",
+        ])
+        .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
+        .env("RUST_TEST_THREADS", "1");
         let (counts, failure) = count_tests(c);
         layers.push(Layer::new("host".into(), counts, failure.clone()));
         failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
