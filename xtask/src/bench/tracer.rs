@@ -337,6 +337,8 @@ impl Bpftrace {
 
     /// SIGINT (bpftrace prints its maps and exits), then the lines it printed, by first word.
     pub fn stop(mut self) -> anyhow::Result<BTreeMap<String, u64>> {
+        // Time to read what is still in its perf buffers: it drops them on exit.
+        std::thread::sleep(Duration::from_millis(500));
         // SAFETY: signals our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let t = Instant::now();
