@@ -21,8 +21,16 @@ const BUILD_PACKAGES: &[&str] = &[
     "libbpf-dev",
     "bpftool",
 ];
-/// Debian packages the QEMU tests need.
-const VM_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "cpio"];
+/// Debian packages the whole test suite needs beyond the build: QEMU and busybox for the VM
+/// layers, Go for S1 with a real `net.Listen("unix", …)` listener, Prometheus (and promtool)
+/// for the end-to-end alert test and the rule tests.
+const VM_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "golang-go",
+    "prometheus",
+];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// bpf-linker is built against this LLVM; the nightly that emits the bitcode must not be newer.
