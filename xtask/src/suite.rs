@@ -83,6 +83,10 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
             "warnings",
         ]))
     });
+    step(
+        "deploy checks (schemas, promtool rules and tests, dashboards)",
+        &mut || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
+    );
     step("clippy (eBPF crate)", &mut || {
         let mut c = cmd::cargo();
         c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
