@@ -72,6 +72,12 @@ impl Image {
         self.insert(path, Node::CharDev { major, minor });
     }
 
+    /// Copies the host file `from` to `path`.
+    pub fn copy(&mut self, path: &str, from: &Path, perm: u32) {
+        let from = from.to_owned();
+        self.insert(path, Node::Copy { from, perm });
+    }
+
     /// Copies the host executable `from` to `path`, with the libraries `ldd` lists for it
     /// (the dynamic loader included) at the same paths as on the host.
     pub fn executable(&mut self, path: &str, from: &Path) -> anyhow::Result<()> {

@@ -14,6 +14,10 @@ use crate::{cmd, setup::Apt};
 
 pub const CACHE: &str = "/var/cache/sockwatch-vm";
 
+/// Modules the guest loads at boot: Debian builds them as modules (`=m`) where a host usually
+/// has them loaded. `unix_diag`: `sockwatch scan` lists UNIX sockets through sock_diag.
+pub const GUEST_MODULES: &[&str] = &["unix_diag"];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Series {
     #[value(name = "6.1")]
@@ -50,9 +54,20 @@ pub struct Kernel {
     /// Debian package version, e.g. `6.1.162-1`.
     pub version: String,
     pub vmlinuz: PathBuf,
+    /// [`GUEST_MODULES`], uncompressed.
+    pub modules: Vec<PathBuf>,
 }
 
 impl Kernel {
+    /// `uname -r` of this kernel, from `vmlinuz-<release>`.
+    pub fn release(&self) -> &str {
+        self.vmlinuz
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("vmlinuz-"))
+            .unwrap_or_default()
+    }
+
     /// The upstream version, e.g. `6.1.162` (Debian's version up to the first `-`).
     pub fn upstream(&self) -> &str {
         self.version.split('-').next().unwrap_or(&self.version)
@@ -145,7 +160,8 @@ pub fn version_cmp(a: &str, b: &str) -> Ordering {
     ca.len().cmp(&cb.len())
 }
 
-/// The kernel kept in `dir`, if a previous run left it complete.
+/// The kernel kept in `dir`, if a previous run left it complete (a cache from before a module
+/// was added to [`GUEST_MODULES`] is not, and is fetched again).
 fn cached(package: &str, dir: &Path) -> anyhow::Result<Option<Kernel>> {
     let Ok(version) = fs::read_to_string(dir.join("version")) else {
         return Ok(None);
@@ -153,10 +169,18 @@ fn cached(package: &str, dir: &Path) -> anyhow::Result<Option<Kernel>> {
     let Some(vmlinuz) = find_vmlinuz(dir)? else {
         return Ok(None);
     };
+    let modules: Vec<_> = GUEST_MODULES
+        .iter()
+        .map(|m| dir.join("modules").join(format!("{m}.ko")))
+        .collect();
+    if !modules.iter().all(|m| m.is_file()) {
+        return Ok(None);
+    }
     Ok(Some(Kernel {
         package: package.to_owned(),
         version: version.trim().to_owned(),
         vmlinuz,
+        modules,
     }))
 }
 
@@ -177,7 +201,8 @@ fn find_vmlinuz(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
     Ok(None)
 }
 
-/// `apt-get download` + `dpkg-deb -x`, keeping only `boot/vmlinuz-*` and the version in `dir`.
+/// `apt-get download` + `dpkg-deb -x`, keeping only `boot/vmlinuz-*`, [`GUEST_MODULES`]
+/// (decompressed) and the version in `dir`.
 fn download(package: &str, dir: &Path) -> anyhow::Result<()> {
     let work = Path::new(CACHE).join(format!(".download-{package}"));
     let _ = fs::remove_dir_all(&work);
@@ -206,10 +231,56 @@ fn download(package: &str, dir: &Path) -> anyhow::Result<()> {
         staged.join(vmlinuz.file_name().expect("has a name")),
     )?;
     fs::write(staged.join("version"), version.trim())?;
+    let modules = staged.join("modules");
+    fs::create_dir_all(&modules)?;
+    for m in GUEST_MODULES {
+        let found = find_module(&tree.join("lib/modules"), m)?
+            .with_context(|| format!("{package} has no module {m}"))?;
+        let ko = decompress_module(&found)?;
+        fs::write(modules.join(format!("{m}.ko")), ko)?;
+    }
     let _ = fs::remove_dir_all(dir);
     fs::rename(&staged, dir).with_context(|| format!("moving the kernel to {}", dir.display()))?;
     fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     Ok(())
+}
+
+/// `<name>.ko`, `.ko.xz` or `.ko.zst` anywhere under `dir`.
+fn find_module(dir: &Path, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    let wanted = [".ko", ".ko.xz", ".ko.zst"].map(|ext| format!("{name}{ext}"));
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            if let Some(found) = find_module(&path, name)? {
+                return Ok(Some(found));
+            }
+        } else if wanted
+            .iter()
+            .any(|w| path.file_name().is_some_and(|n| n == w.as_str()))
+        {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// The module's ELF bytes (busybox's insmod takes no compressed modules).
+fn decompress_module(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let tool = match path.extension().and_then(|e| e.to_str()) {
+        Some("xz") => "xz",
+        Some("zst") => "zstd",
+        _ => return fs::read(path).with_context(|| format!("reading {}", path.display())),
+    };
+    let out = cmd::command(tool)
+        .arg("-dc")
+        .arg(path)
+        .output()
+        .with_context(|| format!("cannot run {tool} to decompress {}", path.display()))?;
+    if !out.status.success() {
+        bail!("{tool} -dc {} failed ({})", path.display(), out.status);
+    }
+    Ok(out.stdout)
 }
 
 #[cfg(test)]
@@ -240,8 +311,10 @@ mod tests {
         let k = Kernel {
             package: String::new(),
             version: "6.12.117-1~deb12u1".into(),
-            vmlinuz: PathBuf::new(),
+            vmlinuz: "/c/vmlinuz-6.12.117+deb12-cloud-amd64".into(),
+            modules: Vec::new(),
         };
         assert_eq!(k.upstream(), "6.12.117");
+        assert_eq!(k.release(), "6.12.117+deb12-cloud-amd64");
     }
 }

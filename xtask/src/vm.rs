@@ -118,6 +118,9 @@ mount -t tracefs tracefs /sys/kernel/tracing
 mount -t securityfs securityfs /sys/kernel/security
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 ip link set lo up
+for m in /lib/modules/$(uname -r)/*.ko; do
+  [ -e "$m" ] && { insmod "$m" || echo "SOCKWATCH-VM-WARNING: insmod $m failed"; }
+done
 echo "SOCKWATCH-VM-KERNEL: $(uname -r) lsm=$(cat /sys/kernel/security/lsm)"
 verdict=PASS
 "#,
@@ -136,8 +139,9 @@ verdict=PASS
     s
 }
 
-/// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, `/init`).
-pub fn build_initramfs(payload: &Payload, out: &Path) -> anyhow::Result<()> {
+/// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, each kernel's
+/// [`GUEST_MODULES`](crate::kernels::GUEST_MODULES) under `/lib/modules/<release>/`, `/init`).
+pub fn build_initramfs(payload: &Payload, kernels: &[Kernel], out: &Path) -> anyhow::Result<()> {
     let mut img = Image::default();
     for d in [
         "proc", "sys", "dev", "tmp", "run", "root", "sbin", "usr/bin", "usr/sbin",
@@ -149,6 +153,12 @@ pub fn build_initramfs(payload: &Payload, out: &Path) -> anyhow::Result<()> {
     img.executable("bin/busybox", Path::new("/bin/busybox"))
         .context("busybox (apt-get install busybox-static)")?;
     img.symlink("bin/sh", "busybox");
+    for k in kernels {
+        for m in &k.modules {
+            let name = m.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            img.copy(&format!("lib/modules/{}/{name}", k.release()), m, 0o644);
+        }
+    }
     img.executable("bin/sockwatch", &payload.sockwatch)?;
     let mut names = Vec::new();
     for (name, exe) in &payload.tests {
@@ -338,7 +348,7 @@ pub fn test(kernels: &[Kernel], timeout: Duration) -> anyhow::Result<Vec<Outcome
     let started = Instant::now();
     let payload = build_payload()?;
     let initrd = cmd::target_dir().join("vm").join("initrd.gz");
-    build_initramfs(&payload, &initrd)?;
+    build_initramfs(&payload, kernels, &initrd)?;
     let size = fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
     println!(
         "xtask: initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
@@ -442,6 +452,7 @@ mod tests {
         }
         assert!(s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/kernel --test-threads=1"));
         assert!(s.contains("/tests/cli --test-threads=1"));
+        assert!(s.contains("for m in /lib/modules/$(uname -r)/*.ko"));
         assert!(
             s.trim_end()
                 .ends_with("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f")
