@@ -31,7 +31,7 @@ pub fn bound(file: &File, dentry: Dentry) -> Owner {
         flags: 0,
         _pad: [0; 3],
     };
-    if LIVE.insert(&file.id(), &live, 0).is_err() {
+    if LIVE.insert(file.id(), live, 0).is_err() {
         count(Counter::MapFull);
         return owner;
     }
@@ -43,7 +43,7 @@ pub fn bound(file: &File, dentry: Dentry) -> Owner {
 /// Marks a live socket as listening; false if it is not in the table.
 #[inline(always)]
 pub fn listening(file: &File) -> bool {
-    match LIVE.get_ptr_mut(&file.id()) {
+    match LIVE.get_ptr_mut(file.id()) {
         Some(live) if unsafe { (*live).sock_ino } == file.sock_ino => {
             unsafe { (*live).flags |= flags::LISTENING };
             true
@@ -56,12 +56,12 @@ pub fn listening(file: &File) -> bool {
 #[inline(always)]
 pub fn released(file: &File) -> Option<LiveSock> {
     let id = file.id();
-    let live = *unsafe { LIVE.get(&id) }?;
+    let live = *unsafe { LIVE.get(id) }?;
     // An entry for another socket means this one's bind was never seen: leave it alone.
     if live.sock_ino != file.sock_ino {
         return None;
     }
-    let _ = LIVE.remove(&id);
+    let _ = LIVE.remove(id);
     drop_name(live.name_hash);
     Some(live)
 }
@@ -112,36 +112,36 @@ pub fn parent_id(dentry: Dentry) -> FileId {
 /// holder).
 #[inline(always)]
 pub fn is_tracked(tgid: u32) -> bool {
-    unsafe { TRACKED.get(&tgid) }.is_some()
+    unsafe { TRACKED.get(tgid) }.is_some()
 }
 
 #[inline(always)]
 pub fn track(tgid: u32) {
-    if TRACKED.insert(&tgid, &1, 0).is_err() {
+    if TRACKED.insert(tgid, 1, 0).is_err() {
         count(Counter::MapFull);
     }
 }
 
 #[inline(always)]
 pub fn untrack(tgid: u32) {
-    let _ = TRACKED.remove(&tgid);
+    let _ = TRACKED.remove(tgid);
 }
 
 #[inline(always)]
 fn add_name(hash: u64) {
-    if let Some(n) = LIVE_NAMES.get_ptr_mut(&hash) {
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(hash) {
         shim::atomic_add(n, 1);
-    } else if LIVE_NAMES.insert(&hash, &1, 0).is_err() {
+    } else if LIVE_NAMES.insert(hash, 1, 0).is_err() {
         count(Counter::MapFull);
     }
 }
 
 #[inline(always)]
 fn drop_name(hash: u64) {
-    if let Some(n) = LIVE_NAMES.get_ptr_mut(&hash)
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(hash)
         && shim::atomic_add(n, -1) == 0
     {
-        let _ = LIVE_NAMES.remove(&hash);
+        let _ = LIVE_NAMES.remove(hash);
     }
 }
 
@@ -149,5 +149,5 @@ fn drop_name(hash: u64) {
 /// tier's filter for unlinks and renames, which cannot see inodes.
 #[inline(always)]
 pub fn name_is_live(hash: u64) -> bool {
-    unsafe { LIVE_NAMES.get(&hash) }.is_some()
+    unsafe { LIVE_NAMES.get(hash) }.is_some()
 }

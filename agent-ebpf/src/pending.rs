@@ -62,10 +62,10 @@ pub fn stash(slot: Slot, p: &Pending) {
 #[inline(always)]
 pub fn take(slot: Slot, expected: bool) -> Option<Pending> {
     let k = key(slot);
-    let p = unsafe { PENDING.get(&k) }.copied();
+    let p = unsafe { PENDING.get(k) }.copied();
     match p {
         Some(_) => {
-            let _ = PENDING.remove(&k);
+            let _ = PENDING.remove(k);
         }
         None if expected => count(Counter::Unpaired),
         None => {}

@@ -23,7 +23,7 @@ pub fn is_watched(file: Dentry) -> bool {
             return false;
         };
         let id = d.id();
-        if unsafe { WATCHED_DIRS.get(&id) }.is_some() {
+        if unsafe { WATCHED_DIRS.get(id) }.is_some() {
             return true;
         }
         let parent = shim::dentry_parent(dir);
@@ -32,8 +32,8 @@ pub fn is_watched(file: Dentry) -> bool {
                 parent: p.id(),
                 name_hash: shim::dentry_name_hash(dir),
             };
-            if unsafe { WATCHED_NAMES.get(&by_name) }.is_some() {
-                let _ = WATCHED_DIRS.insert(&id, &1, 0);
+            if unsafe { WATCHED_NAMES.get(by_name) }.is_some() {
+                let _ = WATCHED_DIRS.insert(id, 1, 0);
                 return true;
             }
         }

@@ -57,7 +57,12 @@ pub fn conn_sendmsg_fexit(ctx: FExitContext) -> i32 {
     if addr.is_null() {
         return 0;
     }
-    finished(addr, i64::from(ret.min(0)), flags::DGRAM | flags::SENDTO, Tier::Fentry);
+    finished(
+        addr,
+        i64::from(ret.min(0)),
+        flags::DGRAM | flags::SENDTO,
+        Tier::Fentry,
+    );
     0
 }
 
