@@ -130,6 +130,11 @@ impl Pipeline {
     /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.
     pub fn input(&mut self, input: &Input) -> io::Result<()> {
         for v in self.engine.apply(input) {
+            if self.live.is_some() && !still_on_disk(&v) {
+                // The tracepoint tier cannot see an unlink once the socket was closed (its
+                // name is no longer live): a file that is gone is not stale.
+                continue;
+            }
             if let Some((m, config)) = &self.observer {
                 m.verdict(&v, config.watch_of(v.path().unwrap_or_default()));
             }
@@ -175,5 +180,20 @@ impl Pipeline {
 
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+}
+
+/// A stale-socket-file verdict stands only while that very file is still there; every other
+/// verdict passes.
+fn still_on_disk(v: &Verdict) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match v {
+        Verdict::StaleSocketFile {
+            path: Some(path),
+            file,
+            ..
+        } => std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.dev() == file.dev && m.ino() == file.ino),
+        _ => true,
     }
 }

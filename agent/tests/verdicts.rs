@@ -333,3 +333,32 @@ fn s12_recreated_watched_directory() {
     );
     agent.stop();
 }
+
+/// A graceful shutdown in C order (close, then unlink) leaves nothing stale, even on the
+/// tracepoint tier, which cannot see that unlink (the name is no longer live).
+#[test]
+fn close_then_unlink_is_not_stale() {
+    if !root("close_then_unlink") {
+        return;
+    }
+    let tmp = tempdir();
+    let sock = tmp.path().join("graceful.sock");
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let mut a = Actor::spawn();
+    let h = a.must(&format!("bind {}", s(&sock)));
+    a.must(&format!("listen {h}"));
+    a.must(&format!("close {h}"));
+    a.must(&format!("unlink {}", s(&sock)));
+    drop(a); // the engine decides staleness when the closer exits
+    // A marker after the exit: a dead listener's file left behind.
+    let dead = tmp.path().join("dead.sock");
+    let mut d = Actor::spawn();
+    d.must(&format!("listen-on {}", s(&dead)));
+    drop(d);
+    agent.expect_verdict("marker", |v| {
+        is(v, "stale_socket_file") && v["path"] == s(&dead)
+    });
+    let verdicts = agent.stop();
+    let graceful: Vec<&Value> = verdicts.iter().filter(|v| v["path"] == s(&sock)).collect();
+    assert!(graceful.is_empty(), "{graceful:#?}");
+}
