@@ -23,12 +23,18 @@ const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
 const GUEST_TIERS: &str = "lsm,fentry,kprobe,tracepoint";
 /// How long to let the guest power off after its verdict before killing QEMU.
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
+/// The Go daemon's listener the verdict tests drive (a real `net.Listen("unix", …)`). The guest
+/// has no Go toolchain, so it is built here and handed over as `SOCKWATCH_GO_LISTENER`.
+const GO_LISTENER_SRC: &str = "agent/tests/go/golistener.go";
+const GO_LISTENER_GUEST: &str = "/bin/golistener";
 
 /// The host binaries that go into the guest.
 pub struct Payload {
     /// (target name, executable) of each integration test of the `agent` package.
     pub tests: Vec<(String, PathBuf)>,
     pub sockwatch: PathBuf,
+    /// Static build of [`GO_LISTENER_SRC`], when the tests have one.
+    pub go_listener: Option<PathBuf>,
 }
 
 /// Builds the agent's test executables and finds them in cargo's JSON messages, along with the
@@ -71,7 +77,34 @@ pub fn build_payload() -> anyhow::Result<Payload> {
         bail!("the agent package has no integration tests (agent/tests/*.rs) to run in the VM");
     }
     let sockwatch = sockwatch.context("cargo built no sockwatch binary for the agent's tests")?;
-    Ok(Payload { tests, sockwatch })
+    let go_listener = build_go_listener()?;
+    Ok(Payload {
+        tests,
+        sockwatch,
+        go_listener,
+    })
+}
+
+/// `go build` of [`GO_LISTENER_SRC`] with cgo off (a static binary needs no libraries in the
+/// guest), caches under `target/vm/go`.
+fn build_go_listener() -> anyhow::Result<Option<PathBuf>> {
+    let src = cmd::workspace_root().join(GO_LISTENER_SRC);
+    if !src.is_file() {
+        return Ok(None);
+    }
+    let dir = cmd::target_dir().join("vm/go");
+    let out = dir.join("golistener");
+    cmd::run(
+        cmd::command("go")
+            .args(["build", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .env("CGO_ENABLED", "0")
+            .env("GOCACHE", dir.join("cache"))
+            .env("GOPATH", dir.join("path")),
+    )
+    .context("building the Go listener for the guest (apt-get install golang-go)")?;
+    Ok(Some(out))
 }
 
 /// The fields of one cargo `compiler-artifact` message that matter here.
@@ -103,7 +136,7 @@ impl Artifact {
 
 /// The guest's `/init`: mounts what the probes and tests need, runs every test binary with one
 /// thread, and ends with a verdict line the host looks for.
-fn init_script(tests: &[String]) -> String {
+fn init_script(tests: &[String], go_listener: bool) -> String {
     let mut s = String::from(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s
@@ -125,6 +158,11 @@ echo "SOCKWATCH-VM-KERNEL: $(uname -r) lsm=$(cat /sys/kernel/security/lsm)"
 verdict=PASS
 "#,
     );
+    if go_listener {
+        s.push_str(&format!(
+            "export SOCKWATCH_GO_LISTENER={GO_LISTENER_GUEST}\n"
+        ));
+    }
     for t in tests {
         s.push_str(&format!(
             "echo \"SOCKWATCH-VM-RUN: {t}\"\n\
@@ -160,12 +198,16 @@ pub fn build_initramfs(payload: &Payload, kernels: &[Kernel], out: &Path) -> any
         }
     }
     img.executable("bin/sockwatch", &payload.sockwatch)?;
+    if let Some(go) = &payload.go_listener {
+        img.executable(GO_LISTENER_GUEST, go)?;
+    }
     let mut names = Vec::new();
     for (name, exe) in &payload.tests {
         img.executable(&format!("tests/{name}"), exe)?;
         names.push(name.clone());
     }
-    img.bytes("init", init_script(&names), 0o755);
+    let init = init_script(&names, payload.go_listener.is_some());
+    img.bytes("init", init, 0o755);
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -441,7 +483,7 @@ mod tests {
 
     #[test]
     fn init_runs_each_test_and_ends_with_a_verdict() {
-        let s = init_script(&["kernel".into(), "cli".into()]);
+        let s = init_script(&["kernel".into(), "cli".into()], true);
         assert!(s.starts_with("#!/bin/busybox sh\n"));
         for m in [
             "bpf /sys/fs/bpf",
@@ -453,6 +495,8 @@ mod tests {
         assert!(s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/kernel --test-threads=1"));
         assert!(s.contains("/tests/cli --test-threads=1"));
         assert!(s.contains("for m in /lib/modules/$(uname -r)/*.ko"));
+        assert!(s.contains("export SOCKWATCH_GO_LISTENER=/bin/golistener\n"));
+        assert!(!init_script(&[], false).contains("SOCKWATCH_GO_LISTENER"));
         assert!(
             s.trim_end()
                 .ends_with("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f")
