@@ -172,10 +172,11 @@ fn count_tests(c: Command) -> (Counts, Option<String>) {
 
 fn print_tables(steps: &[Step], layers: &[Layer]) {
     println!();
-    println!("xtask: {:<32} {:>8}  {:>8}", "step", "result", "time");
+    let w = steps.iter().map(|s| s.name.len()).max().unwrap_or(0).max(4);
+    println!("xtask: {:<w$} {:>8}  {:>8}", "step", "result", "time");
     for s in steps {
         println!(
-            "xtask: {:<32} {:>8}  {:>7.1}s",
+            "xtask: {:<w$} {:>8}  {:>7.1}s",
             s.name,
             if s.failure.is_some() { "FAILED" } else { "ok" },
             s.elapsed.as_secs_f64()
