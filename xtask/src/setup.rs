@@ -118,7 +118,7 @@ impl Apt {
     }
 }
 
-fn require_root(what: &str) -> anyhow::Result<()> {
+pub fn require_root(what: &str) -> anyhow::Result<()> {
     if !cmd::is_root() {
         bail!(
             "`{what}` needs root: run `cargo xtask setup` as root (or run that apt-get yourself)"

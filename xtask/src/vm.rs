@@ -1,5 +1,6 @@
 //! `cargo xtask vm-test`: the agent's integration tests, as root, inside QEMU on Debian's stock
-//! 6.1 and 6.12 kernels, where fentry/fexit, kprobes and the BPF LSM are all available.
+//! kernels, 5.10 (Debian 11), 6.1 and 6.12 (Debian 12), where fentry/fexit, kprobes and the BPF
+//! LSM are all available.
 use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write as _},
