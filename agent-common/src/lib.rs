@@ -47,10 +47,14 @@ pub mod globals {
 
 /// How many directory levels above a socket file are checked against the watch list.
 pub const WATCH_DEPTH: usize = 8;
-/// How many descriptors the owner check walks in the acting task's fd table.
+/// How many descriptors the owner check walks in the acting task's fd table (with `bpf_loop`).
 pub const FD_SCAN_MAX: u32 = 65_536;
-/// Bytes of a file's base name that [`name_hash`] covers.
-pub const NAME_HASH_MAX: usize = 64;
+/// The same walk on kernels without `bpf_loop` (before 5.17): a constant-bounded loop, so
+/// the verifier walks every step; a holder whose descriptor sits above this is not seen.
+pub const FD_SCAN_BOUNDED: u32 = 128;
+/// Bytes at the end of a file's base name that [`name_hash`] covers: the kernel hashes an
+/// unlinked path's tail in one bounded backward pass, up to its last `/`.
+pub const NAME_HASH_TAIL: usize = 32;
 
 /// What happened. Ids are never reused: a retired kind keeps its number.
 #[repr(u32)]
@@ -202,6 +206,27 @@ pub mod flags {
     pub const EXCHANGE: u16 = 1 << 9;
 }
 
+/// Which helpers a kernel program may call. Every program that needs `bpf_loop` (5.17) or
+/// `bpf_task_pt_regs` (5.15) has a `Bounded` twin named `<name>_b` for older kernels; the
+/// loader attaches the one this kernel's helpers allow.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// `bpf_loop` walks of whole fd tables; the syscall's path from its registers.
+    Helpers = 0,
+    /// Constant-bounded walks of the first [`FD_SCAN_BOUNDED`] descriptors; no syscall path.
+    Bounded = 1,
+}
+
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Helpers => "helpers",
+            Self::Bounded => "bounded",
+        }
+    }
+}
+
 /// Indices into the per-CPU `COUNTERS` array: every loss and failure the kernel side sees.
 /// Submitted and lost events are counted per [`EventKind`] after these (see [`slots`]).
 #[repr(u32)]
@@ -215,14 +240,18 @@ pub enum Counter {
     ConnectOk = 2,
     /// Entry/exit pairs whose entry half was missing (attached mid-call, or map full).
     Unpaired = 3,
+    /// An fd-table walk (owner check at unlink, releases at exit) cut at [`FD_SCAN_BOUNDED`]
+    /// descriptors on a kernel without `bpf_loop`: what lies beyond is left to the sweeps.
+    FdWalkPartial = 4,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 4] = [
+    pub const ALL: [Counter; 5] = [
         Counter::MapFull,
         Counter::ReadFailed,
         Counter::ConnectOk,
         Counter::Unpaired,
+        Counter::FdWalkPartial,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -232,6 +261,7 @@ impl Counter {
             Self::ReadFailed => "read_failed",
             Self::ConnectOk => "connect_ok",
             Self::Unpaired => "unpaired",
+            Self::FdWalkPartial => "fd_walk_partial",
         }
     }
 }
@@ -354,13 +384,18 @@ mod pod {
     unsafe impl aya::Pod for WatchedName {}
 }
 
-/// FNV-1a over a file's base name, up to [`NAME_HASH_MAX`] bytes or the first NUL. The kernel
-/// side computes the same hash; the tracepoint tier filters unlinks and renames with it.
+/// FNV-1a over the last [`NAME_HASH_TAIL`] bytes of a file's base name (up to the first NUL),
+/// last byte first. The kernel side computes the same hash; the tracepoint tier filters
+/// unlinks and renames with it.
 pub const fn name_hash(name: &[u8]) -> u64 {
+    let mut len = 0;
+    while len < name.len() && name[len] != 0 {
+        len += 1;
+    }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut i = 0;
-    while i < name.len() && i < NAME_HASH_MAX && name[i] != 0 {
-        h ^= name[i] as u64;
+    while i < len && i < NAME_HASH_TAIL {
+        h ^= name[len - 1 - i] as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
         i += 1;
     }
@@ -433,10 +468,17 @@ mod tests {
     }
 
     #[test]
-    fn name_hash_stops_at_nul_and_cap() {
+    fn name_hash_stops_at_nul_and_covers_the_tail() {
         assert_eq!(name_hash(b"a.sock"), name_hash(b"a.sock\0junk"));
         assert_ne!(name_hash(b"a.sock"), name_hash(b"b.sock"));
-        let long = [b'x'; 200];
-        assert_eq!(name_hash(&long), name_hash(&long[..NAME_HASH_MAX]));
+        let mut long = [b'x'; 200];
+        long[0] = b'y';
+        assert_eq!(name_hash(&long), name_hash(&long[200 - NAME_HASH_TAIL..]));
+        // Last byte first: FNV-1a of "kcos.a".
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in b"kcos.a" {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        assert_eq!(name_hash(b"a.sock"), h);
     }
 }

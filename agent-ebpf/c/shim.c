@@ -111,60 +111,48 @@ struct dentry *shim_dentry_parent(struct dentry *dentry)
 	return parent == dentry ? 0 : parent; // the root is its own parent
 }
 
-static __always_inline __u64 sw_fnv(const char *buf)
+// agent_common::name_hash: FNV-1a over the last SW_NAME_HASH_TAIL bytes of a name, last
+// byte first, so an unlinked path's base name hashes in one bounded backward pass.
+#define SW_FNV_OFFSET 0xcbf29ce484222325ULL
+#define SW_FNV_PRIME 0x100000001b3ULL
+
+__u64 shim_dentry_name_hash(struct dentry *dentry)
 {
-	__u64 h = 0xcbf29ce484222325ULL;
-	for (int i = 0; i < SW_NAME_HASH_MAX; i++) {
-		if (!buf[i])
+	// A fixed-size read that ends with the name: the verifier then sees only constant stack
+	// offsets. Before a short inline name lie other fields of the same dentry.
+	char buf[SW_NAME_HASH_TAIL] = {};
+	const unsigned char *name = 0;
+	__u32 len = 0;
+	BPF_CORE_READ_INTO(&name, dentry, d_name.name);
+	BPF_CORE_READ_INTO(&len, dentry, d_name.len);
+	__u64 h = SW_FNV_OFFSET;
+	if (!name || bpf_probe_read_kernel(buf, sizeof(buf), name + len - SW_NAME_HASH_TAIL))
+		return h;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < SW_NAME_HASH_TAIL; i++) {
+		if (i >= len)
 			break;
-		h ^= (unsigned char)buf[i];
-		h *= 0x100000001b3ULL;
+		h = (h ^ (unsigned char)buf[SW_NAME_HASH_TAIL - 1 - i]) * SW_FNV_PRIME;
 	}
 	return h;
 }
 
-// agent_common::name_hash of the dentry's name.
-__u64 shim_dentry_name_hash(struct dentry *dentry)
-{
-	char buf[SW_NAME_HASH_MAX + 1] = {};
-	const unsigned char *name = 0;
-	BPF_CORE_READ_INTO(&name, dentry, d_name.name);
-	bpf_probe_read_kernel_str(buf, sizeof(buf), name);
-	return sw_fnv(buf);
-}
-
-struct basename_ctx {
-	const char *buf;
-	__u64 hash;
-	__u32 n; // bytes of the current component hashed so far
-};
-
-static long basename_cb(__u64 i, void *data)
-{
-	struct basename_ctx *ctx = data;
-	char c = ctx->buf[i & (SW_PATH_CAP - 1)];
-	if (!c)
-		return 1;
-	if (c == '/') {
-		ctx->hash = 0xcbf29ce484222325ULL;
-		ctx->n = 0;
-	} else if (ctx->n < SW_NAME_HASH_MAX) {
-		ctx->hash = (ctx->hash ^ (unsigned char)c) * 0x100000001b3ULL;
-		ctx->n++;
-	}
-	return 0;
-}
-
-// agent_common::name_hash of the last component of a path already copied into `buf` (one
-// pass with bpf_loop: the verifier checks the callback once, not every iteration).
+// agent_common::name_hash of the last component of a path already copied into `buf` (map
+// memory, SW_PATH_CAP bytes) whose length without the NUL is `len`.
 __u64 shim_basename_hash(const char *buf, int len)
 {
-	struct basename_ctx ctx = { .buf = buf, .hash = 0xcbf29ce484222325ULL };
-	if (len > SW_PATH_CAP)
-		len = SW_PATH_CAP;
-	if (len > 0)
-		bpf_loop(len, basename_cb, &ctx, 0);
-	return ctx.hash;
+	__u64 h = SW_FNV_OFFSET;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < SW_NAME_HASH_TAIL; i++) {
+		int at = len - 1 - i;
+		if (at < 0)
+			break;
+		char c = buf[at & (SW_PATH_CAP - 1)];
+		if (c == '/')
+			break;
+		h = (h ^ (unsigned char)c) * SW_FNV_PRIME;
+	}
+	return h;
 }
 
 // ---- the current task -------------------------------------------------------------------
@@ -217,80 +205,136 @@ struct holds_ctx {
 	int found;
 };
 
+// A call, not inlined: in a constant-bounded loop its stack frame is gone at each return, so
+// the verifier meets one state per step instead of every mix of what earlier steps left.
+static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i, __u64 sock_ino)
+{
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[i]) || !file)
+		return 0;
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	return BPF_CORE_READ(inode, i_ino) == sock_ino &&
+	       BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC;
+}
+
 static long holds_cb(__u64 i, void *data)
 {
 	struct holds_ctx *ctx = data;
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &ctx->fds[i]) || !file)
-		return 0;
-	struct inode *inode = BPF_CORE_READ(file, f_inode);
-	if (BPF_CORE_READ(inode, i_ino) == ctx->sock_ino &&
-	    BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC) {
+	if (sw_fd_is_socket(ctx->fds, i, ctx->sock_ino)) {
 		ctx->found = 1;
 		return 1; // stop
 	}
 	return 0;
 }
 
-// Does the current task's descriptor table hold the socket whose sockfs inode is `sock_ino`?
-// Decided at the moment of an unlink, before the unlinker can close its descriptor.
-int shim_current_holds_socket(__u64 sock_ino)
+// The current task's descriptor table and how many of its slots to look at.
+static __always_inline struct file **sw_current_fds(__u32 cap, __u32 *max)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
 	if (!fdt)
 		return 0;
-	struct holds_ctx ctx = { .fds = BPF_CORE_READ(fdt, fd), .sock_ino = sock_ino };
-	__u32 max = BPF_CORE_READ(fdt, max_fds);
-	if (max > SW_FD_SCAN_MAX)
-		max = SW_FD_SCAN_MAX;
-	bpf_loop(max, holds_cb, &ctx, 0);
+	*max = BPF_CORE_READ(fdt, max_fds);
+	if (*max > cap)
+		*max = cap;
+	return BPF_CORE_READ(fdt, fd);
+}
+
+// Does the current task's descriptor table hold the socket whose sockfs inode is `sock_ino`?
+// Decided at the moment of an unlink, before the unlinker can close its descriptor.
+int shim_current_holds_socket(__u64 sock_ino)
+{
+	__u32 max = 0;
+	struct holds_ctx ctx = { .fds = sw_current_fds(SW_FD_SCAN_MAX, &max), .sock_ino = sock_ino };
+	if (ctx.fds)
+		bpf_loop(max, holds_cb, &ctx, 0);
 	return ctx.found;
+}
+
+// The same without bpf_loop (kernels before 5.17): the first SW_FD_SCAN_BOUNDED descriptors.
+// Returns 1 when found, 0 when not, -1 when not among them but the table has more slots.
+int shim_current_holds_socket_bounded(__u64 sock_ino)
+{
+	__u32 max = 0;
+	struct file **fds = sw_current_fds(SW_FD_SCAN_BOUNDED + 1, &max);
+	if (!fds)
+		return 0;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
+		if (i >= max)
+			break;
+		if (sw_fd_is_socket(fds, i, sock_ino))
+			return 1;
+	}
+	return max > SW_FD_SCAN_BOUNDED ? -1 : 0;
+}
+
+// A bound UNIX socket whose last reference is descriptor `i` of `fds`, else NULL.
+static __always_inline struct sock *sw_fd_last_bound_socket(struct file **fds, __u32 i)
+{
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[i]) || !file)
+		return 0;
+	if (!shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) || shim_file_refs(file) != 1)
+		return 0;
+	struct sock *sk = shim_socket_sk(shim_file_socket(file));
+	return shim_sk_dentry(sk) ? sk : 0;
+}
+
+// Implemented by the programs (release.rs): forgets and reports one released socket.
+int sockwatch_release_at_exit(__u64 sk);
+
+// Releases descriptor `i` of `fds` if this exit drops a bound socket's last reference. Not
+// inlined, for the reason sw_fd_is_socket is not.
+static __attribute__((noinline)) int sw_fd_release_at_exit(struct file **fds, __u32 i)
+{
+	struct sock *sk = sw_fd_last_bound_socket(fds, i);
+	if (sk)
+		sockwatch_release_at_exit((__u64)sk);
+	return 0;
 }
 
 struct exit_ctx {
 	struct file **fds;
-	struct sock **out;
-	int n;
 };
 
 static long exit_cb(__u64 i, void *data)
 {
 	struct exit_ctx *ctx = data;
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &ctx->fds[i]) || !file)
-		return 0;
-	if (!shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) || shim_file_refs(file) != 1)
-		return 0;
-	struct sock *sk = shim_socket_sk(shim_file_socket(file));
-	if (!shim_sk_dentry(sk))
-		return 0;
-	if (ctx->n >= SW_EXIT_SOCKETS_MAX)
-		return 1; // full: the rest is left to the periodic scan
-	ctx->out[ctx->n & (SW_EXIT_SOCKETS_MAX - 1)] = sk;
-	ctx->n++;
-	return 0;
+	return sw_fd_release_at_exit(ctx->fds, i);
 }
 
-// The bound UNIX sockets whose last reference the exiting current task holds: they are
-// released by this exit with no close(2) for the tracepoint tier to see.
-int shim_current_last_bound_sockets(struct sock **out)
+// Releases the bound UNIX sockets whose last reference the exiting current task holds: they
+// go with this exit, and no close(2) shows it to the tracepoint tier. The per-socket work is
+// a global function, which the verifier checks once, not per descriptor.
+void shim_release_last_bound_sockets(void)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
-		return 0;
-	struct exit_ctx ctx = { .fds = BPF_CORE_READ(fdt, fd), .out = out };
-	__u32 max = BPF_CORE_READ(fdt, max_fds);
-	if (max > SW_FD_SCAN_MAX)
-		max = SW_FD_SCAN_MAX;
-	bpf_loop(max, exit_cb, &ctx, 0);
-	return ctx.n;
+	__u32 max = 0;
+	struct exit_ctx ctx = { .fds = sw_current_fds(SW_FD_SCAN_MAX, &max) };
+	if (ctx.fds)
+		bpf_loop(max, exit_cb, &ctx, 0);
 }
 
-// The path argument of the current unlink/rename syscall (x86-64 numbers), copied from user
-// memory; returns its length including the NUL, or a negative value. `which` selects the
-// argument: 0 = the path unlinked or the rename target.
+// Without bpf_loop: the first SW_FD_SCAN_BOUNDED descriptors. Returns 1 when the table has
+// more slots than that (the rest are left to the sweeps).
+int shim_release_last_bound_sockets_bounded(void)
+{
+	__u32 max = 0;
+	struct file **fds = sw_current_fds(SW_FD_SCAN_BOUNDED + 1, &max);
+	if (!fds)
+		return 0;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
+		if (i >= max)
+			break;
+		sw_fd_release_at_exit(fds, i);
+	}
+	return max > SW_FD_SCAN_BOUNDED;
+}
+
+// The path argument of the current unlink/rename syscall (x86-64 numbers): the file unlinked
+// or the rename target, copied from user memory; returns its length including the NUL, or a
+// negative value. Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
 int shim_syscall_target_path(char *buf)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -363,6 +407,23 @@ long shim_file_refs(struct file *file)
 	if (bpf_core_field_exists(((struct file___f_count *)file)->f_count))
 		return BPF_CORE_READ((struct file___f_count *)file, f_count.counter);
 	return BPF_CORE_READ((struct file___f_ref *)file, f_ref.refcnt.counter) + 1;
+}
+
+// Argument `n` of a traced function from an fentry/fexit context (an array of u64). Read
+// through a helper: the argument count differs across kernels, and a direct context load
+// past the last argument is refused by the verifier even on a path never taken.
+__u64 shim_ctx_arg(const __u64 *ctx, __u32 n)
+{
+	__u64 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), &ctx[n & 7]);
+	return v;
+}
+
+// 5.12 gave vfs_unlink an idmap first argument and vfs_rename a struct renamedata in the
+// same series: the type's presence tells the two layouts apart.
+int shim_vfs_takes_idmap(void)
+{
+	return bpf_core_type_exists(struct renamedata);
 }
 
 // ---- atomics (rustc's BPF target has no atomic read-modify-write) ------------------------

@@ -4,9 +4,10 @@
 
 #define SW_SUN_PATH_LEN 108
 #define SW_PATH_CAP 256
-#define SW_NAME_HASH_MAX 64
+// Mirrors of agent_common constants (a unit test in the agent checks them).
+#define SW_NAME_HASH_TAIL 32
 #define SW_FD_SCAN_MAX 65536
-#define SW_EXIT_SOCKETS_MAX 16
+#define SW_FD_SCAN_BOUNDED 128
 
 // A file as sockwatch identifies it.
 struct sw_file {

@@ -16,7 +16,7 @@ use aya_ebpf::{
 use crate::{
     maps::{AGENT_TGID, COUNTERS, EVENTS, WAKEUP_BYTES},
     pending::Pending,
-    shim::{self, File, Sock},
+    shim::{self, File, Flavor, Sock},
 };
 
 /// `offsetof(struct sockaddr_un, sun_path)`.
@@ -197,10 +197,13 @@ impl Draft {
     }
 
     /// The path argument of the current unlink/rename syscall; left empty when the operation
-    /// did not come from one (io_uring, nfsd, overlayfs).
+    /// did not come from one (io_uring, nfsd, overlayfs) or the kernel cannot give the
+    /// syscall's registers (the `Bounded` flavor, before 5.15).
     #[inline(always)]
-    pub fn syscall_target_path(&mut self) -> &mut Self {
-        if let Some(n) = shim::syscall_target_path(self.path_buf()) {
+    pub fn syscall_target_path(&mut self, flavor: Flavor) -> &mut Self {
+        if flavor == Flavor::Helpers
+            && let Some(n) = shim::syscall_target_path(self.path_buf())
+        {
             self.set_path_len(n as usize);
         }
         self

@@ -10,7 +10,7 @@ use crate::{
     emit::count,
     maps::{LIVE, LIVE_NAMES, TRACKED},
     pending::Pending,
-    shim::{self, Dentry, File},
+    shim::{self, Dentry, File, Flavor},
 };
 
 /// Records a freshly bound socket; returns its owner (the current process).
@@ -74,7 +74,7 @@ pub fn lookup(id: &FileId) -> Option<LiveSock> {
 /// The record an unlink or rename of `dentry` needs, or `None` when the file is not a socket,
 /// or neither live nor watched. Ownership is decided now, from the acting task's fd table.
 #[inline(always)]
-pub fn inspect_victim(dentry: Dentry) -> Option<Pending> {
+pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
     let file = shim::dentry_file(dentry)?;
     if !shim::is_sock_mode(file.mode) {
         return None;
@@ -90,7 +90,7 @@ pub fn inspect_victim(dentry: Dentry) -> Option<Pending> {
             p.sock_ino = live.sock_ino;
             p.owner = live.owner;
             p.flags = flags::LIVE | (live.flags & flags::LISTENING);
-            if shim::current_holds_socket(live.sock_ino) {
+            if shim::current_holds_socket(live.sock_ino, flavor) {
                 p.flags |= flags::HOLDS_FD;
             }
         }

@@ -1,7 +1,10 @@
 //! Rust faces of the C CO-RE shim (`c/shim.c`): every kernel-struct read goes through here.
 use core::ffi::c_void;
 
-use agent_common::{FileId, PATH_CAP, SUN_PATH_LEN};
+pub use agent_common::Flavor;
+use agent_common::{Counter, FileId, PATH_CAP, SUN_PATH_LEN};
+
+use crate::emit::count;
 
 /// Mirrors `struct sw_file` in `c/shim.h`.
 #[repr(C)]
@@ -40,6 +43,7 @@ unsafe extern "C" {
     fn shim_basename_hash(buf: *const u8, len: i32) -> u64;
     fn shim_current_fd_socket(fd: i32) -> *const c_void;
     fn shim_current_holds_socket(sock_ino: u64) -> i32;
+    fn shim_current_holds_socket_bounded(sock_ino: u64) -> i32;
     fn shim_syscall_target_path(buf: *mut u8) -> i32;
     fn shim_new_process_tgid(task: *const c_void) -> u32;
     fn shim_renamedata_target(rd: *const c_void) -> Dentry;
@@ -51,17 +55,39 @@ unsafe extern "C" {
     fn shim_file_socket(file: *const c_void) -> *const c_void;
     fn shim_atomic_add(counter: *mut u64, delta: i64) -> u64;
     fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
-    fn shim_current_last_bound_sockets(out: *mut Sock) -> i32;
+    fn shim_release_last_bound_sockets();
+    fn shim_release_last_bound_sockets_bounded() -> i32;
+    fn shim_ctx_arg(ctx: *const c_void, n: u32) -> u64;
+    fn shim_vfs_takes_idmap() -> i32;
 }
 
-/// How many sockets one exit can release through [`current_last_bound_sockets`].
-pub const EXIT_SOCKETS_MAX: usize = 16;
-
-/// The bound UNIX sockets whose last reference the exiting current task holds; returns how
-/// many of `out` were filled.
+/// Releases, through `sockwatch_release_at_exit`, every bound UNIX socket whose last reference
+/// the exiting current task holds: its whole fd table with `bpf_loop`, the first descriptors
+/// without. Counts a walk cut short.
 #[inline(always)]
-pub fn current_last_bound_sockets(out: &mut [Sock; EXIT_SOCKETS_MAX]) -> usize {
-    unsafe { shim_current_last_bound_sockets(out.as_mut_ptr()) as usize }
+pub fn release_last_bound_sockets(flavor: Flavor) {
+    let partial = match flavor {
+        Flavor::Helpers => {
+            unsafe { shim_release_last_bound_sockets() };
+            false
+        }
+        Flavor::Bounded => (unsafe { shim_release_last_bound_sockets_bounded() }) != 0,
+    };
+    if partial {
+        count(Counter::FdWalkPartial);
+    }
+}
+
+/// Argument `n` of the traced function, from an fentry/fexit context.
+#[inline(always)]
+pub fn ctx_arg(ctx: *const c_void, n: u32) -> u64 {
+    unsafe { shim_ctx_arg(ctx, n) }
+}
+
+/// Does `vfs_unlink`/`vfs_rename` take the idmap-era arguments (5.12+)?
+#[inline(always)]
+pub fn vfs_takes_idmap() -> bool {
+    unsafe { shim_vfs_takes_idmap() != 0 }
 }
 
 /// Identity of the directory a relative path starts from: `dirfd`, or the working directory
@@ -174,10 +200,18 @@ pub fn file_refs(file: *const c_void) -> i64 {
     unsafe { shim_file_refs(file) }
 }
 
-/// Does the current task hold a descriptor of the socket with this sockfs inode?
+/// Does the current task hold a descriptor of the socket with this sockfs inode? Counts a
+/// walk cut short (bounded flavor, a large fd table).
 #[inline(always)]
-pub fn current_holds_socket(sock_ino: u64) -> bool {
-    unsafe { shim_current_holds_socket(sock_ino) != 0 }
+pub fn current_holds_socket(sock_ino: u64, flavor: Flavor) -> bool {
+    let found = match flavor {
+        Flavor::Helpers => unsafe { shim_current_holds_socket(sock_ino) },
+        Flavor::Bounded => unsafe { shim_current_holds_socket_bounded(sock_ino) },
+    };
+    if found < 0 {
+        count(Counter::FdWalkPartial);
+    }
+    found > 0
 }
 
 /// The path argument of the current unlink/rename syscall (the file removed, or the rename

@@ -1,6 +1,28 @@
 //! One module per hook family; each program's name says hook and tier.
 use aya_ebpf::programs::TracePointContext;
 
+/// Defines a program twice, once per [`Flavor`](crate::shim::Flavor): `name / name_b`. The
+/// loader attaches the `Helpers` one where the kernel has `bpf_loop`, the other elsewhere.
+macro_rules! flavored {
+    (
+        $(#[$attr:meta])*
+        fn $helpers:ident / $bounded:ident ($ctx:ident : $ty:ty, $flavor:ident) -> $ret:ty $body:block
+    ) => {
+        $(#[$attr])*
+        pub fn $helpers($ctx: $ty) -> $ret {
+            let $flavor = $crate::shim::Flavor::Helpers;
+            $body
+        }
+
+        /// Without `bpf_loop` or `bpf_task_pt_regs`, for kernels before 5.17.
+        $(#[$attr])*
+        pub fn $bounded($ctx: $ty) -> $ret {
+            let $flavor = $crate::shim::Flavor::Bounded;
+            $body
+        }
+    };
+}
+
 pub mod bind;
 pub mod connect;
 pub mod listen;

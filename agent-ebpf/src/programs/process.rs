@@ -9,7 +9,11 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 
-use crate::{emit, live, shim};
+use super::release::released;
+use crate::{
+    emit, live,
+    shim::{self, Sock},
+};
 
 /// `sched_process_fork(parent, child)`, typed: tells a new process from a new thread.
 #[btf_tracepoint(function = "sched_process_fork")]
@@ -30,23 +34,29 @@ pub fn fork_tp_btf(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// The last thread of a tracked process exits. Its descriptors are still attached: bound
-/// sockets it holds the last reference to are released here, which no close(2) will show.
-#[tracepoint(category = "sched", name = "sched_process_exit")]
-pub fn exit_tp(_ctx: TracePointContext) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if live::is_tracked(tgid) && shim::current_group_dead() {
-        live::untrack(tgid);
-        let mut socks = [core::ptr::null(); shim::EXIT_SOCKETS_MAX];
-        let n = shim::current_last_bound_sockets(&mut socks);
-        for (i, sk) in socks.iter().enumerate() {
-            if i < n {
-                super::release::released(*sk, Tier::Tracepoint);
+flavored! {
+    /// The last thread of a tracked process exits. Its descriptors are still attached: bound
+    /// sockets it holds the last reference to are released here, which no close(2) will show.
+    #[tracepoint(category = "sched", name = "sched_process_exit")]
+    fn exit_tp / exit_tp_b(_ctx: TracePointContext, flavor) -> u32 {
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        if live::is_tracked(tgid) && shim::current_group_dead() {
+            live::untrack(tgid);
+            shim::release_last_bound_sockets(flavor);
+            if let Some(ev) = emit::reserve(EventKind::Exit, Tier::Tracepoint, Fidelity::Exact) {
+                ev.submit();
             }
         }
-        if let Some(ev) = emit::reserve(EventKind::Exit, Tier::Tracepoint, Fidelity::Exact) {
-            ev.submit();
-        }
+        0
     }
+}
+
+/// Called by the shim's fd-table walk at exit for each socket the exit releases. A global
+/// function, checked once by the verifier: it takes and returns scalars only. Never inlined:
+/// a copy per descriptor would be walked per descriptor.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sockwatch_release_at_exit(sk: u64) -> i32 {
+    released(sk as Sock, Tier::Tracepoint);
     0
 }

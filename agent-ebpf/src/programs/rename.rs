@@ -3,6 +3,7 @@ use core::ffi::c_void;
 
 use agent_common::{EventKind, Fidelity, Tier, flags};
 use aya_ebpf::{
+    EbpfContext as _,
     macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
     programs::{
         FEntryContext, FExitContext, LsmContext, ProbeContext, RetProbeContext, TracePointContext,
@@ -16,48 +17,72 @@ use super::{
 use crate::{
     emit, live,
     pending::{self, Pending, Slot},
-    shim,
+    shim::{self, Flavor},
 };
 
 /// `RENAME_EXCHANGE`: both names stay, swapped.
 const RENAME_EXCHANGE: u32 = 1 << 1;
 
-/// fentry tier: `vfs_rename(struct renamedata *rd)` (5.12+).
-#[fentry(function = "vfs_rename")]
-pub fn rename_fentry(ctx: FEntryContext) -> i32 {
-    begin(ctx.arg(0));
-    0
-}
-
-#[fexit(function = "vfs_rename")]
-pub fn rename_fexit(ctx: FExitContext) -> i32 {
-    let ret: i32 = ctx.arg(1);
-    end(ret as i64, Tier::Fentry);
-    0
-}
-
-/// LSM tier: `inode_rename(old_dir, old_dentry, new_dir, new_dentry)`, before the rename.
-#[lsm(hook = "inode_rename")]
-pub fn rename_lsm(ctx: LsmContext) -> i32 {
-    let target: *const c_void = ctx.arg(3);
-    if !emit::is_agent()
-        && let Some(p) = live::inspect_victim(target)
-    {
-        report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN);
+flavored! {
+    /// fentry tier: `vfs_rename(struct renamedata *rd)` since 5.12, before that
+    /// `vfs_rename(old_dir, old_dentry, new_dir, new_dentry, delegated, flags)`.
+    #[fentry(function = "vfs_rename")]
+    fn rename_fentry / rename_fentry_b(ctx: FEntryContext, flavor) -> i32 {
+        let arg = |n| shim::ctx_arg(ctx.as_ptr(), n) as *const c_void;
+        if shim::vfs_takes_idmap() {
+            let rd = arg(0);
+            begin(shim::renamedata_target(rd), shim::renamedata_flags(rd), flavor);
+        } else {
+            begin(arg(3), arg(5) as u32, flavor);
+        }
+        0
     }
-    0
 }
 
-#[kprobe(function = "vfs_rename")]
-pub fn rename_kprobe(ctx: ProbeContext) -> u32 {
-    begin(ctx.arg(0).unwrap_or(core::ptr::null()));
-    0
+flavored! {
+    #[fexit(function = "vfs_rename")]
+    fn rename_fexit / rename_fexit_b(ctx: FExitContext, flavor) -> i32 {
+        let nargs = if shim::vfs_takes_idmap() { 1 } else { 6 };
+        let ret = shim::ctx_arg(ctx.as_ptr(), nargs) as i32;
+        end(ret as i64, Tier::Fentry, flavor);
+        0
+    }
 }
 
-#[kretprobe(function = "vfs_rename")]
-pub fn rename_kretprobe(ctx: RetProbeContext) -> u32 {
-    end(ctx.ret::<i32>() as i64, Tier::Kprobe);
-    0
+flavored! {
+    /// LSM tier: `inode_rename(old_dir, old_dentry, new_dir, new_dentry)`, before the rename.
+    #[lsm(hook = "inode_rename")]
+    fn rename_lsm / rename_lsm_b(ctx: LsmContext, flavor) -> i32 {
+        let target: *const c_void = ctx.arg(3);
+        if !emit::is_agent()
+            && let Some(p) = live::inspect_victim(target, flavor)
+        {
+            report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN, flavor);
+        }
+        0
+    }
+}
+
+flavored! {
+    #[kprobe(function = "vfs_rename")]
+    fn rename_kprobe / rename_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
+        let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
+        if shim::vfs_takes_idmap() {
+            let rd = arg(0) as *const c_void;
+            begin(shim::renamedata_target(rd), shim::renamedata_flags(rd), flavor);
+        } else {
+            begin(arg(3) as *const c_void, arg(5) as u32, flavor);
+        }
+        0
+    }
+}
+
+flavored! {
+    #[kretprobe(function = "vfs_rename")]
+    fn rename_kret / rename_kret_b(ctx: RetProbeContext, flavor) -> u32 {
+        end(ctx.ret::<i32>() as i64, Tier::Kprobe, flavor);
+        0
+    }
 }
 
 #[tracepoint(category = "syscalls", name = "sys_enter_rename")]
@@ -105,12 +130,12 @@ pub fn renameat2_tp_exit(ctx: TracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn begin(rd: *const c_void) {
-    if emit::is_agent() || rd.is_null() {
+fn begin(target: *const c_void, rename_flags: u32, flavor: Flavor) {
+    if emit::is_agent() || target.is_null() {
         return;
     }
-    if let Some(mut p) = live::inspect_victim(shim::renamedata_target(rd)) {
-        if shim::renamedata_flags(rd) & RENAME_EXCHANGE != 0 {
+    if let Some(mut p) = live::inspect_victim(target, flavor) {
+        if rename_flags & RENAME_EXCHANGE != 0 {
             p.flags |= flags::EXCHANGE;
         }
         pending::stash(Slot::Rename, &p);
@@ -118,18 +143,21 @@ fn begin(rd: *const c_void) {
 }
 
 #[inline(always)]
-fn end(ret: i64, tier: Tier) {
+fn end(ret: i64, tier: Tier, flavor: Flavor) {
     if let Some(p) = pending::take(Slot::Rename, false)
         && ret == 0
     {
-        report(&p, ret, tier, 0);
+        report(&p, ret, tier, 0, flavor);
     }
 }
 
 #[inline(always)]
-fn report(p: &Pending, ret: i64, tier: Tier, extra: u16) {
+fn report(p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
     if let Some(mut ev) = emit::reserve(EventKind::Rename, tier, Fidelity::Exact) {
-        ev.pending(p).ret(ret).flags(extra).syscall_target_path();
+        ev.pending(p)
+            .ret(ret)
+            .flags(extra)
+            .syscall_target_path(flavor);
         ev.submit();
     }
 }

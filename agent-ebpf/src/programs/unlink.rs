@@ -6,6 +6,7 @@ use core::ffi::c_void;
 
 use agent_common::{EventKind, Fidelity, PATH_CAP, Tier, flags};
 use aya_ebpf::{
+    EbpfContext as _,
     helpers::bpf_probe_read_user_str_bytes,
     macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
     programs::{
@@ -18,7 +19,7 @@ use crate::{
     emit, live,
     maps::SCRATCH,
     pending::{self, Pending, Slot},
-    shim,
+    shim::{self, Flavor},
 };
 
 /// `AT_REMOVEDIR`: an unlinkat that is an rmdir.
@@ -26,43 +27,60 @@ const AT_REMOVEDIR: u64 = 0x200;
 /// `AT_FDCWD`: a path relative to the working directory.
 pub const AT_FDCWD: i32 = -100;
 
-/// fentry tier: `vfs_unlink(idmap, dir, dentry, delegated)`; the dentry is argument 2 on
-/// every kernel since 5.12.
-#[fentry(function = "vfs_unlink")]
-pub fn unlink_fentry(ctx: FEntryContext) -> i32 {
-    begin(ctx.arg(2));
-    0
+/// `vfs_unlink`'s arguments: `(idmap, dir, dentry, delegated)` since 5.12, before that
+/// `(dir, dentry, delegated)`.
+#[inline(always)]
+fn dentry_arg() -> u32 {
+    if shim::vfs_takes_idmap() { 2 } else { 1 }
 }
 
-#[fexit(function = "vfs_unlink")]
-pub fn unlink_fexit(ctx: FExitContext) -> i32 {
-    let ret: i32 = ctx.arg(4);
-    end(ret as i64, Tier::Fentry);
-    0
-}
-
-/// LSM tier: `inode_unlink(dir, dentry)`, before the unlink; its result is not known.
-#[lsm(hook = "inode_unlink")]
-pub fn unlink_lsm(ctx: LsmContext) -> i32 {
-    let dentry: *const c_void = ctx.arg(1);
-    if !emit::is_agent()
-        && let Some(p) = live::inspect_victim(dentry)
-    {
-        report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN);
+flavored! {
+    /// fentry tier: the unlink's victim, before it is removed.
+    #[fentry(function = "vfs_unlink")]
+    fn unlink_fentry / unlink_fentry_b(ctx: FEntryContext, flavor) -> i32 {
+        begin(shim::ctx_arg(ctx.as_ptr(), dentry_arg()) as *const c_void, flavor);
+        0
     }
-    0
 }
 
-#[kprobe(function = "vfs_unlink")]
-pub fn unlink_kprobe(ctx: ProbeContext) -> u32 {
-    begin(ctx.arg(2).unwrap_or(core::ptr::null()));
-    0
+flavored! {
+    /// fexit tier: the result follows the arguments.
+    #[fexit(function = "vfs_unlink")]
+    fn unlink_fexit / unlink_fexit_b(ctx: FExitContext, flavor) -> i32 {
+        let ret = shim::ctx_arg(ctx.as_ptr(), dentry_arg() + 2) as i32;
+        end(ret as i64, Tier::Fentry, flavor);
+        0
+    }
 }
 
-#[kretprobe(function = "vfs_unlink")]
-pub fn unlink_kretprobe(ctx: RetProbeContext) -> u32 {
-    end(ctx.ret::<i32>() as i64, Tier::Kprobe);
-    0
+flavored! {
+    /// LSM tier: `inode_unlink(dir, dentry)`, before the unlink; its result is not known.
+    #[lsm(hook = "inode_unlink")]
+    fn unlink_lsm / unlink_lsm_b(ctx: LsmContext, flavor) -> i32 {
+        let dentry: *const c_void = ctx.arg(1);
+        if !emit::is_agent()
+            && let Some(p) = live::inspect_victim(dentry, flavor)
+        {
+            report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN, flavor);
+        }
+        0
+    }
+}
+
+flavored! {
+    #[kprobe(function = "vfs_unlink")]
+    fn unlink_kprobe / unlink_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
+        begin(ctx.arg(dentry_arg() as usize).unwrap_or(core::ptr::null()), flavor);
+        0
+    }
+}
+
+flavored! {
+    #[kretprobe(function = "vfs_unlink")]
+    fn unlink_kret / unlink_kret_b(ctx: RetProbeContext, flavor) -> u32 {
+        end(ctx.ret::<i32>() as i64, Tier::Kprobe, flavor);
+        0
+    }
 }
 
 /// Tracepoint tier: no inode in sight, so keep only paths whose last component is named like
@@ -98,28 +116,31 @@ pub fn unlinkat_tp_exit(ctx: TracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn begin(dentry: *const c_void) {
+fn begin(dentry: *const c_void, flavor: Flavor) {
     if !emit::is_agent()
-        && let Some(p) = live::inspect_victim(dentry)
+        && let Some(p) = live::inspect_victim(dentry, flavor)
     {
         pending::stash(Slot::Unlink, &p);
     }
 }
 
 #[inline(always)]
-fn end(ret: i64, tier: Tier) {
+fn end(ret: i64, tier: Tier, flavor: Flavor) {
     // Only socket files were stashed: no record is the common, regular-file case.
     if let Some(p) = pending::take(Slot::Unlink, false)
         && ret == 0
     {
-        report(&p, ret, tier, 0);
+        report(&p, ret, tier, 0, flavor);
     }
 }
 
 #[inline(always)]
-fn report(p: &Pending, ret: i64, tier: Tier, extra: u16) {
+fn report(p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
     if let Some(mut ev) = emit::reserve(EventKind::Unlink, tier, Fidelity::Exact) {
-        ev.pending(p).ret(ret).flags(extra).syscall_target_path();
+        ev.pending(p)
+            .ret(ret)
+            .flags(extra)
+            .syscall_target_path(flavor);
         ev.submit();
     }
 }
