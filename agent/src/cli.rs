@@ -72,6 +72,10 @@ pub struct RunArgs {
     /// How often to drain the ring buffer when the kernel has not woken the agent. Default 10.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
     pub drain_interval_ms: Option<u64>,
+    /// Exit 2 when any hook gets no probe tier, instead of running without it (config key
+    /// `require_all_hooks`).
+    #[arg(long, env = "SOCKWATCH_REQUIRE_ALL_HOOKS")]
+    pub require_all_hooks: bool,
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +92,10 @@ pub struct CheckArgs {
     /// The mode whose choice to report.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
+    /// Also print every program's verifier cost: processed instructions (share of the
+    /// 1,000,000 limit) and load time, in each flavor.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

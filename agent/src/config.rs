@@ -4,6 +4,7 @@
 //! listen = "0.0.0.0:9469"        # HOST:PORT, :PORT or PORT
 //! scan_interval = "30s"          # ms, s, m or h; "0s": no periodic sweeps
 //! drain_interval = "10ms"
+//! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -58,6 +59,9 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     pub scan_interval: Duration,
     pub drain_interval: Duration,
+    /// Refuse to run when any hook gets no probe tier (by default the agent runs degraded as
+    /// long as bind and a removal hook attach).
+    pub require_all_hooks: bool,
 }
 
 impl Default for Config {
@@ -67,6 +71,7 @@ impl Default for Config {
             listen: None,
             scan_interval: DEFAULT_SCAN_INTERVAL,
             drain_interval: DEFAULT_DRAIN_INTERVAL,
+            require_all_hooks: false,
         }
     }
 }
@@ -79,6 +84,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub scan_interval: Option<Duration>,
     pub drain_interval: Option<Duration>,
+    /// `--require-all-hooks`: only ever turns the setting on.
+    pub require_all_hooks: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +169,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         config.drain_interval = parse_interval(&s, DRAIN_INTERVAL_RANGE)
             .map_err(|p| invalid("drain_interval".into(), p))?;
     }
+    config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
     config.validate(&origin)?;
     Ok(config)
 }
@@ -175,6 +183,7 @@ impl Config {
         self.listen = o.listen.or(self.listen);
         self.scan_interval = o.scan_interval.unwrap_or(self.scan_interval);
         self.drain_interval = o.drain_interval.unwrap_or(self.drain_interval);
+        self.require_all_hooks |= o.require_all_hooks;
         self.validate("flags")?;
         Ok(self)
     }
@@ -401,6 +410,7 @@ struct RawConfig {
     listen: Option<String>,
     scan_interval: Option<String>,
     drain_interval: Option<String>,
+    require_all_hooks: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -425,6 +435,7 @@ mod tests {
 listen = "127.0.0.1:9469"
 scan_interval = "30s"
 drain_interval = "20ms"
+require_all_hooks = true
 
 [[watches]]
 name = "multus"
@@ -438,6 +449,7 @@ path = "/var/run/crio"
         assert_eq!(c.listen, Some("127.0.0.1:9469".parse().expect("addr")));
         assert_eq!(c.scan_interval, Duration::from_secs(30));
         assert_eq!(c.drain_interval, Duration::from_millis(20));
+        assert!(c.require_all_hooks);
         assert_eq!(
             c.watches,
             vec![
@@ -548,12 +560,14 @@ path = "/var/run/crio"
                 listen: Some("127.0.0.1:9469".parse().expect("addr")),
                 scan_interval: Some(Duration::from_secs(5)),
                 drain_interval: None,
+                require_all_hooks: true,
             })
             .expect("valid");
         assert_eq!(merged.watches[0].name, "m");
         assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
         assert_eq!(merged.scan_interval, Duration::from_secs(5));
         assert_eq!(merged.drain_interval, DEFAULT_DRAIN_INTERVAL);
+        assert!(merged.require_all_hooks && !file.require_all_hooks);
         // Nothing set: the file stands.
         assert_eq!(
             file.clone().merge(Overrides::default()).expect("valid"),

@@ -1,11 +1,13 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
 pub mod adapter;
 pub mod attribution;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod enrich;
 pub mod event;
+pub mod features;
 pub mod http;
 pub mod loader;
 pub mod metrics;

@@ -3,7 +3,9 @@
 //! Driven entirely by [`crate::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
-use agent_common::{Counter, EventKind, FileId, Tier, WatchedName, globals, maps, slots};
+use std::time::{Duration, Instant};
+
+use agent_common::{Counter, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -12,6 +14,7 @@ use aya::{
 
 use crate::{
     event::{DecodeError, SockEvent, decode},
+    features::KernelFeatures,
     probes::{Attach, Hook, PROBES, ProbeMode, ProgramSpec, TierSpec},
     watch::WatchedDir,
 };
@@ -28,12 +31,9 @@ pub enum LoadError {
     Btf(#[source] aya::BtfError),
     #[error("loading the eBPF object: {0}")]
     Object(#[source] aya::EbpfError),
-    #[error("{hook}: no {mode} tier attached ({reasons})")]
-    NoTier {
-        hook: &'static str,
-        mode: &'static str,
-        reasons: String,
-    },
+    /// Too few hooks attached to run (or any missing, with `require_all_hooks`).
+    #[error("{0}")]
+    Coverage(String),
     #[error("eBPF object has no map {0}")]
     Map(&'static str),
     #[error("updating map {0}: {1}")]
@@ -49,6 +49,23 @@ pub struct LoadOptions {
     pub wakeup_bytes: u64,
     /// Directories to watch; empty watches every directory.
     pub watch: Vec<WatchedDir>,
+    /// Refuse to run when any hook gets no tier (otherwise only bind and a removal hook must).
+    pub require_all_hooks: bool,
+}
+
+/// One program's load: what the verifier did and what the kernel said.
+#[derive(Clone, Debug)]
+pub struct ProgramLoad {
+    pub program: &'static str,
+    pub hook: Hook,
+    pub tier: Tier,
+    pub flavor: Flavor,
+    /// Instructions the verifier processed (reported by kernels 5.16+).
+    pub verified_insns: Option<u32>,
+    /// `BPF_PROG_LOAD`: verification and JIT.
+    pub load_time: Duration,
+    /// Why it was refused (at load or attach).
+    pub refused: Option<String>,
 }
 
 /// What happened to one hook: the tier that attached, and why better ones did not.
@@ -59,6 +76,8 @@ pub struct HookReport {
     pub refused: Vec<(Tier, String)>,
     /// Optional programs of the attached tier that this kernel refused.
     pub degraded: Vec<String>,
+    /// Every program loaded for this hook, attached or not.
+    pub programs: Vec<ProgramLoad>,
 }
 
 impl HookReport {
@@ -80,53 +99,86 @@ impl HookReport {
     }
 }
 
+/// Which hooks a load left without a tier, and whether the agent can run so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    Complete,
+    /// Runs without these hooks.
+    Degraded(Vec<Hook>),
+    /// Cannot run: bind, or both removal hooks, are missing.
+    Insufficient(Vec<Hook>),
+}
+
+impl Coverage {
+    /// The agent needs bind (to learn sockets) and one removal hook (to see them go).
+    pub fn of(attached: impl Fn(Hook) -> bool) -> Coverage {
+        let missing: Vec<Hook> = PROBES
+            .iter()
+            .map(|h| h.hook)
+            .filter(|h| !attached(*h))
+            .collect();
+        if missing.is_empty() {
+            Coverage::Complete
+        } else if attached(Hook::Bind) && (attached(Hook::Unlink) || attached(Hook::Rename)) {
+            Coverage::Degraded(missing)
+        } else {
+            Coverage::Insufficient(missing)
+        }
+    }
+
+    pub fn missing(&self) -> &[Hook] {
+        match self {
+            Coverage::Complete => &[],
+            Coverage::Degraded(m) | Coverage::Insufficient(m) => m,
+        }
+    }
+}
+
 /// Loaded and attached programs. Dropping it detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
     pub report: Vec<HookReport>,
+    pub features: KernelFeatures,
+    pub coverage: Coverage,
 }
 
 impl Probes {
-    /// Loads the object and attaches every hook; fails if a hook gets no tier under `mode`.
+    /// Loads the object and attaches every hook it can; fails when too few attach to run
+    /// (see [`Coverage::of`]), or any is missing under `require_all_hooks`.
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+        let features = read_features();
         let mut ebpf = open_object(&btf, opts)?;
         for w in &opts.watch {
             add_watch(&mut ebpf, w)?;
         }
-        let mut report = Vec::new();
-        for hook in PROBES {
-            let mut refused = Vec::new();
-            let mut attached = None;
-            let mut degraded = Vec::new();
-            for tier in opts.mode.candidates(hook) {
-                match attach_tier(&mut ebpf, tier, &btf) {
-                    Ok(d) => {
-                        attached = Some(tier.tier);
-                        degraded = d;
-                        break;
-                    }
-                    Err(why) => refused.push((tier.tier, why)),
-                }
-            }
-            let r = HookReport {
-                hook: hook.hook,
-                attached,
-                refused,
-                degraded,
-            };
-            if attached.is_none() {
-                return Err(LoadError::NoTier {
-                    hook: hook.hook.name(),
-                    mode: opts.mode.name(),
-                    reasons: reasons(&r),
-                });
-            }
-            report.push(r);
+        let refusals = TestRefusals::from_env();
+        let flavor = features.flavor();
+        let report: Vec<HookReport> = PROBES
+            .iter()
+            .map(|hook| {
+                let tiers = opts.mode.candidates(hook);
+                attach_hook(&mut ebpf, hook.hook, &tiers, flavor, &btf, &refusals)
+            })
+            .collect();
+        let coverage = Coverage::of(|h| report.iter().any(|r| r.hook == h && r.attached.is_some()));
+        let fatal = match &coverage {
+            Coverage::Insufficient(_) => true,
+            Coverage::Degraded(_) => opts.require_all_hooks,
+            Coverage::Complete => false,
+        };
+        if fatal {
+            return Err(LoadError::Coverage(coverage_error(
+                &coverage, &report, opts,
+            )));
         }
-        Ok(Self { ebpf, report })
+        Ok(Self {
+            ebpf,
+            report,
+            features,
+            coverage,
+        })
     }
-
     /// Adds a watched directory's identities (again, after it was re-created).
     pub fn watch(&mut self, w: &WatchedDir) -> Result<(), LoadError> {
         add_watch(&mut self.ebpf, w)
@@ -219,30 +271,186 @@ impl KernelCounters {
     }
 }
 
-/// Per hook: every tier and what this kernel says to it (attached, with any degraded
-/// optional programs; or refused, with the reason).
-pub type SupportTable = Vec<(Hook, Vec<(Tier, Result<Vec<String>, String>)>)>;
+/// One tier of one hook as this kernel takes it.
+#[derive(Clone, Debug)]
+pub struct TierSupport {
+    pub tier: Tier,
+    /// Attached (with any refused optional programs), or refused with the reason.
+    pub result: Result<Vec<String>, String>,
+    /// Every program loaded for it, in each flavor that exists, the kernel's own first.
+    pub programs: Vec<ProgramLoad>,
+}
 
-/// Per hook, every tier and whether this kernel accepts it (each is attached, then detached).
-pub fn probe_support() -> Result<SupportTable, LoadError> {
+/// Per hook, every tier and whether this kernel accepts it: each program is loaded, attached,
+/// measured and unloaded again, in one object. `on_hook` sees each hook as it is done.
+pub fn probe_support(
+    mut on_hook: impl FnMut(Hook, &[TierSupport]),
+) -> Result<(KernelFeatures, Vec<(Hook, Vec<TierSupport>)>), LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+    let features = read_features();
     let opts = LoadOptions {
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),
         wakeup_bytes: 0,
         watch: Vec::new(),
+        require_all_hooks: false,
     };
+    let mut ebpf = open_object(&btf, &opts)?;
+    let refusals = TestRefusals::from_env();
+    let own = features.flavor();
     let mut table = Vec::new();
     for hook in PROBES {
         let mut tiers = Vec::new();
         for tier in hook.tiers {
-            // A fresh object per try: a program loaded for one attach target stays bound to it.
-            let mut ebpf = open_object(&btf, &opts)?;
-            tiers.push((tier.tier, attach_tier(&mut ebpf, tier, &btf)));
+            let (result, mut programs) = try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals);
+            unload_tier(&mut ebpf, tier, own);
+            // The other flavor too, where the tier has one: its cost is part of the picture.
+            let other = other_flavor(own);
+            if result.is_ok() && tier.programs.iter().any(|p| p.bounded.is_some()) {
+                let (_, more) = try_tier(&mut ebpf, hook.hook, tier, other, &btf, &refusals);
+                unload_tier(&mut ebpf, tier, other);
+                programs.extend(more);
+            }
+            tiers.push(TierSupport {
+                tier: tier.tier,
+                result,
+                programs,
+            });
         }
+        on_hook(hook.hook, &tiers);
         table.push((hook.hook, tiers));
     }
-    Ok(table)
+    Ok((features, table))
+}
+
+fn other_flavor(f: Flavor) -> Flavor {
+    match f {
+        Flavor::Helpers => Flavor::Bounded,
+        Flavor::Bounded => Flavor::Helpers,
+    }
+}
+
+fn read_features() -> KernelFeatures {
+    KernelFeatures::read().unwrap_or_else(|e| {
+        log::warn!("cannot read the kernel's BTF for helper probes ({e}); using bounded programs");
+        KernelFeatures {
+            bpf_loop: false,
+            task_pt_regs: false,
+            current_task_btf: false,
+        }
+    })
+}
+
+/// Test-only switch: `SOCKWATCH_TEST_REFUSE_HOOKS=exit,connect` makes the loader refuse those
+/// hooks on every tier, as a kernel that cannot load them would.
+struct TestRefusals(Vec<String>);
+
+impl TestRefusals {
+    fn from_env() -> Self {
+        let list = std::env::var("SOCKWATCH_TEST_REFUSE_HOOKS").unwrap_or_default();
+        Self(
+            list.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        )
+    }
+
+    fn refuses(&self, hook: Hook) -> bool {
+        self.0.iter().any(|h| h == hook.name())
+    }
+}
+
+/// Tries `tiers` in order; the first whose required programs all attach wins.
+fn attach_hook(
+    ebpf: &mut Ebpf,
+    hook: Hook,
+    tiers: &[&'static TierSpec],
+    flavor: Flavor,
+    btf: &Btf,
+    refusals: &TestRefusals,
+) -> HookReport {
+    let mut report = HookReport {
+        hook,
+        attached: None,
+        refused: Vec::new(),
+        degraded: Vec::new(),
+        programs: Vec::new(),
+    };
+    for tier in tiers {
+        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals);
+        report.programs.extend(programs);
+        match result {
+            Ok(degraded) => {
+                report.attached = Some(tier.tier);
+                report.degraded = degraded;
+                break;
+            }
+            Err(why) => {
+                unload_tier(ebpf, tier, flavor);
+                report.refused.push((tier.tier, why));
+            }
+        }
+    }
+    report
+}
+
+/// Loads and attaches every program of one tier; stops at the first required one refused.
+/// Returns the refused optional programs, or why the tier was refused.
+fn try_tier(
+    ebpf: &mut Ebpf,
+    hook: Hook,
+    tier: &TierSpec,
+    flavor: Flavor,
+    btf: &Btf,
+    refusals: &TestRefusals,
+) -> (Result<Vec<String>, String>, Vec<ProgramLoad>) {
+    if refusals.refuses(hook) {
+        return (
+            Err("refused by SOCKWATCH_TEST_REFUSE_HOOKS".into()),
+            Vec::new(),
+        );
+    }
+    let mut degraded = Vec::new();
+    let mut loads = Vec::new();
+    for spec in tier.programs {
+        let load = attach_program(ebpf, spec, hook, tier.tier, flavor, btf);
+        let refused = load.refused.clone();
+        loads.push(load);
+        match refused {
+            None => {}
+            Some(e) if spec.optional => degraded.push(format!("{}: {e}", spec.name(flavor))),
+            Some(e) => return (Err(format!("{}: {e}", spec.name(flavor))), loads),
+        }
+    }
+    (Ok(degraded), loads)
+}
+
+/// Unloads (and so detaches) every program of a tier in one flavor.
+fn unload_tier(ebpf: &mut Ebpf, tier: &TierSpec, flavor: Flavor) {
+    for spec in tier.programs {
+        if let Some(p) = ebpf.program_mut(spec.name(flavor)) {
+            let _ = unload(p);
+        }
+    }
+}
+
+fn coverage_error(coverage: &Coverage, report: &[HookReport], opts: &LoadOptions) -> String {
+    let why: Vec<String> = coverage
+        .missing()
+        .iter()
+        .filter_map(|h| report.iter().find(|r| r.hook == *h))
+        .map(|r| format!("{} ({})", r.hook.name(), reasons(r)))
+        .collect();
+    let rule = match coverage {
+        Coverage::Insufficient(_) => "bind and unlink or rename must attach",
+        _ => "--require-all-hooks is set",
+    };
+    format!(
+        "cannot run under --probe-mode {}: {rule}; no tier for {}",
+        opts.mode.name(),
+        why.join(", ")
+    )
 }
 
 fn open_object(btf: &Btf, opts: &LoadOptions) -> Result<Ebpf, LoadError> {
@@ -287,64 +495,82 @@ fn reasons(r: &HookReport) -> String {
         .join("; ")
 }
 
-/// Attaches all required programs of one tier, or none: on failure the ones attached are
-/// unloaded. Returns the optional programs that were refused.
-fn attach_tier(ebpf: &mut Ebpf, tier: &TierSpec, btf: &Btf) -> Result<Vec<String>, String> {
-    let mut degraded = Vec::new();
-    for (i, spec) in tier.programs.iter().enumerate() {
-        match attach_program(ebpf, spec, btf) {
-            Ok(()) => {}
-            Err(e) if spec.optional => degraded.push(format!("{}: {e}", spec.program)),
-            Err(e) => {
-                for done in &tier.programs[..i] {
-                    if let Some(p) = ebpf.program_mut(done.program) {
-                        let _ = unload(p);
-                    }
-                }
-                return Err(format!("{}: {e}", spec.program));
-            }
-        }
+/// Loads, measures and attaches one program; a program the kernel refused at attach is
+/// unloaded again, and a kprobe is not even loaded on a kernel without kprobes.
+fn attach_program(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+    hook: Hook,
+    tier: Tier,
+    flavor: Flavor,
+    btf: &Btf,
+) -> ProgramLoad {
+    let program = spec.name(flavor);
+    let mut load = ProgramLoad {
+        program,
+        hook,
+        tier,
+        flavor,
+        verified_insns: None,
+        load_time: Duration::ZERO,
+        refused: None,
+    };
+    let Some(prog) = ebpf.program_mut(program) else {
+        load.refused = Some("not in the eBPF object".into());
+        return load;
+    };
+    if matches!(
+        spec.attach,
+        Attach::Kprobe { .. } | Attach::Kretprobe { .. }
+    ) && !std::path::Path::new(KPROBE_PMU).exists()
+    {
+        load.refused = Some(format!(
+            "kprobes not supported by this kernel (no {KPROBE_PMU})"
+        ));
+        return load;
     }
-    Ok(degraded)
+    let started = Instant::now();
+    let loaded = load_program(prog, spec.attach, btf);
+    load.load_time = started.elapsed();
+    if let Err(e) = loaded {
+        load.refused = Some(describe(&e));
+        return load;
+    }
+    load.verified_insns = prog
+        .info()
+        .ok()
+        .and_then(|i| i.verified_instruction_count());
+    if let Err(e) = attach_loaded(prog, spec.attach) {
+        load.refused = Some(describe(&e));
+        let _ = unload(prog);
+    }
+    load
 }
 
-fn attach_program(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: &Btf) -> Result<(), String> {
-    let prog = ebpf
-        .program_mut(spec.program)
-        .ok_or_else(|| "not in the eBPF object".to_string())?;
-    let r: Result<(), ProgramError> = match spec.attach {
-        Attach::Fentry { function } => (|| {
-            let p: &mut FEntry = prog.try_into()?;
-            p.load(function, btf)?;
-            p.attach().map(drop)
-        })(),
-        Attach::Fexit { function } => (|| {
-            let p: &mut FExit = prog.try_into()?;
-            p.load(function, btf)?;
-            p.attach().map(drop)
-        })(),
-        Attach::Lsm { hook } => (|| {
-            let p: &mut Lsm = prog.try_into()?;
-            p.load(hook, btf)?;
-            p.attach().map(drop)
-        })(),
-        Attach::Kprobe { function } | Attach::Kretprobe { function } => (|| {
-            let p: &mut KProbe = prog.try_into()?;
-            p.load()?;
-            p.attach(function, 0).map(drop)
-        })(),
-        Attach::Tracepoint { category, name } => (|| {
-            let p: &mut TracePoint = prog.try_into()?;
-            p.load()?;
-            p.attach(category, name).map(drop)
-        })(),
-        Attach::BtfTracepoint { name } => (|| {
-            let p: &mut BtfTracePoint = prog.try_into()?;
-            p.load(name, btf)?;
-            p.attach().map(drop)
-        })(),
-    };
-    r.map_err(|e| describe(&e))
+fn load_program(prog: &mut Program, attach: Attach, btf: &Btf) -> Result<(), ProgramError> {
+    match attach {
+        Attach::Fentry { function } => <&mut FEntry>::try_from(prog)?.load(function, btf),
+        Attach::Fexit { function } => <&mut FExit>::try_from(prog)?.load(function, btf),
+        Attach::Lsm { hook } => <&mut Lsm>::try_from(prog)?.load(hook, btf),
+        Attach::Kprobe { .. } | Attach::Kretprobe { .. } => <&mut KProbe>::try_from(prog)?.load(),
+        Attach::Tracepoint { .. } => <&mut TracePoint>::try_from(prog)?.load(),
+        Attach::BtfTracepoint { name } => <&mut BtfTracePoint>::try_from(prog)?.load(name, btf),
+    }
+}
+
+fn attach_loaded(prog: &mut Program, attach: Attach) -> Result<(), ProgramError> {
+    match attach {
+        Attach::Fentry { .. } => <&mut FEntry>::try_from(prog)?.attach().map(drop),
+        Attach::Fexit { .. } => <&mut FExit>::try_from(prog)?.attach().map(drop),
+        Attach::Lsm { .. } => <&mut Lsm>::try_from(prog)?.attach().map(drop),
+        Attach::Kprobe { function } | Attach::Kretprobe { function } => {
+            <&mut KProbe>::try_from(prog)?.attach(function, 0).map(drop)
+        }
+        Attach::Tracepoint { category, name } => <&mut TracePoint>::try_from(prog)?
+            .attach(category, name)
+            .map(drop),
+        Attach::BtfTracepoint { .. } => <&mut BtfTracePoint>::try_from(prog)?.attach().map(drop),
+    }
 }
 
 fn unload(p: &mut Program) -> Result<(), ProgramError> {

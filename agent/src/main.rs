@@ -13,11 +13,9 @@ use clap::Parser as _;
 use sockwatch::{
     cli::{CheckArgs, Cli, Command, ExplainArgs, ReplayArgs, ScanArgs},
     engine::{Engine, Limits},
-    loader,
+    loader::{Coverage, LoadError},
     output::JsonLines,
     pipeline::Pipeline,
-    preflight,
-    probes::PROBES,
     scan::{self, ScanOptions},
 };
 
@@ -27,7 +25,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Explain(args) => explain(args),
-        Command::Check(args) => check(args),
+        Command::Check(args) => return check(args),
         Command::Replay(args) => replay(args),
         Command::Scan(args) => {
             return scan(args).unwrap_or_else(|e| {
@@ -40,7 +38,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sockwatch: {e:#}");
-            ExitCode::FAILURE
+            // Too few hooks for the kernel to give: as final as bad flags.
+            match e.downcast_ref::<LoadError>() {
+                Some(LoadError::Coverage(_)) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -162,43 +164,16 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
-fn check(args: CheckArgs) -> anyhow::Result<()> {
-    preflight::prepare()?;
-    let table = loader::probe_support()?;
-    println!("{:<10} {:<12} {:<10} detail", "hook", "tier", "supported");
-    for (hook, tiers) in &table {
-        for (tier, result) in tiers {
-            let (ok, detail) = match result {
-                Ok(degraded) if degraded.is_empty() => ("yes", String::new()),
-                Ok(degraded) => ("partial", format!("degraded: {}", degraded.join("; "))),
-                Err(why) => ("no", why.clone()),
-            };
-            println!(
-                "{:<10} {:<12} {:<10} {detail}",
-                hook.name(),
-                tier.name(),
-                ok
-            );
+/// `sockwatch check`: 0 when `run` would attach every hook, 1 degraded, 2 refused or failed.
+fn check(args: CheckArgs) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match sockwatch::check::check(&args, &mut out) {
+        Ok(Coverage::Complete) => ExitCode::SUCCESS,
+        Ok(Coverage::Degraded(_)) => ExitCode::from(1),
+        Ok(Coverage::Insufficient(_)) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("sockwatch: {e:#}");
+            ExitCode::from(2)
         }
     }
-    for spec in PROBES {
-        let supported = &table
-            .iter()
-            .find(|(h, _)| *h == spec.hook)
-            .expect("same table")
-            .1;
-        let chosen = args.probe_mode.candidates(spec).into_iter().find(|t| {
-            supported
-                .iter()
-                .any(|(tier, r)| *tier == t.tier && r.is_ok())
-        });
-        match chosen {
-            Some(t) => println!("run would attach {}: {}", spec.hook.name(), t.tier.name()),
-            None => println!(
-                "run would fail for {}: no supported tier in this mode",
-                spec.hook.name()
-            ),
-        }
-    }
-    Ok(())
 }

@@ -51,7 +51,12 @@ const OTHER_ERRNO: &str = "other";
 pub const SCANS: &[&str] = &["startup", "periodic"];
 
 /// The kernel's error counters, as the `reason` label names them.
-const KERNEL_ERRORS: &[Counter] = &[Counter::MapFull, Counter::ReadFailed, Counter::Unpaired];
+const KERNEL_ERRORS: &[Counter] = &[
+    Counter::MapFull,
+    Counter::ReadFailed,
+    Counter::Unpaired,
+    Counter::FdWalkPartial,
+];
 
 const VERDICTS: &[&str] = &[
     "foreign_unlink",
@@ -163,6 +168,13 @@ const PROBE_DEGRADED: Spec = spec(
     "1 when optional programs of the attached tier were refused (less detail, e.g. connect \
      targets resolved in userspace).",
 );
+const HOOK_MISSING: Spec = spec(
+    "sockwatch_hook_missing",
+    G,
+    &["hook"],
+    "1 when no tier of this hook attached: the agent runs without it (its log says what it \
+     misses).",
+);
 const EVENTS: Spec = spec(
     "sockwatch_events_total",
     C,
@@ -230,7 +242,8 @@ const KERNEL_ERRORS_TOTAL: Spec = spec(
     C,
     &["reason"],
     "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or \
-     user memory read failed), unpaired (an exit probe without its entry).",
+     user memory read failed), unpaired (an exit probe without its entry), fd_walk_partial \
+     (an fd-table walk cut at its bound on a kernel without bpf_loop).",
 );
 const CONNECTS_OK: Spec = spec(
     "sockwatch_connects_ok_total",
@@ -317,6 +330,7 @@ const SPECS: &[&Spec] = &[
     &PROBE_ATTACHED,
     &PROBE_FALLBACK,
     &PROBE_DEGRADED,
+    &HOOK_MISSING,
     &EVENTS,
     &CONNECT_ERRORS,
     &DECODE_ERRORS,
@@ -349,6 +363,7 @@ pub struct Metrics {
     probe_attached: IntGaugeVec,
     probe_fallback: IntGaugeVec,
     probe_degraded: IntGaugeVec,
+    hook_missing: IntGaugeVec,
     events: IntCounterVec,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
@@ -434,6 +449,7 @@ impl Metrics {
             probe_attached: gauge(&PROBE_ATTACHED),
             probe_fallback: gauge(&PROBE_FALLBACK),
             probe_degraded: gauge(&PROBE_DEGRADED),
+            hook_missing: gauge(&HOOK_MISSING),
             events: counter(&EVENTS),
             connect_errors: counter(&CONNECT_ERRORS),
             decode_errors: counter(&DECODE_ERRORS),
@@ -576,6 +592,9 @@ impl Metrics {
             self.probe_degraded
                 .with_label_values(&[hook])
                 .set(i64::from(r.is_some_and(|r| !r.degraded.is_empty())));
+            self.hook_missing
+                .with_label_values(&[hook])
+                .set(i64::from(attached.is_none()));
         }
     }
 
@@ -1045,12 +1064,21 @@ mod tests {
                 attached: Some(Tier::Tracepoint),
                 refused: vec![(Tier::Fentry, "no".into()), (Tier::Kprobe, "no".into())],
                 degraded: vec![],
+                programs: vec![],
             },
             HookReport {
                 hook: Hook::Connect,
                 attached: Some(Tier::Fentry),
                 refused: vec![],
                 degraded: vec!["connect_target_fexit: inlined".into()],
+                programs: vec![],
+            },
+            HookReport {
+                hook: Hook::Exit,
+                attached: None,
+                refused: vec![(Tier::Tracepoint, "too large".into())],
+                degraded: vec![],
+                programs: vec![],
             },
         ]);
         let t = m.render();
@@ -1077,6 +1105,12 @@ mod tests {
         );
         assert_eq!(v(r#"sockwatch_probe_degraded{hook="connect"}"#), Some(1.0));
         assert_eq!(v(r#"sockwatch_probe_degraded{hook="bind"}"#), Some(0.0));
+        assert_eq!(v(r#"sockwatch_hook_missing{hook="exit"}"#), Some(1.0));
+        assert_eq!(v(r#"sockwatch_hook_missing{hook="bind"}"#), Some(0.0));
+        assert_eq!(
+            v(r#"sockwatch_probe_attached{hook="exit",tier="tracepoint"}"#),
+            Some(0.0)
+        );
         // A hook missing from the report is attached at no tier.
         assert_eq!(
             v(r#"sockwatch_probe_attached{hook="unlink",tier="lsm"}"#),
@@ -1229,6 +1263,7 @@ mod tests {
                 (Counter::ReadFailed, 0),
                 (Counter::ConnectOk, ok),
                 (Counter::Unpaired, 0),
+                (Counter::FdWalkPartial, 0),
             ],
             emitted: vec![(EventKind::Unlink, 100)],
             lost: vec![(EventKind::Unlink, lost)],

@@ -1,6 +1,6 @@
 //! The probe table: for every hook, its tiers best first and the programs each tier attaches.
 //! Pure data plus the choice of candidates for a probe mode; `loader` does the attaching.
-use agent_common::Tier;
+use agent_common::{Flavor, Tier};
 
 /// A point in the socket life cycle that sockwatch observes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +26,32 @@ impl Hook {
             Hook::Release => "release",
             Hook::Fork => "fork",
             Hook::Exit => "exit",
+        }
+    }
+
+    /// What the agent misses while this hook has no tier attached (one WARN line each).
+    pub fn missed_without(self) -> &'static str {
+        match self {
+            Hook::Bind => "no socket is learned from the kernel (the agent refuses to run)",
+            Hook::Listen => {
+                "listening state is learned from sweeps only: a listener bound after the last \
+                 sweep is not reported orphaned when its file goes"
+            }
+            Hook::Unlink => "unlinks of live sockets are not seen (renames over them still are)",
+            Hook::Rename => "renames over live sockets are not seen (unlinks still are)",
+            Hook::Connect => "refused connects are not seen: no stale_connect verdicts",
+            Hook::Release => {
+                "releases are seen by sweeps only: a socket closed since the last sweep still \
+                 counts as live, and the removal of its file can be reported as if it were"
+            }
+            Hook::Fork => {
+                "forked holders join owner sets only at the next sweep (the in-kernel fd check \
+                 still clears an unlinking holder)"
+            }
+            Hook::Exit => {
+                "process exits and the releases they cause are seen by sweeps only, up to one \
+                 scan interval late"
+            }
         }
     }
 }
@@ -61,6 +87,8 @@ pub enum Attach {
 pub struct ProgramSpec {
     /// ELF symbol of the program in the eBPF object.
     pub program: &'static str,
+    /// Its twin for kernels without `bpf_loop` ([`Flavor::Bounded`]), if it needs one.
+    pub bounded: Option<&'static str>,
     pub attach: Attach,
     /// The tier works without it, with less detail (its target may be inlined on some
     /// kernels); the loader reports it as degraded.
@@ -81,9 +109,38 @@ pub struct HookSpec {
     pub tiers: &'static [TierSpec],
 }
 
+impl ProgramSpec {
+    /// The ELF symbol to load for this flavor.
+    pub fn name(&self, flavor: Flavor) -> &'static str {
+        match (flavor, self.bounded) {
+            (Flavor::Bounded, Some(b)) => b,
+            _ => self.program,
+        }
+    }
+
+    /// The flavors this program exists in.
+    pub fn flavors(&self) -> &'static [Flavor] {
+        if self.bounded.is_some() {
+            &[Flavor::Helpers, Flavor::Bounded]
+        } else {
+            &[Flavor::Helpers]
+        }
+    }
+}
+
 const fn p(program: &'static str, attach: Attach) -> ProgramSpec {
     ProgramSpec {
         program,
+        bounded: None,
+        attach,
+        optional: false,
+    }
+}
+/// A program with a `_b` twin: see [`Flavor`].
+const fn flavored(program: &'static str, bounded: &'static str, attach: Attach) -> ProgramSpec {
+    ProgramSpec {
+        program,
+        bounded: Some(bounded),
         attach,
         optional: false,
     }
@@ -91,6 +148,7 @@ const fn p(program: &'static str, attach: Attach) -> ProgramSpec {
 const fn optional(program: &'static str, attach: Attach) -> ProgramSpec {
     ProgramSpec {
         program,
+        bounded: None,
         attach,
         optional: true,
     }
@@ -165,14 +223,15 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Fentry,
                 &[
-                    p("unlink_fentry", fentry("vfs_unlink")),
-                    p("unlink_fexit", fexit("vfs_unlink")),
+                    flavored("unlink_fentry", "unlink_fentry_b", fentry("vfs_unlink")),
+                    flavored("unlink_fexit", "unlink_fexit_b", fexit("vfs_unlink")),
                 ],
             ),
             tier(
                 Tier::Lsm,
-                &[p(
+                &[flavored(
                     "unlink_lsm",
+                    "unlink_lsm_b",
                     Attach::Lsm {
                         hook: "inode_unlink",
                     },
@@ -181,8 +240,8 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Kprobe,
                 &[
-                    p("unlink_kprobe", kprobe("vfs_unlink")),
-                    p("unlink_kretprobe", kretprobe("vfs_unlink")),
+                    flavored("unlink_kprobe", "unlink_kprobe_b", kprobe("vfs_unlink")),
+                    flavored("unlink_kret", "unlink_kret_b", kretprobe("vfs_unlink")),
                 ],
             ),
             tier(
@@ -202,14 +261,15 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Fentry,
                 &[
-                    p("rename_fentry", fentry("vfs_rename")),
-                    p("rename_fexit", fexit("vfs_rename")),
+                    flavored("rename_fentry", "rename_fentry_b", fentry("vfs_rename")),
+                    flavored("rename_fexit", "rename_fexit_b", fexit("vfs_rename")),
                 ],
             ),
             tier(
                 Tier::Lsm,
-                &[p(
+                &[flavored(
                     "rename_lsm",
+                    "rename_lsm_b",
                     Attach::Lsm {
                         hook: "inode_rename",
                     },
@@ -218,8 +278,8 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Kprobe,
                 &[
-                    p("rename_kprobe", kprobe("vfs_rename")),
-                    p("rename_kretprobe", kretprobe("vfs_rename")),
+                    flavored("rename_kprobe", "rename_kprobe_b", kprobe("vfs_rename")),
+                    flavored("rename_kret", "rename_kret_b", kretprobe("vfs_rename")),
                 ],
             ),
             tier(
@@ -296,8 +356,9 @@ pub const PROBES: &[HookSpec] = &[
         hook: Hook::Exit,
         tiers: &[tier(
             Tier::Tracepoint,
-            &[p(
+            &[flavored(
                 "exit_tp",
+                "exit_tp_b",
                 Attach::Tracepoint {
                     category: "sched",
                     name: "sched_process_exit",
@@ -388,9 +449,10 @@ mod tests {
     fn program_names_are_unique_within_the_kernel_limit() {
         // The kernel keeps 15 characters of a program name: they must stay distinct.
         let mut seen = HashSet::new();
-        for p in PROBES.iter().flat_map(|h| h.tiers).flat_map(|t| t.programs) {
-            let short: String = p.program.chars().take(15).collect();
-            assert!(seen.insert(short), "duplicate program name {}", p.program);
+        let programs = PROBES.iter().flat_map(|h| h.tiers).flat_map(|t| t.programs);
+        for name in programs.flat_map(|p| p.flavors().iter().map(|f| p.name(*f))) {
+            let short: String = name.chars().take(15).collect();
+            assert!(seen.insert(short), "duplicate program name {name}");
         }
     }
 

@@ -32,6 +32,7 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
         listen: args.listen,
         scan_interval: args.scan_interval_secs.map(Duration::from_secs),
         drain_interval: args.drain_interval_ms.map(Duration::from_millis),
+        require_all_hooks: args.require_all_hooks,
     })?;
     Ok(merged)
 }
@@ -51,9 +52,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ignore_tgid: std::process::id(),
         wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
         watch: watches.clone(),
+        require_all_hooks: config.require_all_hooks,
     })?;
+    log::info!("kernel helpers: {}", probes.features.summary());
     for r in &probes.report {
-        log::info!("attached {}", r.summary());
+        match r.attached {
+            Some(_) => log::info!("attached {}", r.summary()),
+            None => log::warn!(
+                "{}: no probe tier attached, running without it: {} ({})",
+                r.hook.name(),
+                r.hook.missed_without(),
+                r.summary()
+            ),
+        }
     }
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());

@@ -205,7 +205,7 @@ fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
     assert!(stderr.contains("stopping:"), "{stderr}");
 }
 
-/// Forcing a tier this kernel refuses is a one-line error and a non-zero exit.
+/// Forcing a tier this kernel refuses leaves too few hooks to run: a one-line error, exit 2.
 #[test]
 fn cli_forced_refused_tier_fails_clearly() {
     if !is_root() {
@@ -221,10 +221,14 @@ fn cli_forced_refused_tier_fails_clearly() {
         .output()
         .expect("run sockwatch");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("sockwatch: bind: no precise tier attached (fentry refused by this kernel: bind_fexit: BPF_PROG_LOAD failed"),
+        last.starts_with(
+            "sockwatch: cannot run under --probe-mode precise: bind and unlink or rename must \
+             attach; no tier for bind (fentry refused by this kernel: bind_fexit: BPF_PROG_LOAD \
+             failed"
+        ),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
@@ -236,10 +240,11 @@ fn cli_forced_refused_tier_fails_clearly() {
         .output()
         .expect("run sockwatch");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.trim_end().starts_with(
-            "sockwatch: bind: no kprobe tier attached (kprobe refused by this kernel: bind_kprobe: "
+            "sockwatch: cannot run under --probe-mode kprobe: bind and unlink or rename must \
+             attach; no tier for bind (kprobe refused by this kernel: bind_kprobe: "
         ),
         "{stderr}"
     );

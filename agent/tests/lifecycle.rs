@@ -535,6 +535,7 @@ fn agent_activity_is_ignored() {
         ignore_tgid: std::process::id(),
         wakeup_bytes: 0,
         watch: Vec::new(),
+        require_all_hooks: true,
     })
     .expect("load");
     let mut events = probes.events().expect("events");

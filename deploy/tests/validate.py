@@ -38,6 +38,7 @@ ALERTS = {
     "SockwatchStaleBindMount",
     "SockwatchLosingEvents",
     "SockwatchProbesDegraded",
+    "SockwatchHookMissing",
     "SockwatchDown",
 }
 CAPABILITIES = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]

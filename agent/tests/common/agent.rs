@@ -21,6 +21,11 @@ pub struct Agent {
 impl Agent {
     /// Starts `sockwatch run` watching `watch`, writing into `dir`, and waits until it runs.
     pub fn start(dir: &Path, watch: &Path, extra: &[&str]) -> Agent {
+        Self::start_with_env(dir, watch, extra, &[])
+    }
+
+    /// As [`Agent::start`], with these environment variables set for the agent.
+    pub fn start_with_env(dir: &Path, watch: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let events = dir.join("events.jsonl");
         let log = dir.join("agent.log");
         let child = Command::new(sockwatch_bin())
@@ -29,6 +34,7 @@ impl Agent {
             .arg("--watch")
             .arg(watch)
             .args(extra)
+            .envs(env.iter().copied())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("spawn sockwatch");
@@ -48,6 +54,19 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(50));
         }
         agent
+    }
+
+    /// The body of `GET /metrics` from an agent started with `--listen addr`.
+    pub fn metrics(addr: std::net::SocketAddr) -> String {
+        use std::io::{Read as _, Write as _};
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the agent");
+        s.set_read_timeout(Some(patience())).expect("timeout");
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("response");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_owned()
     }
 
     pub fn log_text(&self) -> String {

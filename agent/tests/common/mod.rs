@@ -93,6 +93,7 @@ pub fn load_watching(
         ignore_tgid: 0,
         wakeup_bytes: Event::SIZE as u64,
         watch,
+        require_all_hooks: true,
     });
     let mut probes = match loaded {
         Ok(p) => p,

@@ -1,0 +1,145 @@
+//! `sockwatch check`: which tier of each hook this kernel accepts, what `run` would attach,
+//! and (verbose) what each program costs the verifier. Exit 0: `run` attaches every hook;
+//! 1: it would run without some; 2: it would refuse to start.
+use std::io::{self, Write};
+
+use agent_common::Tier;
+
+use crate::{
+    cli::CheckArgs,
+    loader::{self, Coverage, LoadError, ProgramLoad, TierSupport},
+    preflight,
+    probes::{Hook, PROBES},
+};
+
+/// The verifier's limit on processed instructions per program.
+pub const VERIFIER_LIMIT: u32 = 1_000_000;
+/// Every program must stay under this share of [`VERIFIER_LIMIT`].
+pub const HEADROOM_MAX_INSNS: u32 = VERIFIER_LIMIT / 10;
+
+pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage> {
+    preflight::prepare()?;
+    writeln!(
+        out,
+        "{:<10} {:<12} {:<10} detail",
+        "hook", "tier", "supported"
+    )?;
+    let mut failed = None;
+    let (features, table) = loader::probe_support(|hook, tiers| {
+        if let Err(e) = write_hook(out, hook, tiers) {
+            failed.get_or_insert(e);
+        }
+    })
+    .map_err(check_error)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    writeln!(out, "kernel helpers: {}", features.summary())?;
+    let own = features.flavor();
+    let chosen = |hook: Hook| -> Option<Tier> {
+        let spec = PROBES.iter().find(|s| s.hook == hook)?;
+        let supported = &table.iter().find(|(h, _)| *h == hook)?.1;
+        args.probe_mode
+            .candidates(spec)
+            .into_iter()
+            .map(|t| t.tier)
+            .find(|t| supported.iter().any(|s| s.tier == *t && s.result.is_ok()))
+    };
+    for spec in PROBES {
+        match chosen(spec.hook) {
+            Some(t) => writeln!(out, "run would attach {}: {}", spec.hook.name(), t.name())?,
+            None => writeln!(
+                out,
+                "run would run without {}: {}",
+                spec.hook.name(),
+                spec.hook.missed_without()
+            )?,
+        }
+    }
+    if args.verbose {
+        let loads: Vec<&ProgramLoad> = table
+            .iter()
+            .flat_map(|(_, tiers)| tiers)
+            .flat_map(|t| &t.programs)
+            .collect();
+        write_costs(out, &loads, own)?;
+    }
+    let coverage = Coverage::of(|h| chosen(h).is_some());
+    let verdict = match &coverage {
+        Coverage::Complete => "run would attach every hook".to_owned(),
+        Coverage::Degraded(m) => format!("run would run degraded, without {}", names(m)),
+        Coverage::Insufficient(m) => format!(
+            "run would refuse to start: bind and unlink or rename must attach (missing {})",
+            names(m)
+        ),
+    };
+    writeln!(out, "check: {verdict}")?;
+    Ok(coverage)
+}
+
+/// One hook's lines, printed (and flushed) as soon as its tiers are probed.
+fn write_hook(out: &mut impl Write, hook: Hook, tiers: &[TierSupport]) -> io::Result<()> {
+    let hook = hook.name();
+    for t in tiers {
+        let (ok, detail) = match &t.result {
+            Ok(degraded) if degraded.is_empty() => ("yes", String::new()),
+            Ok(degraded) => ("partial", format!("degraded: {}", degraded.join("; "))),
+            Err(why) => ("no", why.clone()),
+        };
+        writeln!(out, "{hook:<10} {:<12} {ok:<10} {detail}", t.tier.name())?;
+    }
+    out.flush()
+}
+
+fn names(hooks: &[Hook]) -> String {
+    hooks
+        .iter()
+        .map(|h| h.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The verbose table: one row per program and flavor loaded.
+fn write_costs(
+    out: &mut impl Write,
+    loads: &[&ProgramLoad],
+    own: agent_common::Flavor,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<18} {:<8} {:<11} {:<8} {:>9} {:>7} {:>9}  result",
+        "program", "hook", "tier", "flavor", "insns", "limit%", "load ms"
+    )?;
+    for l in loads {
+        let (insns, share) = match l.verified_insns {
+            Some(n) => (
+                n.to_string(),
+                format!("{:.2}", 100.0 * f64::from(n) / f64::from(VERIFIER_LIMIT)),
+            ),
+            None => ("n/a".into(), "n/a".into()),
+        };
+        let result = match &l.refused {
+            None => "loaded".to_owned(),
+            Some(why) => format!("refused: {why}"),
+        };
+        let mark = if l.flavor == own {
+            ""
+        } else {
+            " (not this kernel's)"
+        };
+        writeln!(
+            out,
+            "{:<18} {:<8} {:<11} {:<8} {insns:>9} {share:>7} {:>9.1}  {result}{mark}",
+            l.program,
+            l.hook.name(),
+            l.tier.name(),
+            l.flavor.name(),
+            l.load_time.as_secs_f64() * 1e3
+        )?;
+    }
+    Ok(())
+}
+
+fn check_error(e: LoadError) -> anyhow::Error {
+    anyhow::Error::new(e).context("probing the kernel")
+}

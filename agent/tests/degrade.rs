@@ -1,0 +1,224 @@
+//! Per-hook degradation of the real binary: a hook no tier can load is left out, said in a
+//! WARN line and in metrics, and the rest keeps working; too few hooks, or any missing under
+//! `--require-all-hooks`, is a one-line error and exit 2. `check` says the same in its exit
+//! code. The loader's test switch `SOCKWATCH_TEST_REFUSE_HOOKS` stands in for a kernel that
+//! refuses a hook on every tier.
+mod common;
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use common::{
+    actor::Actor,
+    agent::{Agent, sockwatch_bin},
+    *,
+};
+
+const REFUSE: &str = "SOCKWATCH_TEST_REFUSE_HOOKS";
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    common::actor::serve();
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+fn value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+fn root(test: &str) -> bool {
+    if !is_root() {
+        assert!(
+            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
+            "{test}: tiers are required but not running as root"
+        );
+        eprintln!("SKIP {test}: needs root to load eBPF programs");
+    }
+    is_root()
+}
+
+/// Runs `sockwatch ARGS` to its end with `REFUSE=refused`.
+fn run_to_end(args: &[&str], refused: &str) -> Output {
+    Command::new(sockwatch_bin())
+        .args(args)
+        .env(REFUSE, refused)
+        .output()
+        .expect("run sockwatch")
+}
+
+fn stderr_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains(" INFO ") && !l.contains(" WARN "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
+    if !root("a_hook_no_tier_loads_is_left_out_and_the_rest_runs") {
+        return;
+    }
+    let dir = tempdir();
+    let watch = dir.path().join("w");
+    std::fs::create_dir(&watch).expect("watch dir");
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start_with_env(
+        dir.path(),
+        &watch,
+        &["--listen", &listen],
+        &[(REFUSE, "exit")],
+    );
+    let log = agent.log_text();
+    let warn: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("exit: no probe tier attached"))
+        .collect();
+    assert_eq!(warn.len(), 1, "one WARN line for the missing hook: {log}");
+    assert!(
+        warn[0].contains(sockwatch::probes::Hook::Exit.missed_without()),
+        "{}",
+        warn[0]
+    );
+
+    let m = Agent::metrics(addr);
+    let v = |s: &str| value(&m, s);
+    assert_eq!(
+        v(r#"sockwatch_probe_attached{hook="exit",tier="tracepoint"}"#),
+        Some(0.0)
+    );
+    assert_eq!(v(r#"sockwatch_hook_missing{hook="exit"}"#), Some(1.0));
+    assert_eq!(v(r#"sockwatch_hook_missing{hook="bind"}"#), Some(0.0));
+    assert_eq!(v(r#"sockwatch_hook_missing{hook="unlink"}"#), Some(0.0));
+
+    // The other hooks still report: a real bind by another process.
+    let path = watch.join("still.sock");
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", path.display()));
+    let (dev, ino) = stat_id(&path);
+    let deadline = Instant::now() + patience();
+    let bind = loop {
+        let found = agent
+            .lines()
+            .into_iter()
+            .find(|l| l["kind"] == "bind" && l["path"] == path.to_str().expect("utf-8"));
+        if let Some(b) = found {
+            break b;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no bind event: {:#?}",
+            agent.lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(bind["tgid"], a.pid, "{bind}");
+    assert_eq!(
+        (bind["dev"].as_u64(), bind["ino"].as_u64()),
+        (Some(dev), Some(ino))
+    );
+    drop(a);
+    agent.stop();
+}
+
+#[test]
+fn require_all_hooks_makes_a_missing_hook_fatal() {
+    if !root("require_all_hooks_makes_a_missing_hook_fatal") {
+        return;
+    }
+    let dir = tempdir();
+    let out = run_to_end(
+        &[
+            "run",
+            "--require-all-hooks",
+            "--watch",
+            dir.path().to_str().expect("utf-8"),
+        ],
+        "exit",
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "one line: {lines:#?}");
+    assert!(
+        lines[0].starts_with("sockwatch: cannot run") && lines[0].contains("--require-all-hooks"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("exit ("), "{}", lines[0]);
+}
+
+#[test]
+fn without_bind_or_both_removal_hooks_it_refuses_to_run() {
+    if !root("without_bind_or_both_removal_hooks_it_refuses_to_run") {
+        return;
+    }
+    let dir = tempdir();
+    let watch = dir.path().to_str().expect("utf-8");
+    for refused in ["unlink,rename", "bind"] {
+        let out = run_to_end(&["run", "--watch", watch], refused);
+        assert_eq!(out.status.code(), Some(2), "{refused}: {out:?}");
+        let lines = stderr_lines(&out);
+        assert_eq!(lines.len(), 1, "{refused}: one line: {lines:#?}");
+        assert!(
+            lines[0].contains("bind and unlink or rename must attach"),
+            "{}",
+            lines[0]
+        );
+    }
+    // One removal hook is enough.
+    let out = run_to_end(&["check"], "unlink");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+#[test]
+fn check_exit_code_says_complete_degraded_or_refused() {
+    if !root("check_exit_code_says_complete_degraded_or_refused") {
+        return;
+    }
+    let cases = [
+        ("", 0, "check: run would attach every hook"),
+        ("exit", 1, "check: run would run degraded, without exit"),
+        (
+            "connect,fork",
+            1,
+            "check: run would run degraded, without connect, fork",
+        ),
+        ("unlink,rename", 2, "check: run would refuse to start"),
+    ];
+    for (refused, code, last) in cases {
+        let started = Instant::now();
+        let out = run_to_end(&["check"], refused);
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{refused:?}: {stdout}");
+        let final_line = stdout.lines().last().unwrap_or_default();
+        assert!(final_line.starts_with(last), "{refused:?}: {final_line}");
+        // One progress line per tier of every hook, before the summary.
+        let table_lines = stdout
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .nth(2)
+                    .is_some_and(|s| ["yes", "no", "partial"].contains(&s))
+            })
+            .count();
+        let tiers: usize = sockwatch::probes::PROBES
+            .iter()
+            .map(|h| h.tiers.len())
+            .sum();
+        assert_eq!(table_lines, tiers, "{stdout}");
+        eprintln!("check with {refused:?} refused: exit {code} in {took:.1?}");
+    }
+}
