@@ -1,6 +1,7 @@
 //! sockwatch's task runner (`cargo xtask ...`). It runs things; cargo still builds them.
 mod bench;
 mod cmd;
+mod headroom;
 mod initramfs;
 mod kernels;
 mod setup;
@@ -26,7 +27,8 @@ struct Cli {
 enum Command {
     /// Install what is missing for building (Debian packages, nightly's rust-src, bpf-linker).
     Setup {
-        /// Also what the QEMU tests need: QEMU, busybox, cpio and Debian's 6.1 and 6.12 kernels.
+        /// Also what the QEMU tests need: QEMU, busybox, cpio and Debian's kernels (5.10 from
+        /// Debian 11, 6.1 and 6.12 from Debian 12).
         #[arg(long)]
         vm: bool,
     },

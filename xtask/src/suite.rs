@@ -6,7 +6,7 @@ use std::{
 };
 
 use crate::{
-    cmd,
+    cmd, headroom,
     kernels::Series,
     setup,
     testrun::{self, Counts},
@@ -63,6 +63,7 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
     };
 
     let mut kernels = None;
+    let mut headroom = Vec::new();
     step("setup --vm", &mut || {
         kernels = Some(setup::setup(true, series)?.kernels);
         Ok(())
@@ -118,7 +119,8 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
         ])
         .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
         .env("RUST_TEST_THREADS", "1");
-        let (counts, failure) = count_tests(c);
+        let (counts, failure, text) = count_tests(c);
+        headroom.push(("host".to_owned(), headroom::rows(&text)));
         layers.push(Layer::new("host".into(), counts, failure.clone()));
         failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
     });
@@ -144,6 +146,8 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
         };
         let mut failed = Vec::new();
         for o in outcomes {
+            let console = std::fs::read_to_string(&o.log).unwrap_or_default();
+            headroom.push((o.label.clone(), headroom::rows(&console)));
             if let Some(why) = &o.failure {
                 failed.push(format!("{}: {why}", o.label));
             }
@@ -156,17 +160,19 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
         }
     });
 
+    headroom::write(&cmd::workspace_root(), &headroom, 1 + series.len());
     print_tables(&steps, &layers);
     steps.iter().all(|s| s.failure.is_none())
 }
 
 /// Runs a `cargo test`, returning what its result lines add up to and why it failed, if it did.
-fn count_tests(c: Command) -> (Counts, Option<String>) {
+/// Runs a `cargo test`: what its result lines add up to, why it failed if it did, its output.
+fn count_tests(c: Command) -> (Counts, Option<String>, String) {
     let what = cmd::describe(&c);
     match testrun::run_and_count(c) {
-        Ok((status, counts)) if status.success() => (counts, None),
-        Ok((status, counts)) => (counts, Some(format!("`{what}` failed ({status})"))),
-        Err(e) => (Counts::default(), Some(format!("{e:#}"))),
+        Ok((status, counts, text)) if status.success() => (counts, None, text),
+        Ok((status, counts, text)) => (counts, Some(format!("`{what}` failed ({status})")), text),
+        Err(e) => (Counts::default(), Some(format!("{e:#}")), String::new()),
     }
 }
 

@@ -64,17 +64,21 @@ pub fn sum_results(text: &str) -> Counts {
 }
 
 /// Runs a `cargo test` command, passing its stdout through while adding up its result lines.
-pub fn run_and_count(mut cmd: Command) -> anyhow::Result<(ExitStatus, Counts)> {
+/// Runs `cmd`, echoing its output; returns its status, its result counts and its whole output.
+pub fn run_and_count(mut cmd: Command) -> anyhow::Result<(ExitStatus, Counts, String)> {
     let what = cmd::describe(&cmd);
     let mut child = cmd
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start `{what}`"))?;
     let mut total = Counts::default();
+    let mut text = String::new();
     let stdout = child.stdout.take().expect("piped");
     for line in BufReader::new(stdout).lines() {
         let line = line.with_context(|| format!("reading the output of `{what}`"))?;
         println!("{line}");
+        text.push_str(&line);
+        text.push('\n');
         if let Some(c) = parse_result_line(&line) {
             total += c;
         }
@@ -82,7 +86,7 @@ pub fn run_and_count(mut cmd: Command) -> anyhow::Result<(ExitStatus, Counts)> {
     let status = child
         .wait()
         .with_context(|| format!("waiting for `{what}`"))?;
-    Ok((status, total))
+    Ok((status, total, text))
 }
 
 #[cfg(test)]
