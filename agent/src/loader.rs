@@ -281,11 +281,14 @@ pub struct TierSupport {
     pub programs: Vec<ProgramLoad>,
 }
 
+/// Per hook, every tier as this kernel takes it.
+pub type SupportTable = Vec<(Hook, Vec<TierSupport>)>;
+
 /// Per hook, every tier and whether this kernel accepts it: each program is loaded, attached,
 /// measured and unloaded again, in one object. `on_hook` sees each hook as it is done.
 pub fn probe_support(
     mut on_hook: impl FnMut(Hook, &[TierSupport]),
-) -> Result<(KernelFeatures, Vec<(Hook, Vec<TierSupport>)>), LoadError> {
+) -> Result<(KernelFeatures, SupportTable), LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
     let features = read_features();
     let opts = LoadOptions {

@@ -1,6 +1,6 @@
 //! docs/VERIFIER.md from the `SOCKWATCH-HEADROOM|…` lines the headroom test prints on the host
 //! and in each guest: per kernel, every program's verifier cost, generated, never hand-edited.
-use std::{fmt::Write as _, path::Path};
+use std::{collections::BTreeSet, fmt::Write as _, path::Path};
 
 pub const PREFIX: &str = "SOCKWATCH-HEADROOM|";
 const LIMIT: f64 = 1_000_000.0;
@@ -70,17 +70,51 @@ pub fn markdown(layers: &[(String, Vec<Row>)]) -> String {
     s
 }
 
-/// Writes the document when every layer gave rows (a partial run leaves it alone).
-pub fn write(root: &Path, layers: &[(String, Vec<Row>)], expected_layers: usize) {
+/// The programs a document (or a run) measured, as `program (flavor)`.
+fn programs<'a>(rows: impl Iterator<Item = &'a Row>) -> BTreeSet<String> {
+    rows.map(|r| format!("{} ({})", r.fields[0], r.fields[3]))
+        .collect()
+}
+
+fn programs_in_doc(doc: &str) -> BTreeSet<String> {
+    doc.lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some(format!("{name} ({})", cells.get(4)?))
+        })
+        .collect()
+}
+
+/// Regenerates docs/VERIFIER.md from every layer's rows. Fails when a layer measured nothing,
+/// or when the programs differ from the committed document's (a program added, renamed or
+/// dropped without the table regenerated); the figures themselves move with kernel builds.
+pub fn update(
+    root: &Path,
+    layers: &[(String, Vec<Row>)],
+    expected_layers: usize,
+) -> anyhow::Result<()> {
     if layers.len() != expected_layers || layers.iter().any(|(_, r)| r.is_empty()) {
-        println!("xtask: docs/VERIFIER.md not regenerated: not every layer measured its programs");
-        return;
+        anyhow::bail!("not every layer measured its programs: docs/VERIFIER.md not regenerated");
     }
     let path = root.join("docs/VERIFIER.md");
-    match std::fs::write(&path, markdown(layers)) {
-        Ok(()) => println!("xtask: wrote {}", path.display()),
-        Err(e) => println!("xtask: cannot write {}: {e}", path.display()),
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::write(&path, markdown(layers))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    println!("xtask: wrote {}", path.display());
+    let (had, have) = (
+        programs_in_doc(&committed),
+        programs(layers.iter().flat_map(|(_, r)| r)),
+    );
+    if had != have {
+        let added: Vec<_> = have.difference(&had).collect();
+        let gone: Vec<_> = had.difference(&have).collect();
+        anyhow::bail!(
+            "docs/VERIFIER.md was out of date (new: {added:?}; gone: {gone:?}): the regenerated \
+             one is in the work tree, commit it"
+        );
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -338,6 +338,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
                     boot_time = Some(started.elapsed());
                 }
                 if text.contains("SOCKWATCH-VM-")
+                    || text.contains(crate::headroom::PREFIX)
                     || text.contains("test result:")
                     || text.starts_with("test ")
                 {

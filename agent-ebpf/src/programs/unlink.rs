@@ -70,7 +70,17 @@ flavored! {
 flavored! {
     #[kprobe(function = "vfs_unlink")]
     fn unlink_kprobe / unlink_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
-        begin(ctx.arg(dentry_arg() as usize).unwrap_or(core::ptr::null()), flavor);
+        // Both registers read at constant offsets, as volatile loads: the compiler would
+        // otherwise load from a chosen offset, a modified context pointer the verifier refuses.
+        let regs = ctx.regs;
+        let (a1, a2) = unsafe {
+            (
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdx)),
+            )
+        };
+        let dentry = if dentry_arg() == 2 { a2 } else { a1 };
+        begin(dentry as *const c_void, flavor);
         0
     }
 }
