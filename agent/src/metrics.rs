@@ -199,6 +199,13 @@ const VERDICTS_TOTAL: Spec = spec(
     &["verdict", "watch"],
     "Verdicts reported, by verdict and watch.",
 );
+const VERDICTS_WITHHELD: Spec = spec(
+    "sockwatch_verdicts_withheld_total",
+    C,
+    &["verdict"],
+    "Verdicts not reported because a missing hook left them unconfirmed (without the release \
+     hook: the socket they call open was found closed).",
+);
 const FOREIGN_UNLINKS: Spec = spec(
     "sockwatch_foreign_unlinks_total",
     C,
@@ -335,6 +342,7 @@ const SPECS: &[&Spec] = &[
     &CONNECT_ERRORS,
     &DECODE_ERRORS,
     &VERDICTS_TOTAL,
+    &VERDICTS_WITHHELD,
     &FOREIGN_UNLINKS,
     &REPLACEMENTS,
     &STALE_CONNECTS,
@@ -368,6 +376,7 @@ pub struct Metrics {
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
     verdicts: IntCounterVec,
+    verdicts_withheld: IntCounterVec,
     foreign_unlinks: IntCounterVec,
     replacements: IntCounterVec,
     stale_connects: IntCounterVec,
@@ -454,6 +463,7 @@ impl Metrics {
             connect_errors: counter(&CONNECT_ERRORS),
             decode_errors: counter(&DECODE_ERRORS),
             verdicts: counter(&VERDICTS_TOTAL),
+            verdicts_withheld: counter(&VERDICTS_WITHHELD),
             foreign_unlinks: counter(&FOREIGN_UNLINKS),
             replacements: counter(&REPLACEMENTS),
             stale_connects: counter(&STALE_CONNECTS),
@@ -492,6 +502,9 @@ impl Metrics {
 
     /// Series whose label sets are known up front, at 0.
     fn init_series(&self) {
+        for v in VERDICTS {
+            self.verdicts_withheld.with_label_values(&[*v]);
+        }
         for (_, name) in ERRNOS {
             self.connect_errors.with_label_values(&[*name]);
         }
@@ -616,6 +629,11 @@ impl Metrics {
     }
 
     /// One verdict, about a socket under `watch` (a configured watch name, or "" for none).
+    /// A verdict a missing hook left unconfirmed, not reported.
+    pub fn withheld(&self, v: &Verdict) {
+        self.verdicts_withheld.with_label_values(&[v.name()]).inc();
+    }
+
     pub fn verdict(&self, v: &Verdict, watch: &str) {
         let watch = self.watch_label(watch);
         let watch = watch.as_str();

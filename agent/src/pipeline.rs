@@ -40,6 +40,9 @@ pub struct Pipeline {
     /// Directory identity -> absolute path, learned from binds, to resolve the relative
     /// paths of unlinks and renames (`rm -r` unlinks relative to a directory descriptor).
     dirs: HashMap<DirId, String>,
+    /// The release hook is missing: a socket closed since the last sweep still looks live, so
+    /// verdicts that say a socket is open are checked against its holder's descriptors.
+    releases_unseen: bool,
 }
 
 impl Pipeline {
@@ -55,6 +58,7 @@ impl Pipeline {
             attributor: Some(Attributor::default()),
             observer: None,
             dirs: HashMap::new(),
+            releases_unseen: false,
         }
     }
 
@@ -69,6 +73,7 @@ impl Pipeline {
             attributor: None,
             observer: None,
             dirs: HashMap::new(),
+            releases_unseen: false,
         }
     }
 
@@ -94,6 +99,11 @@ impl Pipeline {
             Some(input) => self.input(&input),
             None => Ok(()),
         }
+    }
+
+    /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
+    pub fn without_release_hook(&mut self) {
+        self.releases_unseen = true;
     }
 
     /// Counts every event and verdict in `metrics`, labelled with `config`'s watch names.
@@ -133,6 +143,18 @@ impl Pipeline {
             if self.live.is_some() && !still_on_disk(&v) {
                 // The tracepoint tier cannot see an unlink once the socket was closed (its
                 // name is no longer live): a file that is gone is not stale.
+                continue;
+            }
+            if self.releases_unseen && !still_open(&v) {
+                log::info!(
+                    "{} about {} withheld: its socket is closed (no release hook on this \
+                     kernel; the next sweep settles it)",
+                    v.name(),
+                    v.path().unwrap_or("an unnamed socket")
+                );
+                if let Some((m, _)) = &self.observer {
+                    m.withheld(&v);
+                }
                 continue;
             }
             if let Some((m, config)) = &self.observer {
@@ -181,6 +203,13 @@ impl Pipeline {
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
+}
+
+/// A verdict that says a socket is open stands only while its holder still has it.
+fn still_open(v: &Verdict) -> bool {
+    v.open_socket().is_none_or(|(tgid, sock_ino)| {
+        crate::scan::procfd::holds_socket(std::path::Path::new("/proc"), tgid, sock_ino)
+    })
 }
 
 /// A stale-socket-file verdict stands only while that very file is still there; every other

@@ -41,8 +41,9 @@ impl Hook {
             Hook::Rename => "renames over live sockets are not seen (unlinks still are)",
             Hook::Connect => "refused connects are not seen: no stale_connect verdicts",
             Hook::Release => {
-                "releases are seen by sweeps only: a socket closed since the last sweep still \
-                 counts as live, and the removal of its file can be reported as if it were"
+                "releases are seen by sweeps only: verdicts that call a socket open are checked \
+                 against its holder's descriptors first, and orphans closed since the last \
+                 sweep end late"
             }
             Hook::Fork => {
                 "forked holders join owner sets only at the next sweep (the in-kernel fd check \

@@ -14,6 +14,7 @@ use sockwatch::{
     metrics::Metrics,
     output::JsonLines,
     pipeline::Pipeline,
+    probes::Hook,
     pump::{self, Sweep},
     reconcile,
     scan::{self, ScanOptions, ScanReport},
@@ -71,6 +72,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.probes(&probes.report);
     let reader = probes.events()?;
     let mut pipeline = Pipeline::live(Engine::new(Limits::default())?, out, probes.live_table()?);
+    if probes.coverage.missing().contains(&Hook::Release) {
+        pipeline.without_release_hook();
+    }
     pipeline.observe(metrics.clone(), config.clone());
 
     // After attaching, so a socket bound meanwhile is in the scan or in the events.

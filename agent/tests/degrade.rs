@@ -222,3 +222,50 @@ fn check_exit_code_says_complete_degraded_or_refused() {
         eprintln!("check with {refused:?} refused: exit {code} in {took:.1?}");
     }
 }
+
+/// Without the release hook a socket closed since the last sweep still looks live: a removal
+/// of its file must not be reported as the removal of an open socket. The same removal of a
+/// socket that is open still is.
+#[test]
+fn without_the_release_hook_a_closed_socket_is_not_called_open() {
+    if !root("without_the_release_hook_a_closed_socket_is_not_called_open") {
+        return;
+    }
+    let dir = tempdir();
+    let watch = dir.path().join("w");
+    std::fs::create_dir(&watch).expect("watch dir");
+    let agent = Agent::start_with_env(dir.path(), &watch, &[], &[(REFUSE, "release")]);
+    assert!(
+        agent.log_text().contains("release: no probe tier attached"),
+        "{}",
+        agent.log_text()
+    );
+    let (closed, open) = (watch.join("closed.sock"), watch.join("open.sock"));
+    let mut a = Actor::spawn();
+    let h = a.must(&format!("listen-on {}", closed.display()));
+    a.must(&format!("listen-on {}", open.display()));
+    a.must(&format!("close {h}"));
+    let mut b = Actor::spawn();
+    b.must(&format!("unlink {}", closed.display()));
+    b.must(&format!("unlink {}", open.display()));
+    let path_of = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let v = agent.expect_verdict("foreign_unlink of the open socket", |v| {
+        v["verdict"] == "foreign_unlink" && v["path"] == path_of(&open)
+    });
+    assert_eq!(v["victim"]["tgid"], a.pid, "{v}");
+    assert_eq!(v["actor"]["tgid"], b.pid, "{v}");
+    // Verdicts are written in event order: the closed socket's unlink came first.
+    let about_closed: Vec<_> = agent
+        .verdicts()
+        .into_iter()
+        .filter(|v| v["path"] == path_of(&closed))
+        .collect();
+    assert!(about_closed.is_empty(), "{about_closed:#?}");
+    assert!(
+        agent.log_text().contains("withheld: its socket is closed"),
+        "{}",
+        agent.log_text()
+    );
+    drop((a, b));
+    agent.stop();
+}

@@ -226,6 +226,23 @@ impl Verdict {
 }
 
 impl Verdict {
+    /// The socket (holder's tgid, sockfs inode) the verdict says is still open: the victim of a
+    /// removal, or an orphaned listener.
+    pub fn open_socket(&self) -> Option<(u32, u64)> {
+        match self {
+            Verdict::ForeignUnlink {
+                victim, sock_ino, ..
+            }
+            | Verdict::Replaced {
+                victim, sock_ino, ..
+            } => Some((victim.tgid, *sock_ino)),
+            Verdict::OrphanOpened {
+                owner, sock_ino, ..
+            } => Some((owner.tgid, *sock_ino)),
+            _ => None,
+        }
+    }
+
     /// The path the verdict is about, as its actor named it, where there is one.
     pub fn path(&self) -> Option<&str> {
         match self {

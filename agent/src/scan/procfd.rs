@@ -83,6 +83,17 @@ pub fn parse_socket_link(target: &[u8]) -> Option<u32> {
     parse_bracket_link(target, b"socket").and_then(|n| u32::try_from(n).ok())
 }
 
+/// Does process `tgid` hold a descriptor of socket `sock_ino` (its `socket:[N]` link)? False
+/// when the process or its fd table cannot be read.
+pub fn holds_socket(proc_root: &Path, tgid: u32, sock_ino: u64) -> bool {
+    let Ok(fds) = std::fs::read_dir(proc_root.join(tgid.to_string()).join("fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| read_link_bytes(&fd.path()).ok())
+        .any(|target| parse_socket_link(&target).map(u64::from) == Some(sock_ino))
+}
+
 /// `<kind>:[N]` → N, e.g. `mnt:[4026531832]`.
 pub fn parse_bracket_link(target: &[u8], kind: &[u8]) -> Option<u64> {
     let rest = target.strip_prefix(kind)?.strip_prefix(b":[")?;
@@ -238,6 +249,14 @@ mod tests {
     #[test]
     fn socket_and_ns_links() {
         assert_eq!(parse_socket_link(b"socket:[12345]"), Some(12345));
+        let root = tempfile::tempdir().expect("tempdir");
+        let fd = root.path().join("42/fd");
+        std::fs::create_dir_all(&fd).expect("fd dir");
+        std::os::unix::fs::symlink("socket:[77]", fd.join("3")).expect("link");
+        std::os::unix::fs::symlink("/dev/null", fd.join("4")).expect("link");
+        assert!(holds_socket(root.path(), 42, 77));
+        assert!(!holds_socket(root.path(), 42, 78));
+        assert!(!holds_socket(root.path(), 43, 77), "no such process");
         assert_eq!(parse_socket_link(b"socket:[4294967295]"), Some(u32::MAX));
         assert_eq!(parse_socket_link(b"socket:[4294967296]"), None);
         assert_eq!(parse_socket_link(b"socket:[]"), None);
