@@ -61,6 +61,8 @@ pub struct Plan {
     pub pause: Duration,
     pub ops: Vec<(Op, u64)>,
     pub latency_samples: u64,
+    /// Agent starts timed with the whole probe table.
+    pub startup_runs: usize,
     pub metrics_samples: u64,
     /// Sustained rates tried, events per second, and how long each runs.
     pub steps: Vec<u64>,
@@ -89,6 +91,7 @@ impl Plan {
                     (Op::SockCycleGo, 600),
                 ],
                 latency_samples: 100,
+                startup_runs: 3,
                 metrics_samples: 30,
                 steps: vec![10_000, 50_000],
                 step_secs: 1.0,
@@ -112,6 +115,7 @@ impl Plan {
                     (Op::SockCycleGo, 3_000),
                 ],
                 latency_samples: 1_000,
+                startup_runs: 10,
                 metrics_samples: 200,
                 steps: vec![
                     10_000, 25_000, 50_000, 75_000, 100_000, 150_000, 200_000, 300_000, 400_000,
@@ -483,6 +487,7 @@ impl Observer {
                 let _ = fs::remove_file(&events);
                 Observer::Sockwatch(Agent::start(
                     &env.sockwatch,
+                    "tracepoint",
                     &events,
                     &env.root.join("overhead-agent.log"),
                     Some(free_port()?),
@@ -767,7 +772,8 @@ pub struct Latency {
     pub line_missed: u64,
     pub to_metrics: Vec<f64>,
     pub metrics_missed: u64,
-    pub agent_startup: Duration,
+    /// Agent start-ups with the whole probe table, seconds.
+    pub startup: Vec<f64>,
 }
 
 fn samples(v: &serde_json::Value) -> anyhow::Result<(Vec<f64>, u64)> {
@@ -786,6 +792,7 @@ fn latency(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Latency> 
     let addr = free_port()?;
     let agent = Agent::start(
         &env.sockwatch,
+        "tracepoint",
         &events,
         &env.root.join("latency-agent.log"),
         Some(addr),
@@ -806,15 +813,36 @@ fn latency(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Latency> 
         &plan.metrics_samples.to_string(),
     ])?)?;
     progress(started, "latency to /metrics measured");
-    let startup = agent.startup;
     agent.stop()?;
+    let startup = startup(env, plan)?;
+    progress(started, "agent start-up measured");
     Ok(Latency {
         to_line,
         line_missed,
         to_metrics,
         metrics_missed,
-        agent_startup: startup,
+        startup,
     })
+}
+
+/// Spawn → running (probes attached, startup scan done), seconds, with the whole probe table:
+/// `--probe-mode auto` tries every tier of every hook this kernel offers.
+fn startup(env: &Env, plan: &Plan) -> anyhow::Result<Vec<f64>> {
+    let events = env.root.join("startup-events.jsonl");
+    let mut secs = Vec::new();
+    for _ in 0..plan.startup_runs {
+        let agent = Agent::start(
+            &env.sockwatch,
+            "auto",
+            &events,
+            &env.root.join("startup-agent.log"),
+            None,
+            &["--watch".into(), env.watched.display().to_string()],
+        )?;
+        secs.push(agent.startup.as_secs_f64());
+        agent.stop()?;
+    }
+    Ok(secs)
 }
 
 /// Follows the events file: lines by kind (`verdict` for verdict lines).
@@ -976,6 +1004,7 @@ fn throughput(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Throug
     let dir = env.root.join("f");
     let agent = Agent::start(
         &env.sockwatch,
+        "tracepoint",
         &events,
         &env.root.join("throughput-agent.log"),
         Some(free_port()?),
@@ -1111,6 +1140,7 @@ fn footprint(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Footpri
     fs::write(&events, "")?;
     let agent = Agent::start(
         &env.sockwatch,
+        "tracepoint",
         &events,
         &env.root.join("footprint-agent.log"),
         Some(free_port()?),

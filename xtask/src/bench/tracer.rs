@@ -24,17 +24,18 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// `sockwatch run --probe-mode tracepoint --events EVENTS [extra...]`, its log in `log`;
+    /// `sockwatch run --probe-mode MODE --events EVENTS [extra...]`, its log in `log`;
     /// returns once it logs that it runs.
     pub fn start(
         bin: &Path,
+        mode: &str,
         events: &Path,
         log: &Path,
         listen: Option<SocketAddr>,
         extra: &[String],
     ) -> anyhow::Result<Agent> {
         let mut cmd = Command::new(bin);
-        cmd.args(["run", "--probe-mode", "tracepoint", "--events"])
+        cmd.args(["run", "--probe-mode", mode, "--events"])
             .arg(events)
             .args(extra)
             .env("RUST_LOG", "info")
