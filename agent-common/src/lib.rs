@@ -33,6 +33,8 @@ pub mod maps {
     pub const WATCHED_DIRS: &str = "WATCHED_DIRS";
     pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
     pub const WATCHED_CAPACITY: u32 = 1_024;
+    /// Loading thread -> the verifier's count for its last program (measurement only).
+    pub const VERIFIER_INSNS: &str = "VERIFIER_INSNS";
 }
 
 /// Load-time globals (set with `EbpfLoader::override_global`).
@@ -43,6 +45,10 @@ pub mod globals {
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
     /// 1: every directory is watched; 0: only `WATCHED_DIRS` and what is below them.
     pub const WATCH_ALL: &str = "WATCH_ALL";
+    /// `vfs_unlink`'s parameter count in this kernel's BTF (3, or 4 with an idmap first).
+    pub const VFS_UNLINK_ARGS: &str = "VFS_UNLINK_ARGS";
+    /// `vfs_rename`'s parameter count (1: `struct renamedata *`; 6 before).
+    pub const VFS_RENAME_ARGS: &str = "VFS_RENAME_ARGS";
 }
 
 /// How many directory levels above a socket file are checked against the watch list.

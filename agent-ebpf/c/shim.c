@@ -111,6 +111,14 @@ struct dentry *shim_dentry_parent(struct dentry *dentry)
 	return parent == dentry ? 0 : parent; // the root is its own parent
 }
 
+// Copies the dentry's own name into `buf` (SW_PATH_CAP bytes); returns its length with the NUL.
+int shim_dentry_name(struct dentry *dentry, char *buf)
+{
+	const unsigned char *name = 0;
+	BPF_CORE_READ_INTO(&name, dentry, d_name.name);
+	return name ? bpf_probe_read_kernel_str(buf, SW_PATH_CAP, name) : -1;
+}
+
 // agent_common::name_hash: FNV-1a over the last SW_NAME_HASH_TAIL bytes of a name, last
 // byte first, so an unlinked path's base name hashes in one bounded backward pass.
 #define SW_FNV_OFFSET 0xcbf29ce484222325ULL
@@ -419,11 +427,16 @@ __u64 shim_ctx_arg(const __u64 *ctx, __u32 n)
 	return v;
 }
 
-// 5.12 gave vfs_unlink an idmap first argument and vfs_rename a struct renamedata in the
-// same series: the type's presence tells the two layouts apart.
-int shim_vfs_takes_idmap(void)
+// Whether struct renamedata exists: reads of it stay in code the verifier sees only then.
+int shim_renamedata_exists(void)
 {
 	return bpf_core_type_exists(struct renamedata);
+}
+
+// The verifier's count of instructions processed so far for the program it is checking.
+__u32 shim_verifier_insn_processed(struct bpf_verifier_env *env)
+{
+	return env ? BPF_CORE_READ(env, insn_processed) : 0;
 }
 
 // ---- atomics (rustc's BPF target has no atomic read-modify-write) ------------------------

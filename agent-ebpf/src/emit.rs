@@ -16,7 +16,7 @@ use aya_ebpf::{
 use crate::{
     maps::{AGENT_TGID, COUNTERS, EVENTS, WAKEUP_BYTES},
     pending::Pending,
-    shim::{self, File, Flavor, Sock},
+    shim::{self, Dentry, File, Flavor, Sock},
 };
 
 /// `offsetof(struct sockaddr_un, sun_path)`.
@@ -196,14 +196,17 @@ impl Draft {
         self
     }
 
-    /// The path argument of the current unlink/rename syscall; left empty when the operation
-    /// did not come from one (io_uring, nfsd, overlayfs) or the kernel cannot give the
-    /// syscall's registers (the `Bounded` flavor, before 5.15).
+    /// The path of the file an unlink or rename removes: the syscall's path argument, as the
+    /// remover gave it (left empty when the operation came from no syscall: io_uring, nfsd,
+    /// overlayfs). The `Bounded` flavor cannot read the syscall's registers (before 5.15):
+    /// it gives the file's own name, relative to the event's `dir`, which the agent completes.
     #[inline(always)]
-    pub fn syscall_target_path(&mut self, flavor: Flavor) -> &mut Self {
-        if flavor == Flavor::Helpers
-            && let Some(n) = shim::syscall_target_path(self.path_buf())
-        {
+    pub fn removed_path(&mut self, flavor: Flavor, dentry: Dentry) -> &mut Self {
+        let n = match flavor {
+            Flavor::Helpers => shim::syscall_target_path(self.path_buf()),
+            Flavor::Bounded => shim::dentry_name(dentry, self.path_buf()),
+        };
+        if let Some(n) = n {
             self.set_path_len(n as usize);
         }
         self

@@ -80,6 +80,8 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
         return None;
     }
     let mut p = Pending {
+        // The dentry stays referenced until the operation's exit: its name names the file.
+        ptr: dentry as u64,
         file: file.id(),
         dir: parent_id(dentry),
         nlink: file.nlink,

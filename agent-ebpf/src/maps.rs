@@ -43,6 +43,11 @@ pub static WATCHED_DIRS: HashMap<FileId, u32> =
 pub static WATCHED_NAMES: HashMap<WatchedName, u32> =
     HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
 
+/// pid_tgid of the agent's loading thread -> instructions the verifier processed for the
+/// program it loaded last (kernels whose program info lacks the count).
+#[map(name = "VERIFIER_INSNS")]
+pub static VERIFIER_INSNS: HashMap<u64, u32> = HashMap::with_max_entries(16, 0);
+
 #[unsafe(no_mangle)]
 pub static AGENT_TGID: Global<u32> = Global::new(0);
 
@@ -51,3 +56,11 @@ pub static WAKEUP_BYTES: Global<u64> = Global::new((64 * Event::SIZE) as u64);
 
 #[unsafe(no_mangle)]
 pub static WATCH_ALL: Global<u8> = Global::new(1);
+
+/// `vfs_unlink`'s and `vfs_rename`'s parameter counts, read by the loader from the kernel's
+/// BTF: their layouts changed in 5.12, and stable kernels took parts of that back.
+#[unsafe(no_mangle)]
+pub static VFS_UNLINK_ARGS: Global<u32> = Global::new(4);
+
+#[unsafe(no_mangle)]
+pub static VFS_RENAME_ARGS: Global<u32> = Global::new(1);

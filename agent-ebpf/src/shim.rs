@@ -40,6 +40,7 @@ unsafe extern "C" {
     fn shim_is_sock_mode(mode: u32) -> i32;
     fn shim_dentry_parent(d: Dentry) -> Dentry;
     fn shim_dentry_name_hash(d: Dentry) -> u64;
+    fn shim_dentry_name(d: Dentry, buf: *mut u8) -> i32;
     fn shim_basename_hash(buf: *const u8, len: i32) -> u64;
     fn shim_current_fd_socket(fd: i32) -> *const c_void;
     fn shim_current_holds_socket(sock_ino: u64) -> i32;
@@ -58,7 +59,8 @@ unsafe extern "C" {
     fn shim_release_last_bound_sockets();
     fn shim_release_last_bound_sockets_bounded() -> i32;
     fn shim_ctx_arg(ctx: *const c_void, n: u32) -> u64;
-    fn shim_vfs_takes_idmap() -> i32;
+    fn shim_renamedata_exists() -> i32;
+    fn shim_verifier_insn_processed(env: *const c_void) -> u32;
 }
 
 /// Releases, through `sockwatch_release_at_exit`, every bound UNIX socket whose last reference
@@ -84,10 +86,16 @@ pub fn ctx_arg(ctx: *const c_void, n: u32) -> u64 {
     unsafe { shim_ctx_arg(ctx, n) }
 }
 
-/// Does `vfs_unlink`/`vfs_rename` take the idmap-era arguments (5.12+)?
+/// `env->insn_processed` of a `struct bpf_verifier_env *`.
 #[inline(always)]
-pub fn vfs_takes_idmap() -> bool {
-    unsafe { shim_vfs_takes_idmap() != 0 }
+pub fn verifier_insn_processed(env: *const c_void) -> u32 {
+    unsafe { shim_verifier_insn_processed(env) }
+}
+
+/// Does this kernel have `struct renamedata` (5.12, and stable kernels that took it back)?
+#[inline(always)]
+pub fn renamedata_exists() -> bool {
+    unsafe { shim_renamedata_exists() != 0 }
 }
 
 /// Identity of the directory a relative path starts from: `dirfd`, or the working directory
@@ -162,6 +170,13 @@ pub fn is_sock_mode(mode: u32) -> bool {
 #[inline(always)]
 pub fn dentry_parent(d: Dentry) -> Dentry {
     unsafe { shim_dentry_parent(d) }
+}
+
+/// Copies the dentry's own name into `buf`; returns its length without the NUL.
+#[inline(always)]
+pub fn dentry_name(d: Dentry, buf: &mut [u8; PATH_CAP]) -> Option<u16> {
+    let n = unsafe { shim_dentry_name(d, buf.as_mut_ptr()) };
+    (n > 0).then(|| (n - 1) as u16)
 }
 
 /// `agent_common::name_hash` of the dentry's name.

@@ -148,7 +148,7 @@ impl Probes {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
         let features = read_features();
-        let mut ebpf = open_object(&btf, opts)?;
+        let mut ebpf = open_object(&btf, opts, &features)?;
         for w in &opts.watch {
             add_watch(&mut ebpf, w)?;
         }
@@ -298,19 +298,22 @@ pub fn probe_support(
         watch: Vec::new(),
         require_all_hooks: false,
     };
-    let mut ebpf = open_object(&btf, &opts)?;
+    let mut ebpf = open_object(&btf, &opts, &features)?;
     let refusals = TestRefusals::from_env();
     let own = features.flavor();
+    let counting = attach_verifier_counter(&mut ebpf, &btf);
     let mut table = Vec::new();
     for hook in PROBES {
         let mut tiers = Vec::new();
         for tier in hook.tiers {
-            let (result, mut programs) = try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals);
+            let (result, mut programs) =
+                try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals, counting);
             unload_tier(&mut ebpf, tier, own);
             // The other flavor too, where the tier has one: its cost is part of the picture.
             let other = other_flavor(own);
             if result.is_ok() && tier.programs.iter().any(|p| p.bounded.is_some()) {
-                let (_, more) = try_tier(&mut ebpf, hook.hook, tier, other, &btf, &refusals);
+                let (_, more) =
+                    try_tier(&mut ebpf, hook.hook, tier, other, &btf, &refusals, counting);
                 unload_tier(&mut ebpf, tier, other);
                 programs.extend(more);
             }
@@ -340,6 +343,8 @@ fn read_features() -> KernelFeatures {
             bpf_loop: false,
             task_pt_regs: false,
             current_task_btf: false,
+            vfs_unlink_args: None,
+            vfs_rename_args: None,
         }
     })
 }
@@ -381,7 +386,7 @@ fn attach_hook(
         programs: Vec::new(),
     };
     for tier in tiers {
-        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals);
+        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals, false);
         report.programs.extend(programs);
         match result {
             Ok(degraded) => {
@@ -399,7 +404,8 @@ fn attach_hook(
 }
 
 /// Loads and attaches every program of one tier; stops at the first required one refused.
-/// Returns the refused optional programs, or why the tier was refused.
+/// Returns the refused optional programs, or why the tier was refused. `counting`: the
+/// verifier counter is attached, for kernels whose program info has no count.
 fn try_tier(
     ebpf: &mut Ebpf,
     hook: Hook,
@@ -407,6 +413,7 @@ fn try_tier(
     flavor: Flavor,
     btf: &Btf,
     refusals: &TestRefusals,
+    counting: bool,
 ) -> (Result<Vec<String>, String>, Vec<ProgramLoad>) {
     if refusals.refuses(hook) {
         return (
@@ -417,7 +424,13 @@ fn try_tier(
     let mut degraded = Vec::new();
     let mut loads = Vec::new();
     for spec in tier.programs {
-        let load = attach_program(ebpf, spec, hook, tier.tier, flavor, btf);
+        if counting {
+            take_verifier_count(ebpf);
+        }
+        let mut load = attach_program(ebpf, spec, hook, tier.tier, flavor, btf);
+        if counting && load.verified_insns.is_none() {
+            load.verified_insns = take_verifier_count(ebpf);
+        }
         let refused = load.refused.clone();
         loads.push(load);
         match refused {
@@ -427,6 +440,43 @@ fn try_tier(
         }
     }
     (Ok(degraded), loads)
+}
+
+/// The program that reads the verifier's count where program info lacks it (before 5.16).
+const VERIFIER_COUNTER: &str = "verifier_insns";
+
+/// Attaches [`VERIFIER_COUNTER`] (fexit on the verifier's per-program check); false where the
+/// kernel refuses it or reports counts itself.
+fn attach_verifier_counter(ebpf: &mut Ebpf, btf: &Btf) -> bool {
+    let Some(prog) = ebpf.program_mut(VERIFIER_COUNTER) else {
+        return false;
+    };
+    let attached = (|| {
+        let p: &mut FExit = prog.try_into()?;
+        p.load("do_check_common", btf)?;
+        if p.info()?.verified_instruction_count().is_some() {
+            return Ok(false); // this kernel reports counts in program info
+        }
+        p.attach().map(|_| true)
+    })();
+    match attached {
+        Ok(a) => a,
+        Err(e) => {
+            log::debug!("verifier counter not attached: {}", describe(&e));
+            false
+        }
+    }
+}
+
+/// The count the verifier counter recorded for this thread's last load, removed.
+fn take_verifier_count(ebpf: &mut Ebpf) -> Option<u32> {
+    let map = ebpf.map_mut(maps::VERIFIER_INSNS)?;
+    let mut counts = HashMap::<_, u64, u32>::try_from(map).ok()?;
+    // SAFETY: getpid and gettid have no preconditions.
+    let key = (u64::from(std::process::id()) << 32) | u64::from(unsafe { libc::gettid() } as u32);
+    let n = counts.get(&key, 0).ok();
+    let _ = counts.remove(&key);
+    n
 }
 
 /// Unloads (and so detaches) every program of a tier in one flavor.
@@ -456,9 +506,14 @@ fn coverage_error(coverage: &Coverage, report: &[HookReport], opts: &LoadOptions
     )
 }
 
-fn open_object(btf: &Btf, opts: &LoadOptions) -> Result<Ebpf, LoadError> {
+fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf, LoadError> {
+    // Where BTF does not say, the layout of current kernels.
+    let unlink_args = u32::from(f.vfs_unlink_args.unwrap_or(4));
+    let rename_args = u32::from(f.vfs_rename_args.unwrap_or(1));
     EbpfLoader::new()
         .btf(Some(btf))
+        .override_global(globals::VFS_UNLINK_ARGS, &unlink_args, true)
+        .override_global(globals::VFS_RENAME_ARGS, &rename_args, true)
         .override_global(globals::AGENT_TGID, &opts.ignore_tgid, true)
         .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
         .override_global(globals::WATCH_ALL, &u8::from(opts.watch.is_empty()), true)

@@ -4,7 +4,7 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use agent_common::{EventKind, Fidelity, Tier};
+use agent_common::{EventKind, Fidelity, Flavor, Tier};
 use common::{actor::Actor, *};
 use sockwatch::{
     event::{DirId, SockEvent},
@@ -27,6 +27,10 @@ fn exact(tier: Tier) -> bool {
     tier != Tier::Tracepoint
 }
 
+fn bounded_flavor() -> bool {
+    sockwatch::features::KernelFeatures::read().is_ok_and(|f| f.flavor() == Flavor::Bounded)
+}
+
 /// Unlink/rename events: exact tiers name the removed inode and decide liveness, owner and
 /// ownership of the remover in the kernel; the tracepoint tier gives the path only.
 /// `path` is as the remover gave it; `dir` the directory holding the file.
@@ -43,6 +47,12 @@ fn assert_removal(
     holds_fd: bool,
 ) {
     assert_eq!(ev.tgid, by, "{ev:#?}");
+    // Without bpf_task_pt_regs (the bounded flavor) the exact tiers name the file by its own
+    // name, relative to `dir`; the agent completes it from the directory's known path.
+    let path = match path.rsplit_once('/') {
+        Some((_, name)) if exact(tier) && bounded_flavor() => name,
+        _ => path,
+    };
     assert_eq!(ev.path, path, "{ev:#?}");
     let relative = !path.starts_with('/');
     assert_eq!(ev.flags.path_relative, relative, "{ev:#?}");

@@ -34,7 +34,10 @@ pub fn markdown(layers: &[(String, Vec<Row>)]) -> String {
          loads, in each flavor (`helpers`: `bpf_loop` and `bpf_task_pt_regs`; `bounded`: \
          constant-bounded loops for kernels before 5.17), with the instructions the verifier \
          processed (the test fails above 100,000, a tenth of the limit) and the time \
-         `BPF_PROG_LOAD` took. Kernels before 5.16 report no instruction count (`n/a`).\n",
+         `BPF_PROG_LOAD` took (under TCG emulation in the guests: tens of times the native \
+         time). Kernels from 5.16 report the count in program info; on older ones it is read \
+         from the verifier's own state by an fexit program on `do_check_common`; `n/a` where \
+         neither exists.\n",
     );
     for (layer, rows) in layers {
         let kernel = rows.first().map_or("?", |r| r.kernel.as_str());

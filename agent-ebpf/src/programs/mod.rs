@@ -30,6 +30,7 @@ pub mod process;
 pub mod release;
 pub mod rename;
 pub mod unlink;
+pub mod verifier;
 
 /// Syscall tracepoint records (a stable ABI): 8-byte common header, the syscall number, then
 /// the arguments as longs from offset 16; an exit record has the return value at 16.

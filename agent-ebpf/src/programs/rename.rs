@@ -16,9 +16,17 @@ use super::{
 };
 use crate::{
     emit, live,
+    maps::VFS_RENAME_ARGS,
     pending::{self, Pending, Slot},
     shim::{self, Flavor},
 };
+
+/// `vfs_rename(struct renamedata *)`, as the kernel's BTF says (loader) and its types allow
+/// (CO-RE: without the type the branch that reads it is dead code the verifier never sees).
+#[inline(always)]
+fn takes_renamedata() -> bool {
+    shim::renamedata_exists() && VFS_RENAME_ARGS.load() == 1
+}
 
 /// `RENAME_EXCHANGE`: both names stay, swapped.
 const RENAME_EXCHANGE: u32 = 1 << 1;
@@ -29,7 +37,7 @@ flavored! {
     #[fentry(function = "vfs_rename")]
     fn rename_fentry / rename_fentry_b(ctx: FEntryContext, flavor) -> i32 {
         let arg = |n| shim::ctx_arg(ctx.as_ptr(), n) as *const c_void;
-        if shim::vfs_takes_idmap() {
+        if takes_renamedata() {
             let rd = arg(0);
             begin(shim::renamedata_target(rd), shim::renamedata_flags(rd), flavor);
         } else {
@@ -42,8 +50,7 @@ flavored! {
 flavored! {
     #[fexit(function = "vfs_rename")]
     fn rename_fexit / rename_fexit_b(ctx: FExitContext, flavor) -> i32 {
-        let nargs = if shim::vfs_takes_idmap() { 1 } else { 6 };
-        let ret = shim::ctx_arg(ctx.as_ptr(), nargs) as i32;
+        let ret = shim::ctx_arg(ctx.as_ptr(), VFS_RENAME_ARGS.load()) as i32;
         end(ret as i64, Tier::Fentry, flavor);
         0
     }
@@ -67,7 +74,7 @@ flavored! {
     #[kprobe(function = "vfs_rename")]
     fn rename_kprobe / rename_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
         let arg = |n| ctx.arg::<u64>(n).unwrap_or(0);
-        if shim::vfs_takes_idmap() {
+        if takes_renamedata() {
             let rd = arg(0) as *const c_void;
             begin(shim::renamedata_target(rd), shim::renamedata_flags(rd), flavor);
         } else {
@@ -157,7 +164,7 @@ fn report(p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
         ev.pending(p)
             .ret(ret)
             .flags(extra)
-            .syscall_target_path(flavor);
+            .removed_path(flavor, p.ptr as *const c_void);
         ev.submit();
     }
 }

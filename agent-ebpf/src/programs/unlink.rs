@@ -17,7 +17,7 @@ use aya_ebpf::{
 use super::{tp_arg, tp_ret};
 use crate::{
     emit, live,
-    maps::SCRATCH,
+    maps::{SCRATCH, VFS_UNLINK_ARGS},
     pending::{self, Pending, Slot},
     shim::{self, Flavor},
 };
@@ -28,10 +28,10 @@ const AT_REMOVEDIR: u64 = 0x200;
 pub const AT_FDCWD: i32 = -100;
 
 /// `vfs_unlink`'s arguments: `(idmap, dir, dentry, delegated)` since 5.12, before that
-/// `(dir, dentry, delegated)`.
+/// `(dir, dentry, delegated)`; the loader reads which from the kernel's BTF.
 #[inline(always)]
 fn dentry_arg() -> u32 {
-    if shim::vfs_takes_idmap() { 2 } else { 1 }
+    VFS_UNLINK_ARGS.load().saturating_sub(2)
 }
 
 flavored! {
@@ -47,7 +47,7 @@ flavored! {
     /// fexit tier: the result follows the arguments.
     #[fexit(function = "vfs_unlink")]
     fn unlink_fexit / unlink_fexit_b(ctx: FExitContext, flavor) -> i32 {
-        let ret = shim::ctx_arg(ctx.as_ptr(), dentry_arg() + 2) as i32;
+        let ret = shim::ctx_arg(ctx.as_ptr(), VFS_UNLINK_ARGS.load()) as i32;
         end(ret as i64, Tier::Fentry, flavor);
         0
     }
@@ -150,7 +150,7 @@ fn report(p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
         ev.pending(p)
             .ret(ret)
             .flags(extra)
-            .syscall_target_path(flavor);
+            .removed_path(flavor, p.ptr as *const c_void);
         ev.submit();
     }
 }
