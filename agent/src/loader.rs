@@ -306,16 +306,20 @@ pub fn probe_support(
     for hook in PROBES {
         let mut tiers = Vec::new();
         for tier in hook.tiers {
+            let trial = Trial {
+                every_program: true,
+                verifier_counter: counting,
+            };
             let (result, mut programs) =
-                try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals, counting);
+                try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals, trial);
             unload_tier(&mut ebpf, tier, own);
-            // The other flavor too, where the tier has one: its cost is part of the picture.
+            // The other flavor's twins too: their cost is part of the picture.
             let other = other_flavor(own);
-            if result.is_ok() && tier.programs.iter().any(|p| p.bounded.is_some()) {
-                let (_, more) =
-                    try_tier(&mut ebpf, hook.hook, tier, other, &btf, &refusals, counting);
+            for spec in tier.programs.iter().filter(|p| p.bounded.is_some()) {
+                programs.push(measure_program(
+                    &mut ebpf, spec, hook.hook, tier.tier, other, &btf, trial,
+                ));
                 unload_tier(&mut ebpf, tier, other);
-                programs.extend(more);
             }
             tiers.push(TierSupport {
                 tier: tier.tier,
@@ -386,7 +390,11 @@ fn attach_hook(
         programs: Vec::new(),
     };
     for tier in tiers {
-        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals, false);
+        let trial = Trial {
+            every_program: false,
+            verifier_counter: false,
+        };
+        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals, trial);
         report.programs.extend(programs);
         match result {
             Ok(degraded) => {
@@ -403,9 +411,16 @@ fn attach_hook(
     report
 }
 
-/// Loads and attaches every program of one tier; stops at the first required one refused.
-/// Returns the refused optional programs, or why the tier was refused. `counting`: the
-/// verifier counter is attached, for kernels whose program info has no count.
+/// How [`try_tier`] goes: `run` stops at the first refusal; a measurement loads every program
+/// and reads the verifier's count where program info lacks it.
+#[derive(Clone, Copy)]
+struct Trial {
+    every_program: bool,
+    verifier_counter: bool,
+}
+
+/// Loads and attaches the programs of one tier. Returns the refused optional programs, or
+/// why the tier was refused (its first required program refused), and every load.
 fn try_tier(
     ebpf: &mut Ebpf,
     hook: Hook,
@@ -413,7 +428,7 @@ fn try_tier(
     flavor: Flavor,
     btf: &Btf,
     refusals: &TestRefusals,
-    counting: bool,
+    trial: Trial,
 ) -> (Result<Vec<String>, String>, Vec<ProgramLoad>) {
     if refusals.refuses(hook) {
         return (
@@ -422,24 +437,43 @@ fn try_tier(
         );
     }
     let mut degraded = Vec::new();
+    let mut refused = None;
     let mut loads = Vec::new();
     for spec in tier.programs {
-        if counting {
-            take_verifier_count(ebpf);
-        }
-        let mut load = attach_program(ebpf, spec, hook, tier.tier, flavor, btf);
-        if counting && load.verified_insns.is_none() {
-            load.verified_insns = take_verifier_count(ebpf);
-        }
-        let refused = load.refused.clone();
-        loads.push(load);
-        match refused {
+        let load = measure_program(ebpf, spec, hook, tier.tier, flavor, btf, trial);
+        match &load.refused {
             None => {}
             Some(e) if spec.optional => degraded.push(format!("{}: {e}", spec.name(flavor))),
-            Some(e) => return (Err(format!("{}: {e}", spec.name(flavor))), loads),
+            Some(e) => {
+                refused.get_or_insert_with(|| format!("{}: {e}", spec.name(flavor)));
+            }
+        }
+        loads.push(load);
+        if refused.is_some() && !trial.every_program {
+            break;
         }
     }
-    (Ok(degraded), loads)
+    (refused.map_or(Ok(degraded), Err), loads)
+}
+
+/// [`attach_program`], with the verifier's count read from the counter where asked.
+fn measure_program(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+    hook: Hook,
+    tier: Tier,
+    flavor: Flavor,
+    btf: &Btf,
+    trial: Trial,
+) -> ProgramLoad {
+    if trial.verifier_counter {
+        take_verifier_count(ebpf);
+    }
+    let mut load = attach_program(ebpf, spec, hook, tier, flavor, btf);
+    if trial.verifier_counter && load.verified_insns.is_none() {
+        load.verified_insns = take_verifier_count(ebpf);
+    }
+    load
 }
 
 /// The program that reads the verifier's count where program info lacks it (before 5.16).

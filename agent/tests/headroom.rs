@@ -31,6 +31,16 @@ fn release() -> String {
         .to_owned()
 }
 
+/// `helpers`/`bounded` for a program with a twin; `any` for one both flavors share.
+fn flavor_of(l: &ProgramLoad) -> &'static str {
+    let twinned = sockwatch::probes::PROBES
+        .iter()
+        .flat_map(|h| h.tiers)
+        .flat_map(|t| t.programs)
+        .any(|p| p.bounded.is_some() && p.name(l.flavor) == l.program);
+    if twinned { l.flavor.name() } else { "any" }
+}
+
 fn row(kernel: &str, l: &ProgramLoad) -> String {
     let insns = l.verified_insns.map_or("n/a".into(), |n| n.to_string());
     let result = match &l.refused {
@@ -42,7 +52,7 @@ fn row(kernel: &str, l: &ProgramLoad) -> String {
         l.program,
         l.hook.name(),
         l.tier.name(),
-        l.flavor.name(),
+        flavor_of(l),
         l.load_time.as_secs_f64() * 1e3
     )
 }
