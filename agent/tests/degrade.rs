@@ -269,3 +269,66 @@ fn without_the_release_hook_a_closed_socket_is_not_called_open() {
     drop((a, b));
     agent.stop();
 }
+
+/// The bounded twins (what kernels without `bpf_loop` get) on this kernel: the release of a
+/// socket at its holder's exit, found by the bounded fd walk, and a foreign unlink, named by
+/// the file's own name and completed from its directory.
+#[test]
+fn bounded_programs_report_exits_and_foreign_unlinks() {
+    if !root("bounded_programs_report_exits_and_foreign_unlinks") {
+        return;
+    }
+    let dir = tempdir();
+    let watch = dir.path().join("w");
+    std::fs::create_dir(&watch).expect("watch dir");
+    let agent = Agent::start_with_env(
+        dir.path(),
+        &watch,
+        &[],
+        &[("SOCKWATCH_TEST_FLAVOR", "bounded")],
+    );
+    assert!(
+        agent.log_text().contains(": bounded programs"),
+        "{}",
+        agent.log_text()
+    );
+    let path_of = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let wait_line = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + patience();
+        loop {
+            if let Some(l) = agent.lines().into_iter().find(|l| want(l)) {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no {what}: {:#?}", agent.lines());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let held = watch.join("held.sock");
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", held.display()));
+    let (dev, ino) = stat_id(&held);
+    let a_pid = a.pid;
+    drop(a); // exits holding the listener: released by the exit, not by close(2)
+    let rel = wait_line("release at exit", &|l| {
+        l["kind"] == "release" && l["path"] == path_of(&held)
+    });
+    assert_eq!(rel["tgid"], a_pid, "{rel}");
+    assert_eq!(
+        (rel["dev"].as_u64(), rel["ino"].as_u64()),
+        (Some(dev), Some(ino))
+    );
+
+    let live = watch.join("live.sock");
+    let mut owner = Actor::spawn();
+    owner.must(&format!("listen-on {}", live.display()));
+    let mut other = Actor::spawn();
+    other.must(&format!("unlink {}", live.display()));
+    let v = agent.expect_verdict("foreign unlink", |v| {
+        v["verdict"] == "foreign_unlink" && v["path"] == path_of(&live)
+    });
+    assert_eq!(v["victim"]["tgid"], owner.pid, "{v}");
+    assert_eq!(v["actor"]["tgid"], other.pid, "{v}");
+    drop((owner, other));
+    agent.stop();
+}
