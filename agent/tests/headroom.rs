@@ -110,15 +110,18 @@ fn every_program_stays_under_a_tenth_of_the_verifier_limit() {
         }
     }
     let loaded = loads.iter().filter(|l| l.refused.is_none()).count();
-    println!(
-        "headroom on {kernel}: {loaded} programs loaded, {} refused, instruction counts {}",
+    writeln!(
+        out,
+        "SOCKWATCH-HEADROOM-SUMMARY {kernel}: {loaded} programs loaded, {} refused; instruction \
+         counts {}",
         loads.len() - loaded,
         if counted {
-            "reported"
+            "from program info"
         } else {
-            "not reported by kernels before 5.16"
+            "read from the verifier (program info lacks them before 5.16)"
         }
-    );
+    )
+    .expect("stdout");
     assert!(loaded > 0, "no program loaded");
     assert!(
         loads
