@@ -1,5 +1,6 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
 pub mod adapter;
+pub mod attach;
 pub mod attribution;
 pub mod check;
 pub mod cli;
