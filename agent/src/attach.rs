@@ -1,6 +1,6 @@
 //! Loading and attaching one program, or one tier's programs, measured: how long the load
-//! took and how many instructions the verifier processed. Below `loader` (which picks tiers
-//! for `run`) and `support` (which measures every tier for `check`).
+//! took and how many instructions the verifier processed. Below `loader`, which picks the
+//! tiers for `run` and measures every tier for `check`.
 use std::time::{Duration, Instant};
 
 use agent_common::{Flavor, Tier, maps};
