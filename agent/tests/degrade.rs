@@ -8,7 +8,7 @@ mod common;
 use std::{
     net::{SocketAddr, TcpListener},
     process::{Command, Output},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use common::{
@@ -108,22 +108,9 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
     let mut a = Actor::spawn();
     a.must(&format!("listen-on {}", path.display()));
     let (dev, ino) = stat_id(&path);
-    let deadline = Instant::now() + patience();
-    let bind = loop {
-        let found = agent
-            .lines()
-            .into_iter()
-            .find(|l| l["kind"] == "bind" && l["path"] == path.to_str().expect("utf-8"));
-        if let Some(b) = found {
-            break b;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no bind event: {:#?}",
-            agent.lines()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let bind = agent.expect_line("bind event", |l| {
+        l["kind"] == "bind" && l["path"] == path.to_str().expect("utf-8")
+    });
     assert_eq!(bind["tgid"], a.pid, "{bind}");
     assert_eq!(
         (bind["dev"].as_u64(), bind["ino"].as_u64()),
@@ -293,16 +280,6 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
         agent.log_text()
     );
     let path_of = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
-    let wait_line = |what: &str, want: &dyn Fn(&serde_json::Value) -> bool| {
-        let deadline = Instant::now() + patience();
-        loop {
-            if let Some(l) = agent.lines().into_iter().find(|l| want(l)) {
-                return l;
-            }
-            assert!(Instant::now() < deadline, "no {what}: {:#?}", agent.lines());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
 
     let held = watch.join("held.sock");
     let mut a = Actor::spawn();
@@ -310,7 +287,7 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
     let (dev, ino) = stat_id(&held);
     let a_pid = a.pid;
     drop(a); // exits holding the listener: released by the exit, not by close(2)
-    let rel = wait_line("release at exit", &|l| {
+    let rel = agent.expect_line("release at exit", |l| {
         l["kind"] == "release" && l["path"] == path_of(&held)
     });
     assert_eq!(rel["tgid"], a_pid, "{rel}");

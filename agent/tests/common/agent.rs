@@ -89,20 +89,38 @@ impl Agent {
             .collect()
     }
 
+    /// Waits for an event or verdict line matching `want`; fails listing every line written.
+    pub fn expect_line(
+        &self,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        self.wait_for(what, Agent::lines, want)
+    }
+
     /// Waits for a verdict matching `want`; fails listing every line written.
     pub fn expect_verdict(
         &self,
         what: &str,
         want: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
+        self.wait_for(&format!("{what} verdict"), Agent::verdicts, want)
+    }
+
+    fn wait_for(
+        &self,
+        what: &str,
+        lines: fn(&Agent) -> Vec<serde_json::Value>,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + patience();
         loop {
-            if let Some(v) = self.verdicts().into_iter().find(|v| want(v)) {
+            if let Some(v) = lines(self).into_iter().find(|v| want(v)) {
                 return v;
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} verdict; lines: {:#?}\nlog: {}",
+                "no {what}; lines: {:#?}\nlog: {}",
                 self.lines(),
                 self.log_text()
             );
