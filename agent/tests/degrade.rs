@@ -48,6 +48,14 @@ fn root(test: &str) -> bool {
     is_root()
 }
 
+/// A scratch directory with a watched directory `w` in it.
+fn watched_tempdir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempdir();
+    let watch = dir.path().join("w");
+    std::fs::create_dir(&watch).expect("watch dir");
+    (dir, watch)
+}
+
 /// Runs `sockwatch ARGS` to its end with `REFUSE=refused`.
 fn run_to_end(args: &[&str], refused: &str) -> Output {
     Command::new(sockwatch_bin())
@@ -70,9 +78,7 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
     if !root("a_hook_no_tier_loads_is_left_out_and_the_rest_runs") {
         return;
     }
-    let dir = tempdir();
-    let watch = dir.path().join("w");
-    std::fs::create_dir(&watch).expect("watch dir");
+    let (dir, watch) = watched_tempdir();
     let addr = free_addr();
     let listen = addr.to_string();
     let agent = Agent::start_with_env(
@@ -218,9 +224,7 @@ fn without_the_release_hook_a_closed_socket_is_not_called_open() {
     if !root("without_the_release_hook_a_closed_socket_is_not_called_open") {
         return;
     }
-    let dir = tempdir();
-    let watch = dir.path().join("w");
-    std::fs::create_dir(&watch).expect("watch dir");
+    let (dir, watch) = watched_tempdir();
     let agent = Agent::start_with_env(dir.path(), &watch, &[], &[(REFUSE, "release")]);
     assert!(
         agent.log_text().contains("release: no probe tier attached"),
@@ -265,9 +269,7 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
     if !root("bounded_programs_report_exits_and_foreign_unlinks") {
         return;
     }
-    let dir = tempdir();
-    let watch = dir.path().join("w");
-    std::fs::create_dir(&watch).expect("watch dir");
+    let (dir, watch) = watched_tempdir();
     let agent = Agent::start_with_env(
         dir.path(),
         &watch,
