@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     config::{self, WatchConfig},
-    probes::ProbeMode,
+    kernel::probes::ProbeMode,
 };
 
 /// sockwatch: watches UNIX-domain socket files and reports who deletes or replaces a socket

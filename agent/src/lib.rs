@@ -1,23 +1,16 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
-pub mod adapter;
-pub mod attach;
+//!
+//! Layers, top to bottom (a module imports only from the layers below it):
+//! `commands` → `pipeline` → `metrics`, `http` → `events`, `kernel`, `scan`, `attribution` →
+//! `engine` → `agent_common`. `cli` and `config` describe what the operator asked for.
 pub mod attribution;
-pub mod check;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod engine;
-pub mod enrich;
-pub mod event;
-pub mod features;
+pub mod events;
 pub mod http;
-pub mod loader;
+pub mod kernel;
 pub mod metrics;
-pub mod output;
 pub mod pipeline;
-pub mod preflight;
-pub mod probes;
-pub mod pump;
-pub mod reconcile;
-pub mod replay;
 pub mod scan;
-pub mod watch;

@@ -94,7 +94,7 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
         .collect();
     assert_eq!(warn.len(), 1, "one WARN line for the missing hook: {log}");
     assert!(
-        warn[0].contains(sockwatch::probes::Hook::Exit.missed_without()),
+        warn[0].contains(sockwatch::kernel::probes::Hook::Exit.missed_without()),
         "{}",
         warn[0]
     );
@@ -207,7 +207,7 @@ fn check_exit_code_says_complete_degraded_or_refused() {
                     .is_some_and(|s| ["yes", "no", "partial"].contains(&s))
             })
             .count();
-        let tiers: usize = sockwatch::probes::PROBES
+        let tiers: usize = sockwatch::kernel::probes::PROBES
             .iter()
             .map(|h| h.tiers.len())
             .sum();

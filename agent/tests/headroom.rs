@@ -9,10 +9,12 @@ use std::{io::Write as _, time::Duration};
 use agent_common::Flavor;
 use common::*;
 use sockwatch::{
-    check::HEADROOM_MAX_INSNS,
-    features::KernelFeatures,
-    loader::{self, ProgramLoad},
-    preflight,
+    commands::check::HEADROOM_MAX_INSNS,
+    kernel::{
+        features::KernelFeatures,
+        loader::{self, ProgramLoad},
+        preflight,
+    },
 };
 
 /// Kernels before 5.16 report no processed-instruction count (`bpf_prog_info.verified_insns`):
@@ -33,7 +35,7 @@ fn release() -> String {
 
 /// `helpers`/`bounded` for a program with a twin; `any` for one both flavors share.
 fn flavor_of(l: &ProgramLoad) -> &'static str {
-    let twinned = sockwatch::probes::PROBES
+    let twinned = sockwatch::kernel::probes::PROBES
         .iter()
         .flat_map(|h| h.tiers)
         .flat_map(|t| t.programs)
@@ -86,7 +88,7 @@ fn every_program_stays_under_a_tenth_of_the_verifier_limit() {
         if l.refused.is_some() {
             // A required tier's programs in this kernel's flavor must load (optional ones may
             // be inlined away, as unix_find_other is on 6.12).
-            let optional = sockwatch::probes::PROBES
+            let optional = sockwatch::kernel::probes::PROBES
                 .iter()
                 .flat_map(|h| h.tiers)
                 .flat_map(|t| t.programs)

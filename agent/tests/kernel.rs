@@ -6,7 +6,7 @@ use std::{os::unix::net::UnixListener, process::Command, time::Duration};
 
 use agent_common::{EventKind, Tier};
 use common::{agent::sockwatch_bin, *};
-use sockwatch::probes::ProbeMode;
+use sockwatch::kernel::probes::ProbeMode;
 
 fn bind_is_reported(test: &str, mode: ProbeMode, tier: Tier) {
     let Some(mut l) = load(test, mode, tier) else {

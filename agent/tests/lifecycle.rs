@@ -7,9 +7,8 @@ use std::{path::Path, time::Duration};
 use agent_common::{EventKind, Fidelity, Flavor, Tier};
 use common::{actor::Actor, *};
 use sockwatch::{
-    event::{DirId, SockEvent},
-    probes::ProbeMode,
-    watch,
+    events::{DirId, KernelEvent},
+    kernel::{probes::ProbeMode, watch},
 };
 
 /// The helper process behind [`Actor`]; does nothing when run as a test.
@@ -28,7 +27,7 @@ fn exact(tier: Tier) -> bool {
 }
 
 fn bounded_flavor() -> bool {
-    sockwatch::features::KernelFeatures::read().is_ok_and(|f| f.flavor() == Flavor::Bounded)
+    sockwatch::kernel::features::KernelFeatures::read().is_ok_and(|f| f.flavor() == Flavor::Bounded)
 }
 
 /// Unlink/rename events: exact tiers name the removed inode and decide liveness, owner and
@@ -36,7 +35,7 @@ fn bounded_flavor() -> bool {
 /// `path` is as the remover gave it; `dir` the directory holding the file.
 #[allow(clippy::too_many_arguments)]
 fn assert_removal(
-    ev: &SockEvent,
+    ev: &KernelEvent,
     tier: Tier,
     by: u32,
     path: &str,
@@ -534,12 +533,12 @@ fn s12_watched_directory_recreated() {
 /// The agent's own activity is filtered in the kernel.
 #[test]
 fn agent_activity_is_ignored() {
-    use sockwatch::loader::{LoadOptions, Probes};
+    use sockwatch::kernel::loader::{LoadOptions, Probes};
     if !is_root() {
         eprintln!("SKIP agent_activity_is_ignored: needs root");
         return;
     }
-    sockwatch::preflight::prepare().expect("preflight");
+    sockwatch::kernel::preflight::prepare().expect("preflight");
     let mut probes = Probes::load(&LoadOptions {
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),

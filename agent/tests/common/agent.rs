@@ -58,15 +58,7 @@ impl Agent {
 
     /// The body of `GET /metrics` from an agent started with `--listen addr`.
     pub fn metrics(addr: std::net::SocketAddr) -> String {
-        use std::io::{Read as _, Write as _};
-        let mut s = std::net::TcpStream::connect(addr).expect("connect to the agent");
-        s.set_read_timeout(Some(patience())).expect("timeout");
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).expect("response");
-        let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        body.to_owned()
+        sockwatch::http::client::get(addr, "/metrics").expect("GET /metrics from the agent")
     }
 
     pub fn log_text(&self) -> String {

@@ -16,12 +16,14 @@ use std::{
 
 use agent_common::{Event, Tier};
 use sockwatch::{
-    enrich::{self, LiveTable},
-    event::SockEvent,
-    loader::{EventReader, LoadOptions, Probes},
-    preflight,
-    probes::{PROBES, ProbeMode},
-    watch::WatchedDir,
+    events::{KernelEvent, complete},
+    kernel::{
+        live::LiveTable,
+        loader::{EventReader, LoadOptions, Probes},
+        preflight,
+        probes::{PROBES, ProbeMode},
+        watch::WatchedDir,
+    },
 };
 
 pub struct Loaded {
@@ -29,7 +31,7 @@ pub struct Loaded {
     pub events: EventReader,
     pub live: LiveTable,
     /// Drained but not yet expected, in arrival order.
-    backlog: Vec<SockEvent>,
+    backlog: Vec<KernelEvent>,
 }
 
 /// Every forced mode and the tier it stands for, exact tiers first.
@@ -137,14 +139,14 @@ impl Loaded {
         let (live, backlog) = (&self.live, &mut self.backlog);
         self.events.drain(|e| {
             let mut e = e.expect("well-formed record");
-            enrich::connect_target(&mut e, |id| live.get(id));
+            complete::connect_target(&mut e, &|id| live.get(id));
             backlog.push(e);
         });
     }
 
     /// The first event matching `want`, waiting up to [`patience`]; fails listing what
     /// arrived. Earlier unmatched events stay available to later expectations.
-    pub fn expect(&mut self, what: &str, want: impl Fn(&SockEvent) -> bool) -> SockEvent {
+    pub fn expect(&mut self, what: &str, want: impl Fn(&KernelEvent) -> bool) -> KernelEvent {
         let deadline = Instant::now() + patience();
         loop {
             self.fill();
@@ -162,7 +164,7 @@ impl Loaded {
     }
 
     /// Every event whose path is under `dir` arriving within `wait`.
-    pub fn collect_under(&mut self, dir: &Path, wait: Duration) -> Vec<SockEvent> {
+    pub fn collect_under(&mut self, dir: &Path, wait: Duration) -> Vec<KernelEvent> {
         std::thread::sleep(wait);
         self.fill();
         let dir = dir.to_string_lossy().into_owned();
@@ -178,8 +180,8 @@ impl Loaded {
 pub fn expect_event(
     events: &mut EventReader,
     what: &str,
-    want: impl Fn(&SockEvent) -> bool,
-) -> SockEvent {
+    want: impl Fn(&KernelEvent) -> bool,
+) -> KernelEvent {
     let deadline = Instant::now() + patience();
     let mut seen = Vec::new();
     loop {
@@ -205,7 +207,7 @@ pub fn expect_event(
 }
 
 /// Drains for a short while and returns every event whose path is under `dir`.
-pub fn events_under(events: &mut EventReader, dir: &Path, wait: Duration) -> Vec<SockEvent> {
+pub fn events_under(events: &mut EventReader, dir: &Path, wait: Duration) -> Vec<KernelEvent> {
     let deadline = Instant::now() + wait;
     let dir = dir.to_string_lossy().into_owned();
     let mut out = Vec::new();

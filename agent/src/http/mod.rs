@@ -16,6 +16,8 @@
 //! requests finish in milliseconds) at most until one does, and is refused with `503` after
 //! twice that. Connections are never queued behind slow ones: a slow client holds a slot for
 //! at most `evict_after` once the slots run out, and `read_timeout` in any case.
+pub mod client;
+
 use std::{
     collections::BTreeMap,
     io,

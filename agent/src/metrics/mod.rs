@@ -22,17 +22,19 @@ use prometheus::{
 
 use crate::{
     engine::{OrphanInfo, Relation, StaleKind, Stats, Verdict},
-    event::SockEvent,
-    loader::{HookReport, KernelCounters},
-    probes::PROBES,
+    events::KernelEvent,
+    kernel::{
+        loader::{HookReport, KernelCounters},
+        probes::PROBES,
+    },
 };
 
 /// The `watch` label of sockets outside every configured watch (or of a node-wide run).
-pub const NO_WATCH: &str = "none";
+pub use crate::config::NO_WATCH;
 /// The `watch` label once [`MAX_WATCHES`] distinct names have been seen.
-pub const OTHER_WATCH: &str = "other";
+pub use crate::config::OTHER_WATCH;
 /// Distinct `watch` label values kept (configuration allows no more watches than this).
-pub const MAX_WATCHES: usize = 64;
+pub const MAX_WATCHES: usize = crate::config::WATCH_LABELS;
 /// Distinct `map` label values kept.
 pub const MAX_MAPS: usize = 32;
 
@@ -612,7 +614,7 @@ impl Metrics {
     }
 
     /// One decoded kernel event.
-    pub fn event(&self, ev: &SockEvent) {
+    pub fn event(&self, ev: &KernelEvent) {
         self.events
             .with_label_values(&[ev.kind.name(), ev.tier.name()])
             .inc();
@@ -1009,7 +1011,7 @@ mod tests {
     use super::*;
     use crate::{
         engine::{DecidedBy, Fidelity, FileId, OrphanCause, Proc},
-        probes::Hook,
+        kernel::probes::Hook,
     };
 
     /// The value of one series in `text`, by its exact `name{labels}` prefix.
@@ -1020,13 +1022,13 @@ mod tests {
     }
 
     /// Built from its JSON form, so fields added later take their defaults.
-    fn sock_event(kind: EventKind, tier: Tier, ret: i32) -> SockEvent {
+    fn sock_event(kind: EventKind, tier: Tier, ret: i32) -> KernelEvent {
         serde_json::from_value(serde_json::json!({
             "kind": kind.name(), "tier": tier.name(), "fidelity": "exact", "ts_ns": 1,
             "tgid": 10, "pid": 10, "comm": "x", "cgroup_id": 0, "dev": 1, "ino": 2,
             "sock_ino": 3, "nlink": 1, "path": "/run/x.sock", "ret": ret,
         }))
-        .expect("a SockEvent")
+        .expect("a KernelEvent")
     }
 
     fn foreign_unlink(relation: Relation) -> Verdict {

@@ -1,6 +1,6 @@
 //! Loads the eBPF object and attaches, per hook, the best tier the kernel accepts.
 //!
-//! Driven entirely by [`crate::probes::PROBES`]: one generic loop tries each hook's candidate
+//! Driven entirely by [`crate::kernel::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
 use agent_common::{Counter, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots};
@@ -9,16 +9,19 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 
-pub use crate::attach::ProgramLoad;
+pub use crate::kernel::attach::ProgramLoad;
 use crate::{
-    attach::{
-        TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
-        unload_tier,
+    events::{DecodeError, KernelEvent, decode},
+    kernel::{
+        attach::{
+            TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
+            unload_tier,
+        },
+        features::KernelFeatures,
+        live::LiveTable,
+        probes::{Hook, PROBES, ProbeMode, TierSpec},
+        watch::WatchedDir,
     },
-    event::{DecodeError, SockEvent, decode},
-    features::KernelFeatures,
-    probes::{Hook, PROBES, ProbeMode, TierSpec},
-    watch::WatchedDir,
 };
 
 /// The kernel programs, built by build.rs for the BPF target.
@@ -183,7 +186,7 @@ impl Probes {
 
     /// The kernel's live-socket table and its name index, for userspace lookups and
     /// seeding. Can be taken once.
-    pub fn live_table(&mut self) -> Result<crate::enrich::LiveTable, LoadError> {
+    pub fn live_table(&mut self) -> Result<LiveTable, LoadError> {
         let live = self
             .ebpf
             .take_map(maps::LIVE)
@@ -192,7 +195,7 @@ impl Probes {
             .ebpf
             .take_map(maps::LIVE_NAMES)
             .ok_or(LoadError::Map(maps::LIVE_NAMES))?;
-        Ok(crate::enrich::LiveTable {
+        Ok(LiveTable {
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
         })
@@ -443,7 +446,7 @@ pub struct EventReader {
 
 impl EventReader {
     /// Hands every record currently in the ring buffer to `f`; returns how many.
-    pub fn drain(&mut self, mut f: impl FnMut(Result<SockEvent, DecodeError>)) -> usize {
+    pub fn drain(&mut self, mut f: impl FnMut(Result<KernelEvent, DecodeError>)) -> usize {
         let mut n = 0;
         while let Some(item) = self.ring.next() {
             f(decode(&item));

@@ -1,4 +1,4 @@
-//! Decoding ring-buffer records into typed events: pure, length-checked, never panics.
+//! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
 use agent_common::{Event, EventKind, Fidelity, Tier, flags};
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,7 @@ pub enum DecodeError {
 
 /// One kernel observation, as the agent and its outputs see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SockEvent {
+pub struct KernelEvent {
     pub kind: EventKind,
     pub tier: Tier,
     pub fidelity: Fidelity,
@@ -48,9 +48,6 @@ pub struct SockEvent {
     /// The directory holding the file, or the one a relative path starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<DirId>,
-    /// Container and pod of the acting process, filled in by the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workload: Option<crate::engine::Workload>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
 }
@@ -121,7 +118,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Decodes one ring-buffer record. Records must be exactly one [`Event`].
-pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
     if bytes.len() != Event::SIZE {
         return Err(DecodeError::Size {
             got: bytes.len(),
@@ -134,7 +131,7 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
     let kind = EventKind::from_u32(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
     let tier = Tier::from_u8(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
     let fidelity = Fidelity::from_u8(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
-    Ok(SockEvent {
+    Ok(KernelEvent {
         kind,
         tier,
         fidelity,
@@ -160,7 +157,6 @@ pub fn decode(bytes: &[u8]) -> Result<SockEvent, DecodeError> {
             dev: raw.dir.dev,
             ino: raw.dir.ino,
         }),
-        workload: None,
         flags: EventFlags::from_bits(raw.flags),
     })
 }
@@ -323,7 +319,7 @@ mod tests {
         assert!(line.contains(r#""kind":"bind""#), "{line}");
         assert!(line.contains(r#""tier":"tracepoint""#), "{line}");
         assert_eq!(
-            serde_json::from_str::<SockEvent>(&line).expect("parses"),
+            serde_json::from_str::<KernelEvent>(&line).expect("parses"),
             ev
         );
     }

@@ -13,54 +13,52 @@ use std::{
 };
 
 use agent_common::{EventKind, FileId, LiveSock, flags};
-use aya::maps::{HashMap, MapData};
 
-use crate::event::{OwnerInfo, SockEvent};
+use crate::{
+    attribution::Attributor,
+    events::{EventLine, KernelEvent, OwnerInfo, dirs::KnownDirs},
+};
 
-/// `BPF_NOEXIST`: create only.
-const BPF_NOEXIST: u64 = 1;
+/// Looks a file up in the kernel's table of live sockets.
+pub type LiveLookup<'a> = &'a dyn Fn(&FileId) -> Option<LiveSock>;
 
-/// The kernel's table of live sockets, and its base-name index (the tracepoint tier's
-/// filter), as userspace reads and seeds them.
-pub struct LiveTable {
-    pub(crate) live: HashMap<MapData, FileId, LiveSock>,
-    pub(crate) names: HashMap<MapData, u64, u64>,
+/// What userspace adds to kernel events: relative paths made absolute, the target of a
+/// refused connect, and the acting process's container and pod.
+#[derive(Default)]
+pub struct Completer {
+    dirs: KnownDirs,
+    /// pid -> container and pod; absent when the events come from a log that carries it.
+    attributor: Option<Attributor>,
 }
 
-impl LiveTable {
-    pub fn get(&self, id: &FileId) -> Option<LiveSock> {
-        self.live.get(id, 0).ok()
-    }
-
-    /// Entries in the table (walks it: for scrapes, not for the event path).
-    pub fn len(&self) -> usize {
-        self.live.keys().count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Adds a socket the kernel has not seen bound (it was bound before the agent started,
-    /// or its bind event was lost); an entry the kernel made is never overwritten. Returns
-    /// whether it was added.
-    pub fn seed(&mut self, file: FileId, entry: LiveSock) -> Result<bool, aya::maps::MapError> {
-        if self.get(&file).is_some() {
-            return Ok(false);
+impl Completer {
+    /// Completion for live events: attributes every process.
+    pub fn attributing() -> Self {
+        Self {
+            dirs: KnownDirs::default(),
+            attributor: Some(Attributor::default()),
         }
-        match self.live.insert(file, entry, BPF_NOEXIST) {
-            Ok(()) => {}
-            // The kernel got there first.
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
-            {
-                return Ok(false);
+    }
+
+    /// The one completion step; `live` looks a file up in the kernel's live table.
+    pub fn complete(&mut self, mut ev: KernelEvent, live: Option<LiveLookup>) -> EventLine {
+        if let Some(live) = live {
+            connect_target(&mut ev, live);
+        }
+        if let Some(path) = self.dirs.resolve(&ev) {
+            ev.path = path;
+        }
+        let workload = self.attributor.as_mut().and_then(|a| {
+            let w = a.workload(ev.tgid);
+            if ev.kind == EventKind::Exit {
+                a.forget(ev.tgid);
             }
-            Err(e) => return Err(e),
+            w
+        });
+        EventLine {
+            event: ev,
+            workload,
         }
-        let n = self.names.get(&entry.name_hash, 0).unwrap_or(0);
-        self.names.insert(entry.name_hash, n + 1, 0)?;
-        Ok(true)
     }
 }
 
@@ -74,7 +72,7 @@ pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
 }
 
 /// Fills in the target of a refused connect the kernel left unresolved.
-pub fn connect_target(ev: &mut SockEvent, live: impl Fn(&FileId) -> Option<LiveSock>) {
+pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
     if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
         return;
     }

@@ -1,30 +1,25 @@
 //! What happens to each kernel event: completed, written, and run through the engine, whose
 //! verdicts are written as their own lines.
-use std::{
-    collections::{HashMap, VecDeque},
-    io,
-    sync::Arc,
-};
+pub mod adapter;
+pub mod output;
+pub mod pump;
+pub mod reconcile;
+pub mod replay;
 
-use agent_common::EventKind;
+use std::{collections::VecDeque, io, sync::Arc};
 
 use crate::{
-    adapter,
-    attribution::Attributor,
     config::Config,
     engine::{Engine, Input, Verdict},
-    enrich::{self, LiveTable},
-    event::{DirId, SockEvent},
+    events::{EventLine, KernelEvent, complete::Completer},
+    kernel::live::LiveTable,
     metrics::Metrics,
-    output::JsonLines,
-    reconcile,
     scan::ScanReport,
 };
+use output::JsonLines;
 
 /// Verdicts kept for the API.
 const RECENT_VERDICTS: usize = 1_024;
-/// Directories remembered for resolving relative paths.
-const KNOWN_DIRS: usize = 4_096;
 
 pub struct Pipeline {
     pub engine: Engine,
@@ -33,13 +28,10 @@ pub struct Pipeline {
     recent: VecDeque<Verdict>,
     /// Write each event before its verdicts (`run`); off when replaying a recorded log.
     echo_events: bool,
-    /// pid -> container and pod; absent when replaying (the log carries it).
-    attributor: Option<Attributor>,
+    /// Completes kernel events into lines (replayed lines are complete already).
+    completer: Completer,
     /// Metrics, and the watch names their labels use; absent when replaying.
     observer: Option<(Arc<Metrics>, Arc<Config>)>,
-    /// Directory identity -> absolute path, learned from binds, to resolve the relative
-    /// paths of unlinks and renames (`rm -r` unlinks relative to a directory descriptor).
-    dirs: HashMap<DirId, String>,
     /// The release hook is missing: a socket closed since the last sweep still looks live, so
     /// verdicts that say a socket is open are checked against its holder's descriptors.
     releases_unseen: bool,
@@ -55,9 +47,8 @@ impl Pipeline {
             live: Some(live),
             recent: VecDeque::new(),
             echo_events: true,
-            attributor: Some(Attributor::default()),
+            completer: Completer::attributing(),
             observer: None,
-            dirs: HashMap::new(),
             releases_unseen: false,
         }
     }
@@ -70,32 +61,30 @@ impl Pipeline {
             live: None,
             recent: VecDeque::new(),
             echo_events: false,
-            attributor: None,
+            completer: Completer::default(),
             observer: None,
-            dirs: HashMap::new(),
             releases_unseen: false,
         }
     }
 
     /// Completes, writes and correlates one kernel event.
-    pub fn event(&mut self, mut ev: SockEvent) -> io::Result<()> {
-        if let Some(live) = &self.live {
-            enrich::connect_target(&mut ev, |id| live.get(id));
-        }
-        self.resolve_relative(&mut ev);
-        if let Some(a) = &mut self.attributor {
-            ev.workload = a.workload(ev.tgid);
-            if ev.kind == EventKind::Exit {
-                a.forget(ev.tgid);
-            }
-        }
+    pub fn event(&mut self, ev: KernelEvent) -> io::Result<()> {
+        let line = match &self.live {
+            Some(live) => self.completer.complete(ev, Some(&|id| live.get(id))),
+            None => self.completer.complete(ev, None),
+        };
         if let Some((m, _)) = &self.observer {
-            m.event(&ev);
+            m.event(&line.event);
         }
         if self.echo_events {
-            self.out.write(&ev)?;
+            self.out.write(&line)?;
         }
-        match adapter::to_input(&ev) {
+        self.line(&line)
+    }
+
+    /// Correlates one completed line (a live event's, or a recorded one).
+    pub fn line(&mut self, line: &EventLine) -> io::Result<()> {
+        match adapter::to_input(line) {
             Some(input) => self.input(&input),
             None => Ok(()),
         }
@@ -109,32 +98,6 @@ impl Pipeline {
     /// Counts every event and verdict in `metrics`, labelled with `config`'s watch names.
     pub fn observe(&mut self, metrics: Arc<Metrics>, config: Arc<Config>) {
         self.observer = Some((metrics, config));
-    }
-
-    /// Learns directories from binds; makes relative paths absolute where the directory
-    /// they start from is known (the flag `path_relative` stays: the caller gave it so).
-    fn resolve_relative(&mut self, ev: &mut SockEvent) {
-        let Some(dir) = ev.dir else { return };
-        if ev.kind == EventKind::Bind && ev.path.starts_with('/') {
-            if let Some((parent, _)) = ev.path.rsplit_once('/') {
-                if self.dirs.len() >= KNOWN_DIRS && !self.dirs.contains_key(&dir) {
-                    self.dirs.clear(); // crude but bounded; binds refill it
-                }
-                self.dirs.insert(
-                    dir,
-                    if parent.is_empty() {
-                        "/".into()
-                    } else {
-                        parent.into()
-                    },
-                );
-            }
-        } else if !ev.path.starts_with('/')
-            && matches!(ev.kind, EventKind::Unlink | EventKind::Rename)
-            && let Some(parent) = self.dirs.get(&dir)
-        {
-            ev.path = format!("{}/{}", parent.trim_end_matches('/'), ev.path);
-        }
     }
 
     /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.

@@ -3,19 +3,20 @@ use agent_common::{EventKind, Fidelity as KernelFidelity};
 
 use crate::{
     engine::{Fidelity, FileId, Input, LiveAtUnlink, Proc},
-    event::SockEvent,
+    events::EventLine,
 };
 
 /// The engine input for one kernel event, or `None` when it carries nothing the engine
 /// uses (a `RENAME_EXCHANGE` swaps names and displaces nothing).
-pub fn to_input(ev: &SockEvent) -> Option<Input> {
+pub fn to_input(line: &EventLine) -> Option<Input> {
+    let ev = &line.event;
     let ts_ns = ev.ts_ns;
     let proc = Proc {
         tgid: ev.tgid,
         pid: ev.pid,
         comm: ev.comm.clone(),
         cgroup_id: ev.cgroup_id,
-        workload: ev.workload.clone(),
+        workload: line.workload.clone(),
     };
     let file = FileId {
         dev: ev.dev,
@@ -105,10 +106,17 @@ mod tests {
     use agent_common::Tier;
 
     use super::*;
-    use crate::event::{EventFlags, OwnerInfo};
+    use crate::events::{EventFlags, KernelEvent, OwnerInfo};
 
-    fn ev(kind: EventKind) -> SockEvent {
-        SockEvent {
+    fn input(e: &KernelEvent) -> Option<Input> {
+        to_input(&EventLine {
+            event: e.clone(),
+            workload: None,
+        })
+    }
+
+    fn ev(kind: EventKind) -> KernelEvent {
+        KernelEvent {
             kind,
             tier: Tier::Fentry,
             fidelity: KernelFidelity::Exact,
@@ -127,7 +135,6 @@ mod tests {
             backlog: None,
             child_tgid: None,
             dir: None,
-            workload: None,
             flags: EventFlags::default(),
         }
     }
@@ -148,7 +155,7 @@ mod tests {
             live,
             proc,
             ..
-        }) = to_input(&e)
+        }) = input(&e)
         else {
             panic!("unlink")
         };
@@ -183,7 +190,7 @@ mod tests {
             fidelity,
             live,
             ..
-        }) = to_input(&e)
+        }) = input(&e)
         else {
             panic!("unlink")
         };
@@ -194,10 +201,10 @@ mod tests {
     fn rename_exchange_displaces_nothing() {
         let mut e = ev(EventKind::Rename);
         e.flags.exchange = true;
-        assert_eq!(to_input(&e), None);
+        assert_eq!(input(&e), None);
         e.flags.exchange = false;
         assert!(matches!(
-            to_input(&e),
+            input(&e),
             Some(Input::Rename {
                 replaced: Some(_),
                 ..
@@ -217,7 +224,7 @@ mod tests {
             target_bound,
             target_listening,
             ..
-        }) = to_input(&e)
+        }) = input(&e)
         else {
             panic!("connect")
         };
@@ -239,7 +246,7 @@ mod tests {
             target,
             target_bound,
             ..
-        }) = to_input(&e)
+        }) = input(&e)
         else {
             panic!("connect")
         };
@@ -251,10 +258,10 @@ mod tests {
         let mut e = ev(EventKind::Fork);
         e.child_tgid = Some(500);
         assert!(
-            matches!(to_input(&e), Some(Input::Fork { child_tgid: 500, parent, .. }) if parent.tgid == 412)
+            matches!(input(&e), Some(Input::Fork { child_tgid: 500, parent, .. }) if parent.tgid == 412)
         );
         assert_eq!(
-            to_input(&ev(EventKind::Exit)),
+            input(&ev(EventKind::Exit)),
             Some(Input::Exit {
                 ts_ns: 10,
                 tgid: 412

@@ -10,7 +10,7 @@ use aya::{
     programs::{BtfTracePoint, FEntry, FExit, KProbe, Lsm, Program, ProgramError, TracePoint},
 };
 
-use crate::probes::{Attach, Hook, ProgramSpec, TierSpec};
+use crate::kernel::probes::{Attach, Hook, ProgramSpec, TierSpec};
 
 /// One program's load: what the verifier did and what the kernel said.
 #[derive(Clone, Debug)]

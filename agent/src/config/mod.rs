@@ -37,11 +37,17 @@ pub const SCAN_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(24 * 3600));
 pub const DRAIN_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_millis(1), Duration::from_millis(1000));
-/// At most this many watches: each name is a label value (see `metrics::MAX_WATCHES`, which
+/// The `watch` label of a socket outside every watch (or of every socket, without watches).
+pub const NO_WATCH: &str = "none";
+/// The `watch` label once [`WATCH_LABELS`] distinct names have been seen.
+pub const OTHER_WATCH: &str = "other";
+/// Distinct `watch` label values the metrics keep, the two reserved ones included.
+pub const WATCH_LABELS: usize = 64;
+/// At most this many watches: each name is a label value (see [`WATCH_LABELS`], which
 /// keeps room for `none` and `other`).
-pub const MAX_WATCHES: usize = crate::metrics::MAX_WATCHES - 2;
+pub const MAX_WATCHES: usize = WATCH_LABELS - 2;
 /// Names the metrics reserve for sockets outside every watch and for overflow.
-pub const RESERVED_NAMES: [&str; 2] = [crate::metrics::NO_WATCH, crate::metrics::OTHER_WATCH];
+pub const RESERVED_NAMES: [&str; 2] = [NO_WATCH, OTHER_WATCH];
 
 /// One watched directory and the name its metrics carry.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,15 +1,20 @@
 //! `sockwatch check`: which tier of each hook this kernel accepts, what `run` would attach,
 //! and (verbose) what each program costs the verifier. Exit 0: `run` attaches every hook;
 //! 1: it would run without some; 2: it would refuse to start.
-use std::io::{self, Write};
+use std::{
+    io::{self, Write},
+    process::ExitCode,
+};
 
 use agent_common::Tier;
 
 use crate::{
     cli::CheckArgs,
-    loader::{self, Coverage, LoadError, ProgramLoad, TierSupport},
-    preflight,
-    probes::{Hook, PROBES},
+    kernel::{
+        loader::{self, Coverage, LoadError, ProgramLoad, TierSupport},
+        preflight,
+        probes::{Hook, PROBES},
+    },
 };
 
 /// The verifier's limit on processed instructions per program.
@@ -17,6 +22,7 @@ pub const VERIFIER_LIMIT: u32 = 1_000_000;
 /// Every program must stay under this share of [`VERIFIER_LIMIT`].
 pub const HEADROOM_MAX_INSNS: u32 = VERIFIER_LIMIT / 10;
 
+/// Prints the support table; the coverage `run` would get.
 pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage> {
     preflight::prepare()?;
     writeln!(
@@ -142,4 +148,18 @@ fn write_costs(
 
 fn check_error(e: LoadError) -> anyhow::Error {
     anyhow::Error::new(e).context("probing the kernel")
+}
+
+/// `sockwatch check`: 0 when `run` would attach every hook, 1 degraded, 2 refused or failed.
+pub fn main(args: CheckArgs) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match check(&args, &mut out) {
+        Ok(Coverage::Complete) => ExitCode::SUCCESS,
+        Ok(Coverage::Degraded(_)) => ExitCode::from(1),
+        Ok(Coverage::Insufficient(_)) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("sockwatch: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -7,7 +7,7 @@ use tokio::{
     sync::mpsc,
 };
 
-use crate::{loader::EventReader, pipeline::Pipeline, scan::ScanReport};
+use crate::{kernel::loader::EventReader, pipeline::Pipeline, scan::ScanReport};
 
 /// A reconciliation scan and the boot-clock time it began.
 pub type Sweep = (u64, ScanReport);

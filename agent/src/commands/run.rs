@@ -4,22 +4,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
-use sockwatch::{
+use crate::{
     cli::RunArgs,
     config::{self, Config, Overrides},
     engine::{Engine, Limits},
     http::{self, Api, HttpLimits},
-    loader::{LoadOptions, Probes},
+    kernel::{
+        loader::{LoadOptions, Probes},
+        probes::Hook,
+        watch::{self, WatchedDir},
+    },
     metrics::Metrics,
-    output::JsonLines,
-    pipeline::Pipeline,
-    probes::Hook,
-    pump::{self, Sweep},
-    reconcile,
+    pipeline::{
+        Pipeline,
+        output::JsonLines,
+        pump::{self, Sweep},
+        reconcile,
+    },
     scan::{self, ScanOptions, ScanReport},
-    watch::{self, WatchedDir},
 };
+use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The configuration file merged with flags and environment (which win).
@@ -45,7 +49,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .iter()
         .map(|w| watch::resolve(&w.path))
         .collect::<Result<_, _>>()?;
-    sockwatch::preflight::prepare()?;
+    crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?;
     let mut probes = Probes::load(&LoadOptions {

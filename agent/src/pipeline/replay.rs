@@ -1,7 +1,7 @@
 //! `sockwatch replay`: a recorded event log (what `run` writes) through the engine again.
 use std::io::BufRead;
 
-use crate::{event::SockEvent, pipeline::Pipeline};
+use crate::{events::EventLine, pipeline::Pipeline};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -49,11 +49,12 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
             stats.recorded_verdicts += 1;
             continue;
         }
-        let ev: SockEvent = serde_json::from_value(value).map_err(|source| ReplayError::Parse {
-            line: line_no,
-            source,
-        })?;
-        pipeline.event(ev).map_err(|source| ReplayError::Io {
+        let line: EventLine =
+            serde_json::from_value(value).map_err(|source| ReplayError::Parse {
+                line: line_no,
+                source,
+            })?;
+        pipeline.line(&line).map_err(|source| ReplayError::Io {
             line: line_no,
             source,
         })?;
@@ -75,7 +76,7 @@ mod tests {
     use super::*;
     use crate::{
         engine::{Engine, Limits},
-        output::JsonLines,
+        pipeline::output::JsonLines,
     };
 
     /// A writer the test can read back.

@@ -1,0 +1,34 @@
+//! `sockwatch scan`: the node's UNIX sockets as `/proc` and sock_diag show them, and what is
+//! wrong with them.
+use std::{io::Write as _, process::ExitCode};
+
+use crate::{
+    cli::ScanArgs,
+    scan::{self, report},
+};
+
+/// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong; the caller makes
+/// an error 2, as clap does for bad flags.
+pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
+    let r = scan::scan(&scan::ScanOptions {
+        watch: args.watch,
+        ..Default::default()
+    })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        report::Format::Table => report::write_table(&r, &mut out)?,
+        report::Format::Json => report::write_json(&r, &mut out)?,
+    }
+    out.flush()?;
+    for w in &r.warnings {
+        eprintln!("sockwatch scan: could not see everything: {w}");
+    }
+    if args.format == report::Format::Table {
+        eprintln!("sockwatch scan: {}", report::summary(&r));
+    }
+    Ok(if r.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,9 @@
+//! A kernel record's way to a written line: decoded ([`decode`]), completed with what only
+//! userspace knows ([`complete`]), and written and replayed as an [`EventLine`].
+pub mod complete;
+pub mod decode;
+pub mod dirs;
+pub mod line;
+
+pub use decode::{DecodeError, DirId, EventFlags, KernelEvent, OwnerInfo, decode};
+pub use line::EventLine;
