@@ -4,10 +4,10 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use agent_common::{EventKind, Fidelity, Flavor, Tier};
+use agent_common::{EventKind, Fidelity, FileId, Flavor, Tier};
 use common::{actor::Actor, *};
 use sockwatch::{
-    events::{DirId, KernelEvent},
+    events::KernelEvent,
     kernel::{probes::ProbeMode, watch},
 };
 
@@ -55,7 +55,7 @@ fn assert_removal(
     assert_eq!(ev.path, path, "{ev:#?}");
     let relative = !path.starts_with('/');
     assert_eq!(ev.flags.path_relative, relative, "{ev:#?}");
-    let want_dir = (exact(tier) || relative).then_some(DirId {
+    let want_dir = (exact(tier) || relative).then_some(FileId {
         dev: dir.0,
         ino: dir.1,
     });
@@ -100,7 +100,7 @@ fn s1_two_foreign_unlinks() {
         assert_eq!((bind_a.dev, bind_a.ino), a_file);
         assert_eq!(
             bind_a.dir,
-            Some(DirId {
+            Some(FileId {
                 dev: old_dir.0,
                 ino: old_dir.1
             })

@@ -5,23 +5,7 @@
 //! [`FileId`], never by its path (S13).
 use serde::{Deserialize, Serialize};
 
-/// Identity of a socket file: `st_dev` and the 64-bit `st_ino`. Never the path.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub struct FileId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl From<agent_common::FileId> for FileId {
-    fn from(f: agent_common::FileId) -> Self {
-        Self {
-            dev: f.dev,
-            ino: f.ino,
-        }
-    }
-}
+pub use agent_common::{Fidelity, FileId};
 
 /// The process behind an input, as the kernel saw it at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,17 +48,6 @@ pub struct Workload {
     /// Owner name, e.g. the daemonset `multus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
-}
-
-/// How much the kernel saw of a path operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fidelity {
-    /// The kernel saw the inode.
-    #[default]
-    Exact,
-    /// Tracepoint tier: only the path, resolved against the caller's cwd and root.
-    PathOnly,
 }
 
 /// What the kernel decided at the moment of an unlink or rename-over about the socket bound to

@@ -16,7 +16,7 @@ use agent_common::{EventKind, FileId, LiveSock, flags};
 
 use crate::{
     attribution::Attributor,
-    events::{EventLine, KernelEvent, OwnerInfo, dirs::KnownDirs},
+    events::{EventLine, KernelEvent, dirs::KnownDirs},
 };
 
 /// Looks a file up in the kernel's table of live sockets.
@@ -93,11 +93,7 @@ pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
         ev.flags.target_bound = true;
         ev.flags.listening = l.flags & flags::LISTENING != 0;
         ev.sock_ino = l.sock_ino;
-        ev.owner = Some(OwnerInfo {
-            tgid: l.owner.tgid,
-            cgroup_id: l.owner.cgroup_id,
-            bind_ns: l.owner.bind_ns,
-        });
+        ev.owner = Some(l.owner);
     }
 }
 

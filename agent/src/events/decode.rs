@@ -1,5 +1,5 @@
 //! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
-use agent_common::{Event, EventKind, Fidelity, Tier, flags};
+use agent_common::{Event, EventKind, Fidelity, FileId, Owner, Tier, flags};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct KernelEvent {
     pub ret: i32,
     /// Owner of the live socket concerned, as recorded at its bind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<OwnerInfo>,
+    pub owner: Option<Owner>,
     /// Listen: the backlog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<u32>,
@@ -47,22 +47,9 @@ pub struct KernelEvent {
     pub child_tgid: Option<u32>,
     /// The directory holding the file, or the one a relative path starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dir: Option<DirId>,
+    pub dir: Option<FileId>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct DirId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OwnerInfo {
-    pub tgid: u32,
-    pub cgroup_id: u64,
-    pub bind_ns: u64,
 }
 
 /// [`flags`] as named booleans; only the set ones are written.
@@ -128,9 +115,9 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
     // SAFETY: the length is checked; Event is plain old data valid for any bytes, and
     // read_unaligned does not rely on the buffer's alignment.
     let raw: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    let kind = EventKind::from_u32(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
-    let tier = Tier::from_u8(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
-    let fidelity = Fidelity::from_u8(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
+    let kind = EventKind::from_repr(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
+    let tier = Tier::from_repr(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
+    let fidelity = Fidelity::from_repr(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
     Ok(KernelEvent {
         kind,
         tier,
@@ -146,17 +133,10 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         nlink: raw.nlink,
         path: c_string(raw.path_bytes()),
         ret: raw.ret,
-        owner: (raw.owner.tgid != 0).then_some(OwnerInfo {
-            tgid: raw.owner.tgid,
-            cgroup_id: raw.owner.cgroup_id,
-            bind_ns: raw.owner.bind_ns,
-        }),
+        owner: (raw.owner.tgid != 0).then_some(raw.owner),
         backlog: (kind == EventKind::Listen).then_some(raw.aux),
         child_tgid: (kind == EventKind::Fork).then_some(raw.aux),
-        dir: (raw.dir.ino != 0).then_some(DirId {
-            dev: raw.dir.dev,
-            ino: raw.dir.ino,
-        }),
+        dir: (raw.dir.ino != 0).then_some(raw.dir),
         flags: EventFlags::from_bits(raw.flags),
     })
 }
@@ -169,7 +149,7 @@ fn c_string(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::{FileId, Owner, PATH_CAP};
+    use agent_common::PATH_CAP;
 
     use super::*;
 
@@ -239,8 +219,9 @@ mod tests {
         assert!(ev.flags.live && ev.flags.listening && ev.flags.holds_fd && !ev.flags.dgram);
         assert_eq!(
             ev.owner,
-            Some(OwnerInfo {
+            Some(Owner {
                 tgid: 977,
+                _pad: 0,
                 cgroup_id: 9,
                 bind_ns: 5
             })

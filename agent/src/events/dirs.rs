@@ -2,9 +2,9 @@
 //! (`rm -r` unlinks relative to a directory descriptor).
 use std::collections::HashMap;
 
-use agent_common::EventKind;
+use agent_common::{EventKind, FileId};
 
-use crate::events::{DirId, KernelEvent};
+use crate::events::KernelEvent;
 
 /// Directories remembered for resolving relative paths.
 const KNOWN_DIRS: usize = 4_096;
@@ -12,7 +12,7 @@ const KNOWN_DIRS: usize = 4_096;
 /// Directory identity -> absolute path.
 #[derive(Debug, Default)]
 pub struct KnownDirs {
-    dirs: HashMap<DirId, String>,
+    dirs: HashMap<FileId, String>,
 }
 
 impl KnownDirs {
@@ -32,7 +32,7 @@ impl KnownDirs {
         Some(format!("{}/{}", parent.trim_end_matches('/'), ev.path))
     }
 
-    fn learn(&mut self, dir: DirId, path: &str) {
+    fn learn(&mut self, dir: FileId, path: &str) {
         let Some((parent, _)) = path.rsplit_once('/') else {
             return;
         };

@@ -5,5 +5,5 @@ pub mod decode;
 pub mod dirs;
 pub mod line;
 
-pub use decode::{DecodeError, DirId, EventFlags, KernelEvent, OwnerInfo, decode};
+pub use decode::{DecodeError, EventFlags, KernelEvent, decode};
 pub use line::EventLine;

@@ -1,5 +1,5 @@
 //! Kernel events to engine inputs: the one place that knows both vocabularies.
-use agent_common::{EventKind, Fidelity as KernelFidelity};
+use agent_common::EventKind;
 
 use crate::{
     engine::{Fidelity, FileId, Input, LiveAtUnlink, Proc},
@@ -22,12 +22,8 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
         dev: ev.dev,
         ino: ev.ino,
     };
-    let exact = ev.fidelity == KernelFidelity::Exact;
-    let fidelity = if exact {
-        Fidelity::Exact
-    } else {
-        Fidelity::PathOnly
-    };
+    let fidelity = ev.fidelity;
+    let exact = fidelity == Fidelity::Exact;
     // Only a positive kernel answer is trusted: a socket bound before the agent started may
     // be missing from the kernel's table until the startup scan seeds it.
     let live = (exact && ev.flags.live).then(|| LiveAtUnlink {
@@ -106,7 +102,9 @@ mod tests {
     use agent_common::Tier;
 
     use super::*;
-    use crate::events::{EventFlags, KernelEvent, OwnerInfo};
+    use agent_common::Owner;
+
+    use crate::events::{EventFlags, KernelEvent};
 
     fn input(e: &KernelEvent) -> Option<Input> {
         to_input(&EventLine {
@@ -119,7 +117,7 @@ mod tests {
         KernelEvent {
             kind,
             tier: Tier::Fentry,
-            fidelity: KernelFidelity::Exact,
+            fidelity: Fidelity::Exact,
             ts_ns: 10,
             tgid: 412,
             pid: 413,
@@ -144,7 +142,8 @@ mod tests {
         let mut e = ev(EventKind::Unlink);
         e.flags.live = true;
         e.flags.listening = true;
-        e.owner = Some(OwnerInfo {
+        e.owner = Some(Owner {
+            _pad: 0,
             tgid: 977,
             cgroup_id: 8,
             bind_ns: 1,
@@ -182,7 +181,7 @@ mod tests {
     #[test]
     fn path_only_unlink_leaves_the_decision_to_the_engine() {
         let mut e = ev(EventKind::Unlink);
-        e.fidelity = KernelFidelity::PathOnly;
+        e.fidelity = Fidelity::PathOnly;
         e.dev = 0;
         e.ino = 0;
         let Some(Input::Unlink {
@@ -240,7 +239,7 @@ mod tests {
             })
         );
         // Tracepoint tier, unresolved: nothing known of the target.
-        e.fidelity = KernelFidelity::PathOnly;
+        e.fidelity = Fidelity::PathOnly;
         e.ino = 0;
         let Some(Input::Connect {
             target,

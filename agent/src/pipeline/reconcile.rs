@@ -38,7 +38,7 @@ pub fn snapshot(report: &ScanReport, ts_ns: u64) -> engine::ScanSnapshot {
             .iter()
             .map(|s| engine::ScannedSocket {
                 sock_ino: s.sock_ino,
-                file: s.file.map(Into::into),
+                file: s.file,
                 path: s.path.clone(),
                 listening: s.listening,
                 holders: s.holders.iter().map(holder_proc).collect(),

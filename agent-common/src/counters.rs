@@ -1,0 +1,45 @@
+//! The per-CPU `COUNTERS` array: every loss and failure the kernel side sees.
+use crate::EventKind;
+
+named_enum! {
+    /// Indices into the per-CPU `COUNTERS` array. Submitted and lost events are counted per
+    /// [`EventKind`] after these (see [`slots`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Counter: u32 {
+        /// A map update failed (map full): state or an event may be lost.
+        MapFull = 0 => "map_full",
+        /// A kernel or user memory read failed while building an event.
+        ReadFailed = 1 => "read_failed",
+        /// Successful connects by path: counted, not reported.
+        ConnectOk = 2 => "connect_ok",
+        /// Entry/exit pairs whose entry half was missing (attached mid-call, or map full).
+        Unpaired = 3 => "unpaired",
+        /// An fd-table walk (owner check at unlink, releases at exit) cut at
+        /// [`crate::FD_SCAN_BOUNDED`] descriptors on a kernel without `bpf_loop`: what lies
+        /// beyond is left to the sweeps.
+        FdWalkPartial = 4 => "fd_walk_partial",
+    }
+}
+
+impl Counter {
+    /// How many counters precede the per-kind slots.
+    pub const COUNT: u32 = Self::ALL.len() as u32;
+}
+
+/// Layout of the `COUNTERS` array: [`Counter`]s, then per event kind the records submitted,
+/// then per event kind the records lost to a full ring buffer.
+pub mod slots {
+    use super::{Counter, EventKind};
+
+    /// Room per group; kind ids stay below it.
+    pub const KINDS: u32 = 16;
+    pub const LEN: u32 = Counter::COUNT + 2 * KINDS;
+
+    pub const fn emitted(kind: EventKind) -> u32 {
+        Counter::COUNT + kind as u32
+    }
+
+    pub const fn lost(kind: EventKind) -> u32 {
+        Counter::COUNT + KINDS + kind as u32
+    }
+}

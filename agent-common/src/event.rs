@@ -1,0 +1,178 @@
+//! The ring-buffer record and the vocabulary it carries: what happened, and how sure it is.
+
+/// Longest path an event carries. `sun_path` is 108 bytes; unlink and rename paths may be
+/// longer and are then cut (see [`flags::PATH_TRUNCATED`]).
+pub const PATH_CAP: usize = 256;
+/// `sizeof(sockaddr_un.sun_path)`.
+pub const SUN_PATH_LEN: usize = 108;
+/// Length of `task_struct.comm`.
+pub const COMM_LEN: usize = 16;
+
+use crate::ids::{FileId, Owner};
+
+named_enum! {
+    /// What happened (and which hook saw it). Ids are never reused: a retired kind keeps its
+    /// number.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[cfg_attr(
+        feature = "user",
+        derive(serde::Serialize, serde::Deserialize),
+        serde(rename_all = "snake_case")
+    )]
+    pub enum EventKind: u32 {
+        /// A socket was bound to a path. `file`, `sock_ino`, `path`.
+        Bind = 1 => "bind",
+        /// A bound socket started listening. `file`, `sock_ino`, `aux` = backlog.
+        Listen = 2 => "listen",
+        /// A file was unlinked. `file` (exact tiers), `path`; `owner` and `LIVE`/`LISTENING`/
+        /// `HOLDS_FD` flags when it was a live socket's file.
+        Unlink = 3 => "unlink",
+        /// A rename displaced a socket file. `file` = displaced inode, `path` = target.
+        Rename = 4 => "rename",
+        /// A connect (or sendto) by path failed. `ret` = -errno, `path`; exact tiers add the
+        /// target's `file`, `sock_ino`, `nlink` and `TARGET_BOUND`/`LISTENING` flags.
+        Connect = 5 => "connect",
+        /// A bound socket was released (its last reference closed). `file`, `sock_ino`.
+        Release = 6 => "release",
+        /// A tracked process forked. `aux` = child tgid.
+        Fork = 7 => "fork",
+        /// A tracked process exited.
+        Exit = 8 => "exit",
+    }
+}
+
+named_enum! {
+    /// What an event can be trusted for.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    #[cfg_attr(
+        feature = "user",
+        derive(serde::Serialize, serde::Deserialize),
+        serde(rename_all = "snake_case")
+    )]
+    pub enum Fidelity: u8 {
+        /// The kernel saw the inode at the moment of the operation.
+        #[default]
+        Exact = 1 => "exact",
+        /// Only the path as the caller gave it (tracepoint tier): resolve it against the
+        /// caller's cwd and root; inode, liveness and owner come from userspace state.
+        PathOnly = 2 => "path_only",
+    }
+}
+
+/// Bits of [`Event::flags`].
+pub mod flags {
+    /// The path did not fit in [`super::PATH_CAP`] bytes and was cut.
+    pub const PATH_TRUNCATED: u16 = 1 << 0;
+    /// Unlink/rename: the file was bound by a live socket at that moment.
+    pub const LIVE: u16 = 1 << 1;
+    /// The socket concerned (live owner, or connect target) was listening.
+    pub const LISTENING: u16 = 1 << 2;
+    /// Unlink/rename: the acting task held a descriptor of that live socket (owner set).
+    pub const HOLDS_FD: u16 = 1 << 3;
+    /// Connect: a socket was bound to the inode the path resolved to.
+    pub const TARGET_BOUND: u16 = 1 << 4;
+    /// Connect: datagram socket (`connect` or `sendto`).
+    pub const DGRAM: u16 = 1 << 5;
+    /// Connect: it was a `sendto`/`sendmsg` with an address, not a `connect`.
+    pub const SENDTO: u16 = 1 << 6;
+    /// Unlink/rename/connect: the path is relative to the caller's cwd or `dirfd`.
+    pub const PATH_RELATIVE: u16 = 1 << 7;
+    /// Unlink/rename (LSM tier): reported before the operation; its result is not known.
+    pub const RESULT_UNKNOWN: u16 = 1 << 8;
+    /// Rename: `RENAME_EXCHANGE` — the target was swapped, not removed.
+    pub const EXCHANGE: u16 = 1 << 9;
+}
+
+/// One record in the ring buffer. Fixed size, so the kernel side reserves it in one step.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    /// [`EventKind`] as u32.
+    pub kind: u32,
+    /// [`Tier`] as u8.
+    pub tier: u8,
+    /// [`Fidelity`] as u8.
+    pub fidelity: u8,
+    /// [`flags`] bits.
+    pub flags: u16,
+    /// `bpf_ktime_get_boot_ns()`: boot clock, counts suspend.
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub pid: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; COMM_LEN],
+    /// The socket file (see [`EventKind`] for which one).
+    pub file: FileId,
+    /// Inode of the socket itself in sockfs (`socket:[N]` in /proc/PID/fd): tells two sockets
+    /// bound in turn to a reused file inode apart.
+    pub sock_ino: u64,
+    /// Syscall or hook result; negative errno on failure.
+    pub ret: i32,
+    /// Link count of `file` (connect target; unlinked file before removal).
+    pub nlink: u32,
+    /// Owner of the live socket concerned (unlink, rename, connect target).
+    pub owner: Owner,
+    /// Kind-specific: listen backlog, fork child tgid.
+    pub aux: u32,
+    pub path_len: u16,
+    pub _pad1: u16,
+    /// The directory holding the file (bind, unlink, rename), or the one a relative path
+    /// starts from (tracepoint tier); zero when unknown.
+    pub dir: FileId,
+    pub path: [u8; PATH_CAP],
+}
+
+impl Event {
+    pub const SIZE: usize = core::mem::size_of::<Event>();
+
+    /// The path bytes actually present.
+    pub fn path_bytes(&self) -> &[u8] {
+        let len = (self.path_len as usize).min(PATH_CAP);
+        &self.path[..len]
+    }
+}
+
+// Layout pins: a change here is a contract change on both sides.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+
+    use crate::LiveSock;
+    assert!(size_of::<FileId>() == 16);
+    assert!(size_of::<Owner>() == 24);
+    assert!(size_of::<LiveSock>() == 48);
+    assert!(offset_of!(Event, kind) == 0);
+    assert!(offset_of!(Event, tier) == 4);
+    assert!(offset_of!(Event, fidelity) == 5);
+    assert!(offset_of!(Event, flags) == 6);
+    assert!(offset_of!(Event, ts_ns) == 8);
+    assert!(offset_of!(Event, tgid) == 16);
+    assert!(offset_of!(Event, pid) == 20);
+    assert!(offset_of!(Event, cgroup_id) == 24);
+    assert!(offset_of!(Event, comm) == 32);
+    assert!(offset_of!(Event, file) == 48);
+    assert!(offset_of!(Event, sock_ino) == 64);
+    assert!(offset_of!(Event, ret) == 72);
+    assert!(offset_of!(Event, nlink) == 76);
+    assert!(offset_of!(Event, owner) == 80);
+    assert!(offset_of!(Event, aux) == 104);
+    assert!(offset_of!(Event, path_len) == 108);
+    assert!(offset_of!(Event, dir) == 112);
+    assert!(offset_of!(Event, path) == 128);
+    assert!(size_of::<Event>() == 128 + PATH_CAP);
+    assert!(size_of::<Event>().is_multiple_of(8));
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip() {
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::from_repr(k as u32), Some(k));
+        }
+        assert_eq!(EventKind::from_repr(0), None);
+        assert_eq!(Fidelity::from_repr(2), Some(Fidelity::PathOnly));
+        assert_eq!(Fidelity::from_repr(0), None);
+    }
+}

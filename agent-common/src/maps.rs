@@ -1,0 +1,84 @@
+//! Map names, capacities and load-time globals, shared so the loader never guesses, and the
+//! values the maps hold.
+use crate::ids::{FileId, Owner};
+
+/// The ring buffer of [`crate::Event`] records.
+pub const EVENTS: &str = "EVENTS";
+/// Its size in bytes.
+pub const EVENTS_BYTES: u32 = 1 << 22;
+/// The per-CPU counter array (see [`crate::slots`]).
+pub const COUNTERS: &str = "COUNTERS";
+/// Arguments kept between a hook's entry and its exit, per thread and hook.
+pub const PENDING: &str = "PENDING";
+/// Entries `PENDING` holds.
+pub const PENDING_CAPACITY: u32 = 16_384;
+/// Live sockets: bound to a file, keyed by the file's [`FileId`].
+pub const LIVE: &str = "LIVE";
+/// Entries `LIVE` holds.
+pub const LIVE_CAPACITY: u32 = 65_536;
+/// Hashes of the base names of live sockets' files: the tracepoint tier's filter.
+pub const LIVE_NAMES: &str = "LIVE_NAMES";
+/// Processes that hold (or descend from a holder of) a live socket: fork/exit filter.
+pub const TRACKED: &str = "TRACKED";
+/// Entries `TRACKED` holds.
+pub const TRACKED_CAPACITY: u32 = 65_536;
+/// Watched directories by identity, and by (parent identity, name hash) so a watched
+/// directory that is deleted and re-created is picked up in the kernel at once.
+pub const WATCHED_DIRS: &str = "WATCHED_DIRS";
+/// Watched directories by [`WatchedName`].
+pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
+/// Entries each watch map holds.
+pub const WATCHED_CAPACITY: u32 = 1_024;
+/// Loading thread -> the verifier's count for its last program (measurement only).
+pub const VERIFIER_INSNS: &str = "VERIFIER_INSNS";
+
+/// Load-time globals (set with `EbpfLoader::override_global`).
+pub mod globals {
+    /// The agent's own tgid: its activity is never reported.
+    pub const AGENT_TGID: &str = "AGENT_TGID";
+    /// Unconsumed ring-buffer bytes past which a submit wakes the reader.
+    pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+    /// 1: every directory is watched; 0: only `WATCHED_DIRS` and what is below them.
+    pub const WATCH_ALL: &str = "WATCH_ALL";
+    /// `vfs_unlink`'s parameter count in this kernel's BTF (3, or 4 with an idmap first).
+    pub const VFS_UNLINK_ARGS: &str = "VFS_UNLINK_ARGS";
+    /// `vfs_rename`'s parameter count (1: `struct renamedata *`; 6 before).
+    pub const VFS_RENAME_ARGS: &str = "VFS_RENAME_ARGS";
+}
+
+/// How many directory levels above a socket file are checked against the watch list.
+pub const WATCH_DEPTH: usize = 8;
+/// How many descriptors the owner check walks in the acting task's fd table (with `bpf_loop`).
+pub const FD_SCAN_MAX: u32 = 65_536;
+/// The same walk on kernels without `bpf_loop` (before 5.17): a constant-bounded loop, so
+/// the verifier walks every step; a holder whose descriptor sits above this is not seen.
+pub const FD_SCAN_BOUNDED: u32 = 128;
+
+/// Value of the `LIVE` map. The key is the socket file's [`FileId`]: a bound socket pins its
+/// file's inode, so the inode number cannot be reused while the entry is valid; `sock_ino`
+/// is the discriminator that tells a stale entry (missed release) from the current socket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSock {
+    /// The socket's own inode in sockfs.
+    pub sock_ino: u64,
+    /// Who bound it.
+    pub owner: Owner,
+    /// [`crate::name_hash`] of the file's base name (for `LIVE_NAMES` bookkeeping).
+    pub name_hash: u64,
+    /// [`crate::flags::LISTENING`].
+    pub flags: u16,
+    /// Explicit padding, always zero.
+    pub _pad: [u16; 3],
+}
+
+/// Key of `WATCHED_NAMES`: a watched directory by its parent and name, so a directory that
+/// replaces it (deleted and re-created) is recognised.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WatchedName {
+    /// The parent directory.
+    pub parent: FileId,
+    /// [`crate::name_hash`] of the directory's name.
+    pub name_hash: u64,
+}
