@@ -94,7 +94,9 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
         .collect();
     assert_eq!(warn.len(), 1, "one WARN line for the missing hook: {log}");
     assert!(
-        warn[0].contains(sockwatch::kernel::probes::Hook::Exit.missed_without()),
+        warn[0].contains(sockwatch::kernel::probes::Missed::missed_without(
+            sockwatch::kernel::probes::Hook::Exit
+        )),
         "{}",
         warn[0]
     );

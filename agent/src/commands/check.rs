@@ -13,7 +13,7 @@ use crate::{
     kernel::{
         loader::{self, Coverage, LoadError, ProgramLoad, TierSupport},
         preflight,
-        probes::{Hook, PROBES},
+        probes::{Hook, Missed as _, PROBES},
     },
 };
 

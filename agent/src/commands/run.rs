@@ -11,7 +11,7 @@ use crate::{
     http::{self, Api, HttpLimits},
     kernel::{
         loader::{LoadOptions, Probes},
-        probes::Hook,
+        probes::{Hook, Missed as _},
         watch::{self, WatchedDir},
     },
     metrics::Metrics,

@@ -2,35 +2,17 @@
 //! Pure data plus the choice of candidates for a probe mode; `loader` does the attaching.
 use agent_common::{Flavor, Tier};
 
-/// A point in the socket life cycle that sockwatch observes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Hook {
-    Bind,
-    Listen,
-    Unlink,
-    Rename,
-    Connect,
-    Release,
-    Fork,
-    Exit,
+/// A point in the socket life cycle that sockwatch observes: one per kind of event it gives.
+pub use agent_common::EventKind as Hook;
+
+/// What the agent loses without a hook.
+pub trait Missed {
+    /// What the agent misses while this hook has no tier attached (one WARN line each).
+    fn missed_without(self) -> &'static str;
 }
 
-impl Hook {
-    pub fn name(self) -> &'static str {
-        match self {
-            Hook::Bind => "bind",
-            Hook::Listen => "listen",
-            Hook::Unlink => "unlink",
-            Hook::Rename => "rename",
-            Hook::Connect => "connect",
-            Hook::Release => "release",
-            Hook::Fork => "fork",
-            Hook::Exit => "exit",
-        }
-    }
-
-    /// What the agent misses while this hook has no tier attached (one WARN line each).
-    pub fn missed_without(self) -> &'static str {
+impl Missed for Hook {
+    fn missed_without(self) -> &'static str {
         match self {
             Hook::Bind => "no socket is learned from the kernel (the agent refuses to run)",
             Hook::Listen => {
@@ -176,123 +158,124 @@ const fn tier(tier: Tier, programs: &'static [ProgramSpec]) -> TierSpec {
     TierSpec { tier, programs }
 }
 
-pub const PROBES: &[HookSpec] = &[
-    HookSpec {
-        hook: Hook::Bind,
-        tiers: &[
-            tier(Tier::Fentry, &[p("bind_fexit", fexit("unix_bind"))]),
+/// The tiers of a hook on a `unix_*` socket call (bind, listen): fexit, kprobe with
+/// kretprobe, and the syscall's enter/exit tracepoints, named `<hook>_<tier>`.
+macro_rules! socket_call_tiers {
+    ($hook:literal, $function:literal) => {
+        &[
+            tier(
+                Tier::Fentry,
+                &[p(concat!($hook, "_fexit"), fexit($function))],
+            ),
             tier(
                 Tier::Kprobe,
                 &[
-                    p("bind_kprobe", kprobe("unix_bind")),
-                    p("bind_kretprobe", kretprobe("unix_bind")),
+                    p(concat!($hook, "_kprobe"), kprobe($function)),
+                    p(concat!($hook, "_kretprobe"), kretprobe($function)),
                 ],
             ),
             tier(
                 Tier::Tracepoint,
                 &[
-                    p("bind_tp_enter", sys("sys_enter_bind")),
-                    p("bind_tp_exit", sys("sys_exit_bind")),
+                    p(
+                        concat!($hook, "_tp_enter"),
+                        sys(concat!("sys_enter_", $hook)),
+                    ),
+                    p(concat!($hook, "_tp_exit"), sys(concat!("sys_exit_", $hook))),
                 ],
             ),
-        ],
-    },
-    HookSpec {
-        hook: Hook::Listen,
-        tiers: &[
-            tier(Tier::Fentry, &[p("listen_fexit", fexit("unix_listen"))]),
-            tier(
-                Tier::Kprobe,
-                &[
-                    p("listen_kprobe", kprobe("unix_listen")),
-                    p("listen_kretprobe", kretprobe("unix_listen")),
-                ],
-            ),
-            tier(
-                Tier::Tracepoint,
-                &[
-                    p("listen_tp_enter", sys("sys_enter_listen")),
-                    p("listen_tp_exit", sys("sys_exit_listen")),
-                ],
-            ),
-        ],
-    },
-    HookSpec {
-        hook: Hook::Unlink,
-        tiers: &[
-            // fentry/fexit first: it also knows the result; LSM decides before the unlink.
+        ]
+    };
+}
+
+/// The exact tiers of a hook on a VFS path operation (unlink, rename): fentry with fexit
+/// first (it also knows the result), then LSM (it decides before the operation), then kprobe
+/// with kretprobe; every program has a bounded twin (`<name>_b`).
+macro_rules! vfs_tiers {
+    ($hook:literal, $function:literal, $lsm:literal) => {
+        [
             tier(
                 Tier::Fentry,
                 &[
-                    flavored("unlink_fentry", "unlink_fentry_b", fentry("vfs_unlink")),
-                    flavored("unlink_fexit", "unlink_fexit_b", fexit("vfs_unlink")),
+                    flavored(
+                        concat!($hook, "_fentry"),
+                        concat!($hook, "_fentry_b"),
+                        fentry($function),
+                    ),
+                    flavored(
+                        concat!($hook, "_fexit"),
+                        concat!($hook, "_fexit_b"),
+                        fexit($function),
+                    ),
                 ],
             ),
             tier(
                 Tier::Lsm,
                 &[flavored(
-                    "unlink_lsm",
-                    "unlink_lsm_b",
-                    Attach::Lsm {
-                        hook: "inode_unlink",
-                    },
+                    concat!($hook, "_lsm"),
+                    concat!($hook, "_lsm_b"),
+                    Attach::Lsm { hook: $lsm },
                 )],
             ),
             tier(
                 Tier::Kprobe,
                 &[
-                    flavored("unlink_kprobe", "unlink_kprobe_b", kprobe("vfs_unlink")),
-                    flavored("unlink_kret", "unlink_kret_b", kretprobe("vfs_unlink")),
+                    flavored(
+                        concat!($hook, "_kprobe"),
+                        concat!($hook, "_kprobe_b"),
+                        kprobe($function),
+                    ),
+                    flavored(
+                        concat!($hook, "_kret"),
+                        concat!($hook, "_kret_b"),
+                        kretprobe($function),
+                    ),
                 ],
             ),
-            tier(
-                Tier::Tracepoint,
-                &[
-                    p("unlink_tp_enter", sys("sys_enter_unlink")),
-                    p("unlink_tp_exit", sys("sys_exit_unlink")),
-                    p("unlinkat_tp_enter", sys("sys_enter_unlinkat")),
-                    p("unlinkat_tp_exit", sys("sys_exit_unlinkat")),
-                ],
-            ),
+        ]
+    };
+}
+
+/// Syscall enter/exit tracepoint programs, named `<syscall>_tp_enter` and `<syscall>_tp_exit`.
+macro_rules! syscall_pairs {
+    ($($syscall:literal),+) => {
+        &[$(
+            p(concat!($syscall, "_tp_enter"), sys(concat!("sys_enter_", $syscall))),
+            p(concat!($syscall, "_tp_exit"), sys(concat!("sys_exit_", $syscall))),
+        )+]
+    };
+}
+
+const UNLINK_TIERS: [TierSpec; 3] = vfs_tiers!("unlink", "vfs_unlink", "inode_unlink");
+const RENAME_TIERS: [TierSpec; 3] = vfs_tiers!("rename", "vfs_rename", "inode_rename");
+
+pub const PROBES: &[HookSpec] = &[
+    HookSpec {
+        hook: Hook::Bind,
+        tiers: socket_call_tiers!("bind", "unix_bind"),
+    },
+    HookSpec {
+        hook: Hook::Listen,
+        tiers: socket_call_tiers!("listen", "unix_listen"),
+    },
+    HookSpec {
+        hook: Hook::Unlink,
+        tiers: &[
+            UNLINK_TIERS[0],
+            UNLINK_TIERS[1],
+            UNLINK_TIERS[2],
+            tier(Tier::Tracepoint, syscall_pairs!("unlink", "unlinkat")),
         ],
     },
     HookSpec {
         hook: Hook::Rename,
         tiers: &[
-            tier(
-                Tier::Fentry,
-                &[
-                    flavored("rename_fentry", "rename_fentry_b", fentry("vfs_rename")),
-                    flavored("rename_fexit", "rename_fexit_b", fexit("vfs_rename")),
-                ],
-            ),
-            tier(
-                Tier::Lsm,
-                &[flavored(
-                    "rename_lsm",
-                    "rename_lsm_b",
-                    Attach::Lsm {
-                        hook: "inode_rename",
-                    },
-                )],
-            ),
-            tier(
-                Tier::Kprobe,
-                &[
-                    flavored("rename_kprobe", "rename_kprobe_b", kprobe("vfs_rename")),
-                    flavored("rename_kret", "rename_kret_b", kretprobe("vfs_rename")),
-                ],
-            ),
+            RENAME_TIERS[0],
+            RENAME_TIERS[1],
+            RENAME_TIERS[2],
             tier(
                 Tier::Tracepoint,
-                &[
-                    p("rename_tp_enter", sys("sys_enter_rename")),
-                    p("rename_tp_exit", sys("sys_exit_rename")),
-                    p("renameat_tp_enter", sys("sys_enter_renameat")),
-                    p("renameat_tp_exit", sys("sys_exit_renameat")),
-                    p("renameat2_tp_enter", sys("sys_enter_renameat2")),
-                    p("renameat2_tp_exit", sys("sys_exit_renameat2")),
-                ],
+                syscall_pairs!("rename", "renameat", "renameat2"),
             ),
         ],
     },
@@ -319,15 +302,7 @@ pub const PROBES: &[HookSpec] = &[
                     p("conn_dgram_kret", kretprobe("unix_dgram_connect")),
                 ],
             ),
-            tier(
-                Tier::Tracepoint,
-                &[
-                    p("connect_tp_enter", sys("sys_enter_connect")),
-                    p("connect_tp_exit", sys("sys_exit_connect")),
-                    p("sendto_tp_enter", sys("sys_enter_sendto")),
-                    p("sendto_tp_exit", sys("sys_exit_sendto")),
-                ],
-            ),
+            tier(Tier::Tracepoint, syscall_pairs!("connect", "sendto")),
         ],
     },
     HookSpec {
