@@ -131,16 +131,6 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_fd_received(&mut self, ts_ns: u64, proc: &Proc, sock_ino: u64) {
-        let Some(file) = self.sockets.by_sock(sock_ino) else {
-            self.counters.ignored.unknown_socket += 1;
-            return;
-        };
-        self.owners.add(file, proc, ts_ns);
-        self.sockets
-            .record(&file, ts_ns, proc.tgid, HistoryEvent::FdReceived);
-    }
-
     /// The live entry a (file, socket) pair names: by file when the socket matches, else by
     /// socket inode.
     fn live_file(&self, file: FileId, sock_ino: u64) -> Option<FileId> {

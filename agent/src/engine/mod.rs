@@ -90,7 +90,6 @@ pub struct OrphanInfo {
 /// The correlation engine. See the module docs.
 #[derive(Debug)]
 pub struct Engine {
-    limits: Limits,
     sockets: SocketTable,
     owners: Owners,
     counters: Counters,
@@ -105,15 +104,10 @@ impl Engine {
             return Err(EngineError::ZeroLimit("max_procs"));
         }
         Ok(Self {
-            limits,
             sockets: SocketTable::new(limits.max_sockets, limits.max_history_per_socket),
             owners: Owners::new(limits.max_procs),
             counters: Counters::default(),
         })
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// Applies one input and returns the verdicts it caused.
@@ -158,7 +152,7 @@ impl Engine {
             Input::Rename {
                 ts_ns,
                 proc,
-                from,
+                moved,
                 to,
                 replaced,
                 fidelity,
@@ -166,7 +160,7 @@ impl Engine {
             } => self.on_rename(
                 *ts_ns,
                 proc,
-                from,
+                *moved,
                 to,
                 *replaced,
                 *fidelity,
@@ -201,11 +195,6 @@ impl Engine {
                 child_tgid,
             } => self.on_fork(*ts_ns, parent, *child_tgid),
             Input::Exit { ts_ns, tgid } => self.on_exit(*ts_ns, *tgid, out),
-            Input::FdReceived {
-                ts_ns,
-                proc,
-                sock_ino,
-            } => self.on_fd_received(*ts_ns, proc, *sock_ino),
             Input::Scan(snapshot) => self.on_scan(snapshot, out),
         }
         for v in &out[start..] {

@@ -99,11 +99,13 @@ pub enum Input {
         #[serde(default)]
         live: Option<LiveAtUnlink>,
     },
-    /// `replaced` is the displaced target inode; `live` describes the socket bound to it.
+    /// `replaced` is the displaced target inode; `live` describes the socket bound to it;
+    /// `moved` is the file now at `to` (the one moved into place), where userspace saw it.
     Rename {
         ts_ns: u64,
         proc: Proc,
-        from: String,
+        #[serde(default)]
+        moved: Option<FileId>,
         to: String,
         #[serde(default)]
         replaced: Option<FileId>,
@@ -136,12 +138,6 @@ pub enum Input {
         ts_ns: u64,
         tgid: u32,
     },
-    /// SCM_RIGHTS receipt of a socket, where a tier can see it.
-    FdReceived {
-        ts_ns: u64,
-        proc: Proc,
-        sock_ino: u64,
-    },
     /// Reconciliation: the kernel's current view.
     Scan(ScanSnapshot),
 }
@@ -157,8 +153,7 @@ impl Input {
             | Input::Rename { ts_ns, .. }
             | Input::Connect { ts_ns, .. }
             | Input::Fork { ts_ns, .. }
-            | Input::Exit { ts_ns, .. }
-            | Input::FdReceived { ts_ns, .. } => *ts_ns,
+            | Input::Exit { ts_ns, .. } => *ts_ns,
             Input::Scan(s) => s.ts_ns,
         }
     }

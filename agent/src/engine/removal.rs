@@ -17,12 +17,9 @@ enum Target {
 }
 
 /// How the file went away.
-enum How<'a> {
+enum How {
     Unlink,
-    Rename {
-        from: &'a str,
-        new_file: Option<FileId>,
-    },
+    Rename { new_file: Option<FileId> },
 }
 
 impl Engine {
@@ -54,24 +51,18 @@ impl Engine {
         &mut self,
         ts_ns: u64,
         actor: &Proc,
-        from: &str,
+        moved: Option<FileId>,
         to: &str,
         replaced: Option<FileId>,
         fidelity: Fidelity,
         live: Option<&LiveAtUnlink>,
         out: &mut Vec<Verdict>,
     ) {
-        let source = match self.resolve(from, None, actor, None) {
-            Target::Found(f) => Some(f),
-            _ => None,
-        };
+        let source = moved.filter(|f| self.sockets.get(f).is_some());
         // Without the kernel's inode, the displaced file is whatever `to` resolved to.
         let look_up_path = replaced.is_some() || fidelity == Fidelity::PathOnly || live.is_some();
         if look_up_path {
-            let how = How::Rename {
-                from,
-                new_file: source,
-            };
+            let how = How::Rename { new_file: source };
             match self.resolve(to, replaced, actor, source) {
                 Target::Found(f) => self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out),
                 Target::Untracked(f) if live.is_some() => {
@@ -84,9 +75,7 @@ impl Engine {
         }
         if let Some(f) = source {
             self.sockets.modify(&f, ts_ns, |s| {
-                if s.bind_path.as_deref() == Some(from) {
-                    s.bind_path = Some(to.to_owned());
-                }
+                s.bind_path = Some(to.to_owned());
                 s.paths.clear();
                 s.add_alias(to);
             });
@@ -190,7 +179,7 @@ impl Engine {
         file: FileId,
         fidelity: Fidelity,
         live: Option<&LiveAtUnlink>,
-        how: How<'_>,
+        how: How,
         out: &mut Vec<Verdict>,
     ) {
         if let Some(l) = live {
@@ -254,14 +243,13 @@ impl Engine {
                     .record(&file, ts_ns, actor.tgid, HistoryEvent::ForeignUnlink);
                 OrphanCause::Unlinked
             }
-            How::Rename { from, new_file } => {
+            How::Rename { new_file } => {
                 out.push(Verdict::Replaced {
                     ts_ns,
                     actor: actor.clone(),
                     victim,
                     relation,
                     foreign,
-                    from: from.to_owned(),
                     path: path.to_owned(),
                     victim_path,
                     file,

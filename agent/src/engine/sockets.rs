@@ -90,7 +90,6 @@ pub struct HistoryEntry {
 pub enum HistoryEvent {
     Bound,
     Listen,
-    FdReceived,
     Forked,
     OwnerUnlink,
     ForeignUnlink,
@@ -257,12 +256,6 @@ impl SocketTable {
         self.index(&state);
         self.entries.insert(file, state);
         evicted
-    }
-
-    pub fn remove(&mut self, file: &FileId) -> Option<SocketState> {
-        let old = self.entries.remove(file)?;
-        self.unindex(&old);
-        Some(old)
     }
 
     fn evict_one(&mut self) -> Option<Evicted> {

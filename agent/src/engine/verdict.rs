@@ -134,7 +134,6 @@ pub enum Verdict {
         relation: Relation,
         /// False when the actor is in the victim's owner set (a daemon replacing its own file).
         foreign: bool,
-        from: String,
         /// The replaced path, as the actor named it.
         path: String,
         victim_path: Option<String>,

@@ -42,11 +42,13 @@ impl Completer {
 
     /// The one completion step; `live` looks a file up in the kernel's live table.
     pub fn complete(&mut self, mut ev: KernelEvent, live: Option<LiveLookup>) -> EventLine {
-        if let Some(live) = live {
-            connect_target(&mut ev, live);
-        }
         if let Some(path) = self.dirs.resolve(&ev) {
             ev.path = path;
+        }
+        let mut moved = None;
+        if let Some(live) = live {
+            connect_target(&mut ev, live);
+            moved = moved_into_place(&ev);
         }
         let workload = self.attributor.as_mut().and_then(|a| {
             let w = a.workload(ev.tgid);
@@ -58,8 +60,21 @@ impl Completer {
         EventLine {
             event: ev,
             workload,
+            moved,
         }
     }
+}
+
+/// The socket file a rename-over put at an absolute path: what the actor's view shows there.
+fn moved_into_place(ev: &KernelEvent) -> Option<FileId> {
+    if ev.kind != EventKind::Rename || ev.flags.exchange || !ev.path.starts_with('/') {
+        return None;
+    }
+    let meta = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok()?;
+    meta.file_type().is_socket().then(|| FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
 }
 
 /// Where the client thread would find `path`: through its own root or working directory.

@@ -1,4 +1,5 @@
 //! The line `run` writes for each kernel event, and `replay` reads back.
+use agent_common::FileId;
 use serde::{Deserialize, Serialize};
 
 use crate::{engine::Workload, events::KernelEvent};
@@ -11,4 +12,8 @@ pub struct EventLine {
     /// Container and pod of the acting process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
+    /// Rename: the socket file now at the path (the one moved into place), as the actor's
+    /// own view of the path showed it when the event was completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<FileId>,
 }

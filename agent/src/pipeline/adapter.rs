@@ -65,7 +65,7 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
         EventKind::Rename => Input::Rename {
             ts_ns,
             proc,
-            from: String::new(),
+            moved: line.moved,
             to: ev.path.clone(),
             replaced: seen(ev.ino != 0),
             fidelity,
@@ -110,6 +110,7 @@ mod tests {
         to_input(&EventLine {
             event: e.clone(),
             workload: None,
+            moved: None,
         })
     }
 

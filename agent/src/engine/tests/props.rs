@@ -102,8 +102,8 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         4 => (tgid(), path(), fidelity_file(), live_at()).prop_map(move |(t, path, (fidelity, file), live)| Input::Unlink {
             ts_ns: ts, proc: proc_(t), path, file, fidelity, live,
         }),
-        2 => (tgid(), path(), path(), fidelity_file(), live_at()).prop_map(move |(t, from, to, (fidelity, replaced), live)| Input::Rename {
-            ts_ns: ts, proc: proc_(t), from, to, replaced, fidelity, live,
+        2 => (tgid(), prop::option::of(file()), path(), fidelity_file(), live_at()).prop_map(move |(t, moved, to, (fidelity, replaced), live)| Input::Rename {
+            ts_ns: ts, proc: proc_(t), moved, to, replaced, fidelity, live,
         }),
         3 => (tgid(), path(), prop_oneof![Just(0), Just(111), Just(2)], prop::option::of(file()),
               prop::option::of(0u32..2), prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))
@@ -112,7 +112,6 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
             }),
         2 => (tgid(), tgid()).prop_map(move |(p, c)| fork(ts, &proc_(p), c)),
         2 => tgid().prop_map(move |t| exit(ts, t)),
-        1 => (tgid(), sock()).prop_map(move |(t, s)| fd_received(ts, &proc_(t), s)),
         1 => (prop::collection::vec(scanned_socket, 0..3), any::<bool>()).prop_map(move |(sockets, complete)| {
             Input::Scan(ScanSnapshot { ts_ns: ts, sockets, complete })
         }),
@@ -128,8 +127,7 @@ fn set_ts(input: &mut Input, ts: u64) {
         | Input::Rename { ts_ns, .. }
         | Input::Connect { ts_ns, .. }
         | Input::Fork { ts_ns, .. }
-        | Input::Exit { ts_ns, .. }
-        | Input::FdReceived { ts_ns, .. } => *ts_ns = ts,
+        | Input::Exit { ts_ns, .. } => *ts_ns = ts,
         Input::Scan(s) => s.ts_ns = ts,
     }
 }

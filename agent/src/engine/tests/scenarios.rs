@@ -377,7 +377,7 @@ fn s5_rename_over_a_live_socket_is_reported_as_replaced() {
     let rename = Input::Rename {
         ts_ns: 3000,
         proc: b(),
-        from: new.into(),
+        moved: Some(fid(F2)),
         to: P.into(),
         replaced: Some(fid(F1)),
         fidelity: Fidelity::Exact,
@@ -392,7 +392,6 @@ fn s5_rename_over_a_live_socket_is_reported_as_replaced() {
                 victim: a(),
                 relation: Relation::SameWorkloadOtherPod,
                 foreign: true,
-                from: new.into(),
                 path: P.into(),
                 victim_path: Some(P.into()),
                 file: fid(F1),
@@ -442,7 +441,7 @@ fn s5_a_daemons_own_hand_over_still_orphans_its_old_listener() {
     let rename = Input::Rename {
         ts_ns: 3000,
         proc: a(),
-        from: new.into(),
+        moved: Some(fid(F2)),
         to: P.into(),
         replaced: None,
         fidelity: Fidelity::PathOnly,
@@ -458,7 +457,6 @@ fn s5_a_daemons_own_hand_over_still_orphans_its_old_listener() {
                 victim: a(),
                 relation: Relation::SameProcess,
                 foreign: false,
-                from: new.into(),
                 path: P.into(),
                 victim_path: Some(P.into()),
                 file: fid(F1),
@@ -505,36 +503,6 @@ fn s6_forked_worker_unlinking_is_quiet() {
         assert_eq!(e.stats().quiet.owner_unlink, 1, "kernel tier: {kernel}");
         assert_eq!(e.stats().verdicts, Default::default());
     }
-}
-
-#[test]
-fn s7_fd_receiver_unlinking_after_the_binder_exits_is_quiet() {
-    let mut e = engine();
-    quiet(
-        &mut e,
-        &[
-            bind(1000, &a(), fid(F1), 11, P),
-            listen(1001, &a(), fid(F1), 11),
-            fd_received(1500, &b(), 11),
-            exit(1600, a().tgid),
-        ],
-    );
-    // B still holds it: the socket lives on.
-    let s = e.socket(fid(F1)).expect("tracked");
-    assert!(s.is_live());
-    assert_eq!(e.owners(fid(F1)), vec![b()]);
-    quiet(
-        &mut e,
-        &[
-            unlink_path(2000, &b(), P),
-            release(2001, &b(), fid(F1), 11),
-            exit(2002, b().tgid),
-        ],
-    );
-    let s = e.socket(fid(F1)).expect("tracked");
-    assert_eq!(s.released.as_ref().and_then(|r| r.by.clone()), Some(b()));
-    assert_eq!(e.stats().quiet.owner_unlink, 1);
-    assert_eq!(e.stats().verdicts, Default::default());
 }
 
 #[test]

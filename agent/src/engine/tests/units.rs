@@ -128,7 +128,16 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
     .expect("valid limits");
     e.apply(&bind(1, &a(), fid(1), 11, P));
     e.apply(&listen(2, &a(), fid(1), 11));
-    e.apply(&fd_received(3, &b(), 11));
+    // B moves A's socket file: a history line for B.
+    e.apply(&Input::Rename {
+        ts_ns: 3,
+        proc: b(),
+        moved: Some(fid(1)),
+        to: "/run/other.sock".into(),
+        replaced: None,
+        fidelity: Fidelity::Exact,
+        live: None,
+    });
     let events: Vec<_> = e
         .socket(fid(1))
         .expect("tracked")
@@ -137,7 +146,7 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
         .map(|h| (h.ts_ns, h.tgid, h.event))
         .collect();
     use crate::engine::HistoryEvent::*;
-    assert_eq!(events, vec![(2, 100, Listen), (3, 200, FdReceived)]);
+    assert_eq!(events, vec![(2, 100, Listen), (3, 200, Moved)]);
     assert_eq!(e.stats().evictions.history, 1);
 }
 
@@ -172,7 +181,6 @@ fn late_inputs_for_unknown_sockets_are_counted_not_invented() {
         &[
             listen(1, &a(), fid(1), 11),
             release(2, &a(), fid(1), 11),
-            fd_received(3, &b(), 11),
             unlink_path(4, &b(), P),
             connect(5, &c(), P, 111, None),
         ],
@@ -185,7 +193,7 @@ fn late_inputs_for_unknown_sockets_are_counted_not_invented() {
             s.ignored.unlink_unknown,
             s.ignored.connect_undecided
         ),
-        (3, 1, 1)
+        (2, 1, 1)
     );
 }
 
