@@ -34,13 +34,8 @@ impl Engine {
             _ => None,
         });
         if errno == 0 {
-            // Another view of a known file (S13): remember the path for path-only lookups.
-            if let Some(f) = target
-                && self.sockets.get(&f).is_some_and(|s| s.is_linked())
-            {
-                self.sockets.modify(&f, ts_ns, |s| {
-                    s.add_alias(path);
-                });
+            if let Some(f) = target {
+                self.learn_alias(f, path, ts_ns);
             }
             return;
         }
@@ -97,6 +92,16 @@ impl Engine {
                 // The dead daemon's file matters now, whether or not its closer has exited.
                 self.report_stale(f, ts_ns, out);
             }
+        }
+    }
+
+    /// A connect that reached a known, linked file by `path`: another view of it (S13),
+    /// remembered for path-only lookups.
+    fn learn_alias(&mut self, file: FileId, path: &str, ts_ns: u64) {
+        if self.sockets.get(&file).is_some_and(|s| s.is_linked()) {
+            self.sockets.modify(&file, ts_ns, |s| {
+                s.add_alias(path);
+            });
         }
     }
 }

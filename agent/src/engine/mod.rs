@@ -122,25 +122,19 @@ impl Engine {
         self.counters.inputs += 1;
         let start = out.len();
         match input {
-            Input::Bind {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-                path,
-            } => self.on_bind(*ts_ns, proc, *file, *sock_ino, path, out),
-            Input::Listen {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-            } => self.on_listen(*ts_ns, proc, *file, *sock_ino, out),
-            Input::Release {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-            } => self.on_release(*ts_ns, proc, *file, *sock_ino, out),
+            Input::Unlink { .. } | Input::Rename { .. } | Input::Connect { .. } => {
+                self.apply_path_op(input, out)
+            }
+            _ => self.apply_lifecycle(input, out),
+        }
+        for v in &out[start..] {
+            self.counters.verdicts.count(v);
+        }
+    }
+
+    /// Path operations: unlink, rename-over, connect by path.
+    fn apply_path_op(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+        match input {
             Input::Unlink {
                 ts_ns,
                 proc,
@@ -189,6 +183,32 @@ impl Engine {
                 },
                 out,
             ),
+            _ => unreachable!("apply_into routes only path operations here"),
+        }
+    }
+
+    /// A socket's and its processes' life: bind, listen, release, fork, exit, and scans.
+    fn apply_lifecycle(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+        match input {
+            Input::Bind {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+                path,
+            } => self.on_bind(*ts_ns, proc, *file, *sock_ino, path, out),
+            Input::Listen {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+            } => self.on_listen(*ts_ns, proc, *file, *sock_ino, out),
+            Input::Release {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+            } => self.on_release(*ts_ns, proc, *file, *sock_ino, out),
             Input::Fork {
                 ts_ns,
                 parent,
@@ -196,9 +216,7 @@ impl Engine {
             } => self.on_fork(*ts_ns, parent, *child_tgid),
             Input::Exit { ts_ns, tgid } => self.on_exit(*ts_ns, *tgid, out),
             Input::Scan(snapshot) => self.on_scan(snapshot, out),
-        }
-        for v in &out[start..] {
-            self.counters.verdicts.count(v);
+            _ => unreachable!("apply_into routes path operations elsewhere"),
         }
     }
 

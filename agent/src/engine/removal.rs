@@ -199,72 +199,30 @@ impl Engine {
             return;
         }
         let kernel_owner = live.map(|l| l.owner_tgid);
-        let (foreign, decided_by) = match live.and_then(|l| l.unlinker_holds_fd) {
-            Some(holds) => (
-                !holds && kernel_owner != Some(actor.tgid),
-                DecidedBy::Kernel,
-            ),
-            None => {
-                let owners = self.owners.of(&file);
-                let owner = owners.contains(&actor.tgid)
-                    || kernel_owner == Some(actor.tgid)
-                    || (owners.is_empty() && s.binder.tgid == actor.tgid);
-                (!owner, DecidedBy::Engine)
-            }
+        let (foreign, decided_by) = self.ownership(file, s.binder.tgid, actor, live);
+        if matches!(how, How::Unlink) && !foreign {
+            self.counters.quiet.owner_unlink += 1;
+            self.mark_removed(file, ts_ns, actor, removal_how, Some(false));
+            self.sockets
+                .record(&file, ts_ns, actor.tgid, HistoryEvent::OwnerUnlink);
+            return;
+        }
+        let facts = RemovalFacts {
+            ts_ns,
+            actor: actor.clone(),
+            victim: self.victim(s, kernel_owner),
+            path: path.to_owned(),
+            victim_path: s.display_path(),
+            file,
+            sock_ino: s.sock_ino,
+            listening: s.listening,
+            victim_bound_ns: s.bound_ns,
+            decided_by,
+            fidelity,
         };
-        let victim = self.victim(s, kernel_owner);
-        let relation = Relation::between(actor, &victim);
-        let victim_path = s.display_path();
-        let (sock_ino, listening, victim_bound_ns) = (s.sock_ino, s.listening, s.bound_ns);
-        let cause = match how {
-            How::Unlink if !foreign => {
-                self.counters.quiet.owner_unlink += 1;
-                self.mark_removed(file, ts_ns, actor, removal_how, Some(false));
-                self.sockets
-                    .record(&file, ts_ns, actor.tgid, HistoryEvent::OwnerUnlink);
-                return;
-            }
-            How::Unlink => {
-                out.push(Verdict::ForeignUnlink {
-                    ts_ns,
-                    actor: actor.clone(),
-                    victim,
-                    relation,
-                    path: path.to_owned(),
-                    victim_path,
-                    file,
-                    sock_ino,
-                    listening,
-                    victim_bound_ns,
-                    decided_by,
-                    fidelity,
-                });
-                self.sockets
-                    .record(&file, ts_ns, actor.tgid, HistoryEvent::ForeignUnlink);
-                OrphanCause::Unlinked
-            }
-            How::Rename { new_file } => {
-                out.push(Verdict::Replaced {
-                    ts_ns,
-                    actor: actor.clone(),
-                    victim,
-                    relation,
-                    foreign,
-                    path: path.to_owned(),
-                    victim_path,
-                    file,
-                    new_file,
-                    sock_ino,
-                    listening,
-                    victim_bound_ns,
-                    decided_by,
-                    fidelity,
-                });
-                self.sockets
-                    .record(&file, ts_ns, actor.tgid, HistoryEvent::Replaced);
-                OrphanCause::Replaced
-            }
-        };
+        let (verdict, line, cause) = facts.report(how, foreign);
+        out.push(verdict);
+        self.sockets.record(&file, ts_ns, actor.tgid, line);
         self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
         let orphan = Orphan {
             since_ns: ts_ns,
@@ -273,6 +231,31 @@ impl Engine {
             removed_by: Some(actor.clone()),
         };
         self.open_orphan(file, ts_ns, orphan, out);
+    }
+
+    /// Whether `actor` removed a file outside the owner set, and who decided: the kernel's
+    /// fd-table check when the tier made one, else the engine's owner sets.
+    fn ownership(
+        &self,
+        file: FileId,
+        binder_tgid: u32,
+        actor: &Proc,
+        live: Option<&LiveAtUnlink>,
+    ) -> (bool, DecidedBy) {
+        let kernel_owner = live.map(|l| l.owner_tgid);
+        match live.and_then(|l| l.unlinker_holds_fd) {
+            Some(holds) => (
+                !holds && kernel_owner != Some(actor.tgid),
+                DecidedBy::Kernel,
+            ),
+            None => {
+                let owners = self.owners.of(&file);
+                let owner = owners.contains(&actor.tgid)
+                    || kernel_owner == Some(actor.tgid)
+                    || (owners.is_empty() && binder_tgid == actor.tgid);
+                (!owner, DecidedBy::Engine)
+            }
+        }
     }
 
     fn mark_removed(
@@ -293,5 +276,67 @@ impl Engine {
             s.paths.clear();
             s.stale_pending_tgid = None;
         });
+    }
+}
+
+/// What a removal of a live socket's file is reported with.
+struct RemovalFacts {
+    ts_ns: u64,
+    actor: Proc,
+    victim: Proc,
+    path: String,
+    victim_path: Option<String>,
+    file: FileId,
+    sock_ino: u64,
+    listening: bool,
+    victim_bound_ns: u64,
+    decided_by: DecidedBy,
+    fidelity: Fidelity,
+}
+
+impl RemovalFacts {
+    /// The verdict, the socket's history line and the orphan's cause.
+    fn report(self, how: How, foreign: bool) -> (Verdict, HistoryEvent, OrphanCause) {
+        let relation = Relation::between(&self.actor, &self.victim);
+        match how {
+            How::Unlink => (
+                Verdict::ForeignUnlink {
+                    ts_ns: self.ts_ns,
+                    actor: self.actor,
+                    victim: self.victim,
+                    relation,
+                    path: self.path,
+                    victim_path: self.victim_path,
+                    file: self.file,
+                    sock_ino: self.sock_ino,
+                    listening: self.listening,
+                    victim_bound_ns: self.victim_bound_ns,
+                    decided_by: self.decided_by,
+                    fidelity: self.fidelity,
+                },
+                HistoryEvent::ForeignUnlink,
+                OrphanCause::Unlinked,
+            ),
+            How::Rename { new_file } => (
+                Verdict::Replaced {
+                    ts_ns: self.ts_ns,
+                    actor: self.actor,
+                    victim: self.victim,
+                    relation,
+                    foreign,
+                    path: self.path,
+                    victim_path: self.victim_path,
+                    file: self.file,
+                    new_file,
+                    sock_ino: self.sock_ino,
+                    listening: self.listening,
+                    victim_bound_ns: self.victim_bound_ns,
+                    decided_by: self.decided_by,
+                    fidelity: self.fidelity,
+                },
+                HistoryEvent::Replaced,
+                OrphanCause::Replaced,
+            ),
+        }
     }
 }
