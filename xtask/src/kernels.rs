@@ -19,8 +19,8 @@ use anyhow::{Context as _, bail};
 use clap::ValueEnum;
 
 use crate::{
+    apt::{self, Apt},
     cmd,
-    setup::{self, Apt},
 };
 
 pub const CACHE: &str = "/var/cache/sockwatch-vm";
@@ -394,7 +394,7 @@ impl OtherRelease {
             return Ok(false);
         }
         let codename = self.codename;
-        setup::require_root(&format!("apt-get update for Debian {codename}"))?;
+        apt::require_root(&format!("apt-get update for Debian {codename}"))?;
         cmd::output(
             cmd::command("apt-get")
                 .args(self.apt_args())
