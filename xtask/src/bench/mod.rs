@@ -27,7 +27,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use crate::{cmd, setup};
+use crate::{apt::Apt, cmd, setup};
 use stats::{Spread, median};
 use tracer::{Agent, Bpftrace, Metrics};
 
@@ -261,28 +261,6 @@ fn free_port() -> anyhow::Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-fn ensure_packages(packages: &[&str]) -> anyhow::Result<()> {
-    let mut apt = setup::Apt::default();
-    for p in packages {
-        let status = cmd::command("dpkg-query")
-            .args(["-W", "-f=${db:Status-Abbrev}", p])
-            .output()
-            .context("dpkg-query")?;
-        if String::from_utf8_lossy(&status.stdout).starts_with("ii") {
-            continue;
-        }
-        apt.update_once()?;
-        cmd::output(
-            cmd::command("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-qq", "--no-install-recommends", p]),
-        )
-        .with_context(|| format!("apt-get install {p}"))?;
-        apt.note_installed(&format!("Debian package {p}"));
-    }
-    Ok(())
-}
-
 fn progress(started: Instant, what: &str) {
     println!("bench [{:>5.0?}] {what}", started.elapsed());
     let _ = std::io::stdout().flush();
@@ -302,7 +280,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         }
     });
     setup::setup(false, &[])?;
-    ensure_packages(&["bpftrace", "auditd"])?;
+    Apt::default().ensure_installed(&["bpftrace", "auditd"])?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
     mount_tracefs()?;
     let env = Env::prepare()?;
