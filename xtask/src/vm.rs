@@ -179,7 +179,7 @@ verdict=PASS
 }
 
 /// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, each kernel's
-/// [`GUEST_MODULES`](crate::kernels::GUEST_MODULES) under `/lib/modules/<release>/`, `/init`).
+/// [`modules`](Kernel::modules) under `/lib/modules/<release>/`, `/init`).
 pub fn build_initramfs(payload: &Payload, kernels: &[Kernel], out: &Path) -> anyhow::Result<()> {
     let mut img = Image::default();
     for d in [
