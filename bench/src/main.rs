@@ -21,13 +21,14 @@ use std::{
     fs,
     io::{self, BufRead as _, Read as _, Write as _},
     mem,
-    net::TcpStream,
+    net::SocketAddr,
     os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
+use sockwatch_bench::http;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,6 +76,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         ["metrics-latency", dir, addr, n] => {
+            let addr = addr.parse().context("ADDR")?;
             let s = metrics_latency(Path::new(dir), addr, n.parse().context("N")?)?;
             println!("{}", samples_json(&s));
             Ok(())
@@ -614,7 +616,7 @@ fn event_latency(dir: &Path, events: &Path, n: u64) -> anyhow::Result<Samples> {
 
 /// bind's return → `sockwatch_events_total{kind="bind"}` grown in /metrics, polled every
 /// millisecond (each poll is a whole scrape).
-fn metrics_latency(dir: &Path, addr: &str, n: u64) -> anyhow::Result<Samples> {
+fn metrics_latency(dir: &Path, addr: SocketAddr, n: u64) -> anyhow::Result<Samples> {
     let mut before = binds_counted(addr)?;
     sample_binds(dir, n, |_, _| {
         let now = binds_counted(addr)?;
@@ -628,27 +630,11 @@ fn metrics_latency(dir: &Path, addr: &str, n: u64) -> anyhow::Result<Samples> {
 }
 
 /// The sum of `sockwatch_events_total` series with `kind="bind"`.
-fn binds_counted(addr: &str) -> anyhow::Result<f64> {
-    let body = http_get(addr, "/metrics")?;
+fn binds_counted(addr: SocketAddr) -> anyhow::Result<f64> {
+    let body = http::get(addr, "/metrics", Duration::from_secs(5))?;
     Ok(body
         .lines()
         .filter(|l| l.starts_with("sockwatch_events_total{") && l.contains(r#"kind="bind""#))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum())
-}
-
-/// A GET over HTTP/1.1 with `Connection: close`; the body.
-fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut r = String::new();
-    s.read_to_string(&mut r)?;
-    match r.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
-        _ => bail!("GET {path}: {}", r.lines().next().unwrap_or("no answer")),
-    }
 }

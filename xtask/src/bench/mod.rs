@@ -1145,7 +1145,7 @@ fn footprint(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Footpri
         let mut last = Metrics::default();
         for _ in 0..n {
             let t = Instant::now();
-            let body = tracer::http_get(addr, "/metrics")?;
+            let body = tracer::scrape(addr)?;
             ms.push(t.elapsed().as_secs_f64() * 1e3);
             last = Metrics::parse(&body);
         }

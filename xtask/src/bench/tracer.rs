@@ -3,14 +3,14 @@
 use std::{
     collections::BTreeMap,
     fs,
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
+use sockwatch_bench::http;
 
 use crate::cmd;
 
@@ -77,7 +77,7 @@ impl Agent {
     /// The whole /metrics exposition, parsed.
     pub fn metrics(&self) -> anyhow::Result<Metrics> {
         let addr = self.listen.context("the agent serves no /metrics")?;
-        Ok(Metrics::parse(&http_get(addr, "/metrics")?))
+        Ok(Metrics::parse(&scrape(addr)?))
     }
 
     /// SIGINT, then waits (10 s, then SIGKILL); fails unless it exited cleanly.
@@ -150,21 +150,9 @@ impl Metrics {
     }
 }
 
-/// GET `path` with `Connection: close`; the body of a 200 answer.
-pub fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("connect {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut r = String::new();
-    s.read_to_string(&mut r)?;
-    match r.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
-        _ => bail!("GET {path}: {}", r.lines().next().unwrap_or("no answer")),
-    }
+/// The body of `addr`'s /metrics.
+pub fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
+    http::get(addr, "/metrics", Duration::from_secs(10))
 }
 
 /// utime + stime of a process, in seconds (/proc/PID/stat, clock-tick resolution).
