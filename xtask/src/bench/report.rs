@@ -2,8 +2,14 @@
 use std::{fmt::Write as _, fs, time::Duration};
 
 use super::{
-    Env, Footprint, Latency, Load, Op, Overhead, Plan, Throughput, Variant,
+    env::Env,
+    footprint::Footprint,
+    latency::Latency,
+    log::Notes,
+    overhead::Overhead,
+    plan::{Op, Plan, Variant},
     stats::{Spread, quantile},
+    throughput::{Load, Throughput},
 };
 
 /// `agent_common::Event::SIZE`: 128 bytes of fields and a 256-byte path.
@@ -34,7 +40,7 @@ pub struct Report {
     pub load_after_overhead: String,
     load_end: String,
     duration: Duration,
-    notes: Vec<String>,
+    pub notes: Notes,
     pub overhead: Option<Overhead>,
     pub latency: Option<Latency>,
     pub throughput: Option<Throughput>,
@@ -148,17 +154,12 @@ impl Report {
             load_after_overhead: String::new(),
             load_end: String::new(),
             duration: Duration::ZERO,
-            notes: Vec::new(),
+            notes: Notes::default(),
             overhead: None,
             latency: None,
             throughput: None,
             footprint: None,
         })
-    }
-
-    pub fn note(&mut self, n: String) {
-        println!("bench: {n}");
-        self.notes.push(n);
     }
 
     pub fn finish(&mut self, took: Duration) {
@@ -236,7 +237,7 @@ impl Report {
              reach 10,000 series; the scrape was timed at the largest count they allow (see \
              the scrape section)."
         )?;
-        for n in &self.notes {
+        for n in self.notes.iter() {
             writeln!(s, "- {n}")?;
         }
         writeln!(s)?;
@@ -796,7 +797,7 @@ impl Report {
             t.calibration.submitted,
             t.calibration.lost,
             yes(t.calibration.exact),
-            1e3 / super::tracer::clock_ticks()
+            1e3 / super::process::clock_ticks()
         )?;
         load_table(s, "events/s asked", &t.steps)?;
         let best = t

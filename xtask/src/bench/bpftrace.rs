@@ -1,194 +1,24 @@
-//! The observers compared: sockwatch itself, an equivalent bpftrace script and an auditd watch;
-//! and the small readers the phases share (/metrics, /proc/PID).
+//! The bpftrace observer: a script that reports what sockwatch's tracepoint tier reports, and the
+//! running bpftrace.
 use std::{
     collections::BTreeMap,
     fs,
-    net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
-use sockwatch_bench::http;
 
+use super::process;
 use crate::cmd;
-
-/// A running `sockwatch run`.
-pub struct Agent {
-    child: Child,
-    pub log: PathBuf,
-    pub listen: Option<SocketAddr>,
-    /// Spawn → "running;" in its log.
-    pub startup: Duration,
-}
-
-impl Agent {
-    /// `sockwatch run --probe-mode MODE --events EVENTS [extra...]`, its log in `log`;
-    /// returns once it logs that it runs.
-    pub fn start(
-        bin: &Path,
-        mode: &str,
-        events: &Path,
-        log: &Path,
-        listen: Option<SocketAddr>,
-        extra: &[String],
-    ) -> anyhow::Result<Agent> {
-        let mut cmd = Command::new(bin);
-        cmd.args(["run", "--probe-mode", mode, "--events"])
-            .arg(events)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(log).context("agent log")?);
-        if let Some(a) = listen {
-            cmd.arg("--listen").arg(a.to_string());
-        }
-        let t = Instant::now();
-        let child = cmd.spawn().context("cannot start sockwatch")?;
-        let mut agent = Agent {
-            child,
-            log: log.to_path_buf(),
-            listen,
-            startup: Duration::ZERO,
-        };
-        while !agent.log_text().contains("running;") {
-            if let Some(st) = agent.child.try_wait()? {
-                bail!("sockwatch exited ({st}): {}", agent.log_text());
-            }
-            if t.elapsed() > Duration::from_secs(60) {
-                bail!("sockwatch did not start in 60 s: {}", agent.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        agent.startup = t.elapsed();
-        Ok(agent)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The whole /metrics exposition, parsed.
-    pub fn metrics(&self) -> anyhow::Result<Metrics> {
-        let addr = self.listen.context("the agent serves no /metrics")?;
-        Ok(Metrics::parse(&scrape(addr)?))
-    }
-
-    /// SIGINT, then waits (10 s, then SIGKILL); fails unless it exited cleanly.
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait()? {
-                if !st.success() {
-                    bail!("sockwatch exited with {st}: {}", self.log_text());
-                }
-                return Ok(());
-            }
-            if t.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("sockwatch did not stop on SIGINT in 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A Prometheus text exposition: series (name with labels, as printed) → value.
-#[derive(Clone, Debug, Default)]
-pub struct Metrics {
-    pub series: BTreeMap<String, f64>,
-    pub bytes: usize,
-}
-
-impl Metrics {
-    pub fn parse(text: &str) -> Metrics {
-        let series = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect();
-        Metrics {
-            series,
-            bytes: text.len(),
-        }
-    }
-
-    /// The sum of the series of metric `name` whose labels include every `label="value"`.
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|(k, _)| {
-                k.strip_prefix(name)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
-                    && labels
-                        .iter()
-                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
-            })
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
-
-/// The body of `addr`'s /metrics.
-pub fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
-    http::get(addr, "/metrics", Duration::from_secs(10))
-}
-
-/// utime + stime of a process, in seconds (/proc/PID/stat, clock-tick resolution).
-pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised comm: state is field 3; utime and stime are 14 and 15.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("malformed /proc/PID/stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-    Ok(ticks as f64 / clock_ticks())
-}
-
-pub fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
-}
-
-/// A `/proc/PID/status` field in KiB (VmRSS, VmHWM).
-pub fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no {field} in /proc/{pid}/status"))
-}
 
 /// The bpftrace program that reports what sockwatch's tracepoint tier reports, the way a user
 /// would write it: the same syscall tracepoints (enter and exit), AF_UNIX addresses and paths
 /// read from user memory, a path-prefix filter for the watched directory, a table of bound
 /// descriptors (for listen and close) and of live socket paths (for unlink and rename-over),
 /// one printed line per event, successful connects counted in a map.
-pub fn bpftrace_script(watched: &Path) -> String {
+pub fn script(watched: &Path) -> String {
     let prefix = format!("{}/", watched.display());
     let len = prefix.len();
     let unix_path = |ptr: &str| {
@@ -252,18 +82,18 @@ pub fn bpftrace_script(watched: &Path) -> String {
     s
 }
 
-/// Tracepoint probes in [`bpftrace_script`].
-pub fn bpftrace_probes(script: &str) -> usize {
+/// Tracepoint probes in [`script`].
+pub fn probes(script: &str) -> usize {
     script
         .lines()
         .filter(|l| l.starts_with("tracepoint:"))
         .count()
 }
 
-/// A running bpftrace with [`bpftrace_script`], printing into a file on tmpfs.
+/// A running bpftrace with [`script`], printing into a file on tmpfs.
 pub struct Bpftrace {
     child: Child,
-    pub out: PathBuf,
+    out: PathBuf,
     err: PathBuf,
 }
 
@@ -328,8 +158,7 @@ impl Bpftrace {
     pub fn stop(mut self) -> anyhow::Result<BTreeMap<String, u64>> {
         // Time to read what is still in its perf buffers: it drops them on exit.
         std::thread::sleep(Duration::from_millis(500));
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        process::signal(self.child.id(), libc::SIGINT);
         let t = Instant::now();
         while self.child.try_wait()?.is_none() {
             if t.elapsed() > Duration::from_secs(20) {
@@ -373,63 +202,13 @@ fn perf_events(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// The kernel's audit status (`auditctl -s`), as key → value.
-pub fn audit_status() -> anyhow::Result<BTreeMap<String, String>> {
-    let out = cmd::output(cmd::command("auditctl").arg("-s"))?;
-    Ok(out
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.trim().to_string()))
-        })
-        .collect())
-}
-
-pub fn auditctl(args: &[&str]) -> anyhow::Result<()> {
-    cmd::output(cmd::command("auditctl").args(args)).map(drop)
-}
-
-/// The audit rule key the bench's watch carries.
-pub const AUDIT_KEY: &str = "sockwatch-bench";
-
-/// Audit switched on: the watch on `dir` (`-w DIR -p wa`), auditing enabled. Threads created
-/// from now on get the kernel's per-task audit context.
-pub fn audit_on(dir: &Path) -> anyhow::Result<()> {
-    auditctl(&["-D"])?;
-    let dir = dir.display().to_string();
-    auditctl(&["-w", &dir, "-p", "wa", "-k", AUDIT_KEY])?;
-    auditctl(&["-e", "1"])
-}
-
-/// Audit switched off: no watch, auditing disabled, and `-a never,task` so that threads created
-/// from now on carry no audit context (once auditing has been enabled since boot, the kernel
-/// gives every new task one unless a task rule says never).
-pub fn audit_off() -> anyhow::Result<()> {
-    auditctl(&["-D"])?;
-    auditctl(&["-a", "never,task"])?;
-    auditctl(&["-e", "0"])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn metrics_sum_by_labels() {
-        let m = Metrics::parse(
-            "# HELP x y\nsockwatch_events_total{kind=\"bind\",tier=\"tracepoint\"} 3\n\
-             sockwatch_events_total{kind=\"listen\",tier=\"tracepoint\"} 2\n\
-             sockwatch_events_total_other 9\nsockwatch_decode_errors_total 1\n",
-        );
-        assert_eq!(m.sum("sockwatch_events_total", &[("kind", "bind")]), 3.0);
-        assert_eq!(m.sum("sockwatch_events_total", &[]), 5.0);
-        assert_eq!(m.sum("sockwatch_decode_errors_total", &[]), 1.0);
-        assert_eq!(m.series.len(), 4);
-    }
-
-    #[test]
     fn the_bpftrace_script_covers_the_tracepoint_tiers_syscalls() {
-        let s = bpftrace_script(Path::new("/run/w"));
+        let s = script(Path::new("/run/w"));
         for call in [
             "bind",
             "listen",
@@ -446,6 +225,6 @@ mod tests {
         }
         assert!(s.contains("sys_enter_close"));
         assert!(s.contains(r#"strncmp($p, "/run/w/", 7)"#));
-        assert_eq!(bpftrace_probes(&s), 21);
+        assert_eq!(probes(&s), 21);
     }
 }
