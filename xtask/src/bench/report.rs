@@ -12,8 +12,8 @@ use super::{
     throughput::{Load, Throughput},
 };
 
-/// `agent_common::Event::SIZE`: 128 bytes of fields and a 256-byte path.
-const EVENT_BYTES: usize = 384;
+/// How the targets on sockwatch's per-operation cost begin.
+const OVERHEAD_TARGETS: [&str; 2] = ["tracepoint tier", "cheaper than the bpftrace"];
 
 /// The syscalls of the workload's Go-order life cycle, in the order it times them.
 const GO_STEPS: [&str; 10] = [
@@ -183,9 +183,8 @@ impl Report {
         writeln!(
             s,
             "Run `{}` as root on {}; it took {:.1} min. Host figures, native (no emulation). \
-             Probe tier: **tracepoint** (`--probe-mode tracepoint`), the only tier this host \
-             loads: fentry/fexit and BPF LSM programs are refused with EPERM and kprobes are \
-             not configured (see `sockwatch check` below).\n",
+             Probe tier: **tracepoint** (`--probe-mode tracepoint`); the tiers this host offers \
+             are in `sockwatch check` below.\n",
             self.command,
             self.date,
             self.duration.as_secs_f64() / 60.0
@@ -201,8 +200,8 @@ impl Report {
         )?;
         writeln!(
             s,
-            "The machine is shared with other engineers' builds and tests; the load average \
-             above says how busy it was. The overhead phase interleaves observers round by \
+            "The load average above says how busy the machine was during the run. The \
+             overhead phase interleaves observers round by \
              round, so drift in background load falls on every observer alike; the other \
              phases are single runs and carry that noise.\n"
         )?;
@@ -224,19 +223,22 @@ impl Report {
         if let Some(l) = &self.latency {
             self.render_latency(s, l)?;
         }
-        self.render_analysis(s)?;
+        self.render_missed(s)?;
         writeln!(s, "## Not measured here\n")?;
         writeln!(
             s,
-            "- **Precise tiers (fentry/fexit, BPF LSM, kprobes).** This host refuses them, so \
-             their targets (≤ 5 % per socket operation, ≤ 1 % per regular-file unlink and per \
-             unrelated syscall) are not measured by this run. They can only be exercised in \
-             QEMU here, where TCG emulation distorts syscall costs by an unknown, \
-             path-dependent factor; `cargo xtask bench` does not run that part.\n\
-             - **10,000 /metrics series.** The label sets are bounded by design and cannot \
-             reach 10,000 series; the scrape was timed at the largest count they allow (see \
-             the scrape section)."
+            "- **Precise tiers (fentry/fexit, BPF LSM, kprobes).** The bench runs the agent in \
+             the tracepoint tier only, so their targets (≤ 5 % per socket operation, ≤ 1 % per \
+             regular-file unlink and per unrelated syscall) are not measured by this run."
         )?;
+        if let Some(f) = &self.footprint {
+            writeln!(
+                s,
+                "- **10,000 /metrics series.** The scrape was timed with {} configured \
+                 watches, which gave {} series (see the scrape section).",
+                f.watches, f.series
+            )?;
+        }
         for n in self.notes.iter() {
             writeln!(s, "- {n}")?;
         }
@@ -415,7 +417,7 @@ impl Report {
              (p50) over rounds and the interquartile range (IQR). Ratios are taken per round \
              against the same round's `off` value. The last column is the ratio of the \
              workload thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), which leaves out time \
-             it spent preempted by other work on this shared machine — and also time it spent \
+             it spent preempted by other work on the machine — and also time it spent \
              blocked (auditd's backlog, for one). Each batch runs in a thread created for it: \
              whether a thread is audited is decided when it is created. Phase time: {:.0} s.\n",
             ops.join(", "),
@@ -428,7 +430,7 @@ impl Report {
             s,
             "Observers: **sockwatch** `run --probe-mode tracepoint --watch DIR` (events to a \
              tmpfs file, /metrics on loopback); **bpftrace** with the script in \
-             `xtask/src/bench/tracer.rs` (the same syscall tracepoints, enter and exit, AF_UNIX \
+             `xtask/src/bench/bpftrace.rs` (the same syscall tracepoints, enter and exit, AF_UNIX \
              paths read from user memory and filtered by the watched directory's prefix, maps \
              of bound descriptors and live socket paths, a printed line per event, output to a \
              tmpfs file); **auditd** with `auditctl -w DIR -p wa` (Debian's auditd, backlog \
@@ -484,8 +486,7 @@ impl Report {
                 s,
                 "**sockwatch's kernel programs**, during one more pass of every batch above \
                  with `kernel.bpf_stats_enabled=1` (outside the measured rounds; the \
-                 statistics add two clock reads to each run). The time is spent on the \
-                 calling thread, inside its syscall:\n"
+                 statistics add two clock reads to each run):\n"
             )?;
             writeln!(
                 s,
@@ -562,170 +563,50 @@ impl Report {
         writeln!(s)
     }
 
-    /// For every missed target: by how much, why, and the proposed fix.
-    fn render_analysis(&self, s: &mut String) -> std::fmt::Result {
-        let missed: Vec<String> = self
-            .targets()
-            .into_iter()
-            .filter(|(_, _, v)| matches!(v, Verdict::Missed(_)))
-            .map(|(what, _, _)| what)
-            .collect();
-        if missed.is_empty() {
+    /// For a missed overhead target: sockwatch's cost broken down by the figures above.
+    fn render_missed(&self, s: &mut String) -> std::fmt::Result {
+        let missed = self.targets().into_iter().any(|(what, _, v)| {
+            matches!(v, Verdict::Missed(_)) && OVERHEAD_TARGETS.iter().any(|t| what.starts_with(t))
+        });
+        let Some(o) = self.overhead.as_ref().filter(|_| missed) else {
             return Ok(());
-        }
-        writeln!(s, "## Missed targets: why, and the proposed fixes\n")?;
-        let has = |prefix: &str| missed.iter().any(|m| m.starts_with(prefix));
-        if let Some(o) = &self.overhead
-            && (has("tracepoint tier") || has("cheaper than the bpftrace"))
-        {
-            let top: Vec<String> = self
-                .sockwatch_steps()
-                .into_iter()
-                .take(5)
-                .map(|(n, x)| format!("{n} {}", ns(x)))
-                .collect();
-            let cpu = |op| {
-                Spread::of(&o.cpu_ratios(Variant::Sockwatch, op))
-                    .map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0))
-            };
-            writeln!(
-                s,
-                "**Per-operation overhead (tracepoint tier).** A life cycle is ten syscalls, \
-                 each a few microseconds here; in this tier sockwatch runs programs on entry \
-                 and exit of bind, listen, connect and unlink and on entry of every close, and \
-                 every syscall of every task takes the tracing slow path while any syscall \
-                 tracepoint is attached (getppid: {} per call). Measured syscall by syscall, the \
-                 largest additions are: {}. Most of the cost is paid on the workload's own \
-                 thread, in the kernel: its CPU time grows {} (C order) and {} (Go order), \
-                 against wall-clock ratios of {} and {}. The costliest program runs (BPF \
-                 run-time statistics, table above, programs run at least 100 times): {}. \
-                 The syscalls that submit a record cost far more than the programs' own run \
-                 time: {}. That remainder is spent on the same syscall outside the programs, \
-                 where a forced ring-buffer wakeup does its work (an irq_work self-interrupt, \
-                 then waking the reader). Three causes, by the code (the first is the likely \
-                 main one by the figures above; confirming it means rerunning this bench \
-                 with the fix):\n\n\
-                 - Every event is a {}-byte ring-buffer record, and `emit::submit` \
-                 (agent-ebpf/src/emit.rs) forces a wakeup (`BPF_RB_FORCE_WAKEUP`) on every \
-                 submit while the unread backlog is past the threshold (64 records, set in \
-                 agent/src/run.rs). Under a fast producer the backlog stays past it between \
-                 drains, so each of the cycle's four records pays a wakeup of the reader \
-                 (irq_work and a scheduler wakeup, microseconds) instead of one wakeup per \
-                 batch. The bind and listen exits always submit; the unlink exit and the close \
-                 entry submit only for a live socket, and cost far less per run on average. \
-                 *Fix:* wake on the crossing only (backlog before the record below \
-                 the threshold, after it at or above), or leave the wakeup to the kernel's \
-                 adaptive default (flags 0 wakes only a reader that has caught up); the \
-                 10 ms drain timer already bounds latency.\n\
-                 - Syscall tracepoints fire before the kernel has resolved anything, so the \
-                 entry programs copy the address or path from user memory for every bind, \
-                 connect, unlink and rename on the node, and the unlink/rename entry hashes \
-                 the last path component one byte per `bpf_loop` iteration (agent-ebpf/c/\
-                 shim.c) before it can tell that the file is not a live socket. *Fix:* hash \
-                 a fixed-size tail of the path in one unrolled pass, and keep the \
-                 `LIVE_NAMES` check first.\n\
-                 - `sys_enter_close` runs for every close on the node and reads the \
-                 descriptor table to find the file. *Fix:* return at once for tasks that \
-                 hold no tracked socket (a per-tgid bit set at bind and fork), before \
-                 touching `files->fdt`.\n\n\
-                 The precise tiers (fexit on `unix_bind`/`unix_listen`/`unix_*_connect`, \
-                 fentry on `unix_release`, LSM/fentry on `vfs_unlink`) run only inside \
-                 AF_UNIX code and need no user-memory copies or path hashing; they do not \
-                 put unrelated syscalls on the slow path. sockwatch uses them on kernels \
-                 that allow them; this host does not, so their 5 %/1 % targets are \
-                 unmeasured here.\n",
-                o.added_ns(Variant::Sockwatch, Op::Getppid)
-                    .map_or("?".into(), ns),
-                if top.is_empty() {
-                    "?".into()
-                } else {
-                    top.join(", ")
-                },
-                cpu(Op::SockCycle),
-                cpu(Op::SockCycleGo),
-                Spread::of(&o.ratios(Variant::Sockwatch, Op::SockCycle))
-                    .map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0)),
-                Spread::of(&o.ratios(Variant::Sockwatch, Op::SockCycleGo))
-                    .map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0)),
-                {
-                    let mut p: Vec<_> = o
-                        .programs
-                        .iter()
-                        .filter(|(_, runs, _)| *runs >= 100)
-                        .collect();
-                    p.sort_by(|a, b| b.2.total_cmp(&a.2));
-                    let top: Vec<String> = p
-                        .iter()
-                        .take(4)
-                        .map(|(n, _, avg)| format!("`{n}` {avg:.0} ns"))
-                        .collect();
-                    if top.is_empty() {
-                        "not measured".into()
-                    } else {
-                        top.join(", ")
-                    }
-                },
-                self.program_share(o),
-                EVENT_BYTES,
-            )?;
-        }
-        if has("cheaper than the bpftrace") || has("far cheaper than auditd") {
-            writeln!(
-                s,
-                "**Against bpftrace and auditd.** The targets table names the operations where \
-                 sockwatch is not (far enough) below the other observer. On a connect to an \
-                 unwatched socket every observer pays about the same few microseconds: in \
-                 this tier sockwatch must read the address of every connect to know it is \
-                 unwatched (`connect_tp_enter`) and looks at every close, which is as much \
-                 work as auditd's per-syscall audit entry and exit on those five calls; the \
-                 close fix below and a cheaper connect filter are what would put sockwatch \
-                 clearly under it. bpftrace's script does less per event than \
-                 sockwatch: it never reads kernel structures (no socket inode, no owner, no \
-                 descriptor-table walk at unlink, no directory identity), so it cannot tell a \
-                 re-created directory, a bind mount or a replaced file apart — the fidelity \
-                 the product exists for. auditd hooks the same syscalls through its own \
-                 syscall-audit path on every syscall of an audited task, which is why it \
-                 costs even on getppid; on getppid bpftrace and sockwatch pay the same \
-                 tracepoint slow path. The fixes above (fewer wakeups, cheaper entry \
-                 filters, an early return in close) are what widen the gap.\n"
-            )?;
-        }
-        if has("≤ 2 µs agent CPU") {
-            writeln!(
-                s,
-                "**Agent CPU per event.** Each record is decoded, attributed to its process \
-                 and container, run through the correlation engine, counted in the metrics \
-                 and written as a JSON line of roughly 300–400 bytes; the figure also carries \
-                 the reader's share of the forced wakeups above (a context switch and an \
-                 epoll round each, when the backlog stays past the threshold) and the \
-                 agent's fixed 10 ms drain timer. The cost per event falls as the rate rises \
-                 (see the steps), which says a good part of it is per wakeup or per batch, \
-                 not per event. *Fix:* wakeups per batch (above) first; then a profile of the \
-                 per-event path (decode, attribution, engine, JSON) to find the rest — this \
-                 host has no `perf`, so the bench cannot break it down further.\n"
-            )?;
-        }
-        if has("scrape") {
-            writeln!(
-                s,
-                "**Scrape time.** The time grows with live sockets, not with series: each \
-                 scrape counts the kernel's `LIVE` map by walking its keys \
-                 (`LiveTable::len`, one `bpf()` syscall per entry) while holding the pipeline \
-                 lock. *Fix:* keep the count from the periodic sweep or a kernel-side counter.\n"
-            )?;
-        }
-        if has("RSS") || has("p99 event latency") || has("zero loss") {
-            writeln!(
-                s,
-                "**Other misses.** See the sections above for the figures; they are reported \
-                 as measured on this shared 2-CPU machine.\n"
-            )?;
-        }
-        Ok(())
+        };
+        writeln!(s, "## Missed targets: the measured breakdown\n")?;
+        let top: Vec<String> = self
+            .sockwatch_steps()
+            .into_iter()
+            .take(5)
+            .map(|(n, x)| format!("{n} {}", ns(x)))
+            .collect();
+        let change = |r: Vec<f64>| {
+            Spread::of(&r).map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0))
+        };
+        let cpu = |op| change(o.cpu_ratios(Variant::Sockwatch, op));
+        let wall = |op| change(o.ratios(Variant::Sockwatch, op));
+        writeln!(
+            s,
+            "**Per-operation overhead (tracepoint tier).** sockwatch adds {} per getppid call. \
+             Syscall by syscall (Go order), the largest additions are: {}. The workload \
+             thread's CPU time grows {} (C order) and {} (Go order), against wall-clock ratios \
+             of {} and {}. The costliest program runs (programs run at least 100 times): {}. \
+             Added per call against the programs' own run time: {}.\n",
+            o.added_ns(Variant::Sockwatch, Op::Getppid)
+                .map_or("?".into(), ns),
+            if top.is_empty() {
+                "?".into()
+            } else {
+                top.join(", ")
+            },
+            cpu(Op::SockCycle),
+            cpu(Op::SockCycleGo),
+            wall(Op::SockCycle),
+            wall(Op::SockCycleGo),
+            costliest_programs(o),
+            self.program_share(o),
+        )
     }
 
-    /// For the syscalls that always submit a record: what sockwatch adds to the call, and how
-    /// much of it its programs' run time explains.
+    /// For bind and listen: what sockwatch adds to the call, and its two programs' run time.
     fn program_share(&self, o: &Overhead) -> String {
         let steps = self.sockwatch_steps();
         let run = |name: &str| {
@@ -816,9 +697,7 @@ impl Report {
             match t.steps.last() {
                 Some(l) if l.lost == 0 && l.rate() < 0.95 * l.target as f64 => format!(
                     " The last step asked for {} and the producers reached only {:.0} \
-                     events/s, still with no loss: the CPUs were saturated by producers and \
-                     agent together, so the limit found is the producers', not sockwatch's \
-                     (both share the same {} CPUs).",
+                     events/s, with no loss (producers and agent share the same {} CPUs).",
                     l.target,
                     l.rate(),
                     std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -854,22 +733,20 @@ impl Report {
             None => writeln!(
                 s,
                 "With the agent running, **no burst lost events**, up to {} events (the \
-                 largest tried): the producer threads cannot outrun the agent on these CPUs.",
+                 largest tried).",
                 clean.map_or("—".into(), |c| c.to_string()),
             )?,
         }
         writeln!(
             s,
-            "Verdict lines written during the phase: {} (a normal life cycle yields none).\n",
+            "Verdict lines written during the phase: {}.\n",
             t.verdicts
         )?;
         let r = &t.ring;
         writeln!(
             s,
             "The ring buffer alone: a burst of {} events made while the agent was stopped \
-             (SIGSTOP, then SIGCONT) kept **{}** of them and counted {} lost (exact: {}): \
-             loss begins past that many events arriving while the agent is not scheduled \
-             (the 4 MiB ring of 384-byte records).\n",
+             (SIGSTOP, then SIGCONT) kept **{}** of them and counted {} lost (exact: {}).\n",
             r.produced,
             r.submitted,
             r.lost,
@@ -881,9 +758,8 @@ impl Report {
         writeln!(s, "## 3. Agent footprint\n")?;
         writeln!(
             s,
-            "One agent with {} configured watches (the most a configuration may name: each \
-             name is a `watch` label value), events to tmpfs, /metrics on loopback, default \
-             intervals (drain 10 ms, sweep 30 s).\n",
+            "One agent with {} configured watches, events to tmpfs, /metrics on loopback, the \
+             agent's default intervals.\n",
             f.watches
         )?;
         writeln!(s, "| what | value |\n| --- | ---: |")?;
@@ -911,8 +787,7 @@ impl Report {
         )?;
         writeln!(
             s,
-            "| idle CPU over {} s with them (one periodic sweep of /proc and sock_diag \
-             falls in it) | {:.3} % of one CPU |\n",
+            "| idle CPU over {} s with them | {:.3} % of one CPU |\n",
             f.idle_secs,
             f.idle_cpu_loaded * 100.0
         )?;
@@ -954,34 +829,24 @@ impl Report {
             )?;
         }
         writeln!(s)?;
-        writeln!(
-            s,
-            "The time grows with live sockets, not with series: each scrape counts the \
-             kernel's `LIVE` map by walking its keys (`LiveTable::len` in agent/src/enrich.rs, \
-             one `bpf()` syscall per entry) while it holds the pipeline lock, so event \
-             delivery also waits that long. Keeping the count (from the sweeps, or a kernel \
-             counter) would make the scrape independent of the socket count.\n"
-        )?;
-        writeln!(
-            s,
-            "Why not 10,000 series: every label takes values from a bounded set (docs/metrics.md). \
-             The only label that grows with configuration is `watch`: at most 62 configured \
-             names (a longer list is refused at start-up) plus `none` (and `other`, a \
-             safety net the configuration never reaches); each value carries 25 series (6 verdicts, 7 relations × 2 counters, 2 \
-             stale-connect kinds, stale files, orphan gauge and age). Everything else is fixed: \
-             hooks × tiers, event kinds × tiers, errnos, map names, scan histograms. So the \
-             exposition cannot exceed about {} series, whatever the node does; sockets, pids \
-             and paths never become series. This run measured that maximum.\n",
-            f.series
-        )
+        let p50 = |v: &[f64]| quantile(v, 0.5).filter(|x| *x > 0.0);
+        if let (Some(idle), Some(held)) = (p50(&f.scrape_idle_ms), p50(&f.scrape_ms)) {
+            writeln!(
+                s,
+                "With {} live sockets the p50 scrape took {:.1}× its time with none.\n",
+                f.sockets,
+                held / idle
+            )?;
+        }
+        Ok(())
     }
 
     fn render_latency(&self, s: &mut String, l: &Latency) -> std::fmt::Result {
         writeln!(s, "## 5. Latency\n")?;
         writeln!(
             s,
-            "Each sample: a random pause of 0–25 ms (so samples do not lock onto the agent's \
-             10 ms drain timer), a bind in the watched directory, then the time from bind's \
+            "Each sample: a random pause of 0–25 ms (so that samples do not fall into step \
+             with any timer), a bind in the watched directory, then the time from bind's \
              return until the `bind` line naming that path is in the events file (followed \
              with inotify), or until `sockwatch_events_total{{kind=\"bind\"}}` has grown in \
              /metrics (polled every millisecond, each poll a whole scrape). Both clocks are \
@@ -1016,6 +881,26 @@ impl Report {
             secs_q(&l.startup, 0.5),
             secs_q(&l.startup, 1.0)
         )
+    }
+}
+
+/// The four programs (of those run at least 100 times) with the highest average run time.
+fn costliest_programs(o: &Overhead) -> String {
+    let mut p: Vec<_> = o
+        .programs
+        .iter()
+        .filter(|(_, runs, _)| *runs >= 100)
+        .collect();
+    p.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let top: Vec<String> = p
+        .iter()
+        .take(4)
+        .map(|(n, _, avg)| format!("`{n}` {avg:.0} ns"))
+        .collect();
+    if top.is_empty() {
+        "not measured".into()
+    } else {
+        top.join(", ")
     }
 }
 
