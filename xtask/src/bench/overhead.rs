@@ -74,6 +74,20 @@ impl Drop for Serve {
     }
 }
 
+/// The syscalls of the workload's Go-order life cycle, in the order it times them.
+pub const GO_STEPS: [&str; 10] = [
+    "socket",
+    "bind",
+    "listen",
+    "socket",
+    "connect",
+    "accept",
+    "unlink",
+    "close (accepted)",
+    "close (client)",
+    "close (listener)",
+];
+
 /// Per-op nanoseconds by (observer, op), one value per round, and the notes of the windows.
 #[derive(Debug, Default)]
 pub struct Overhead {
@@ -115,6 +129,13 @@ impl Overhead {
         let on = Spread::of(self.ns.get(&(v, op))?)?;
         let off = Spread::of(self.ns.get(&(Variant::Off, op))?)?;
         Some(on.p50 - off.p50)
+    }
+
+    /// The p50 over rounds of observer `v`'s ns per call of Go-order step `i`.
+    pub fn step_p50(&self, v: Variant, i: usize) -> Option<f64> {
+        let rounds = self.steps.get(&v)?;
+        let xs: Vec<f64> = rounds.iter().filter_map(|r| r.get(i).copied()).collect();
+        Spread::of(&xs).map(|sp| sp.p50)
     }
 
     /// Keeps one window's batches: each op's median over the repetitions, and each Go-order

@@ -101,6 +101,11 @@ impl Load {
         self.produced as f64 / self.secs.max(1e-9)
     }
 
+    /// Agent CPU per event delivered, microseconds; none when nothing was delivered.
+    pub fn cpu_us_per_event(&self) -> Option<f64> {
+        (self.delivered > 0).then(|| self.cpu_secs / self.delivered as f64 * 1e6)
+    }
+
     fn of(target: u64, cycles: u64, secs: f64, before: &Tally, after: &Tally, cpu: f64) -> Load {
         let mut l = Load {
             target,
@@ -131,6 +136,13 @@ pub struct Throughput {
     /// A burst made while the agent was stopped (SIGSTOP): what the ring buffer alone holds.
     pub ring: Load,
     pub verdicts: u64,
+}
+
+impl Throughput {
+    /// The sustained step at 50,000 events/s, if the phase got that far.
+    pub fn at_50k(&self) -> Option<&Load> {
+        self.steps.iter().find(|l| l.target == 50_000)
+    }
 }
 
 /// The throughput phase's agent, its events file followed, and where and with how many threads
