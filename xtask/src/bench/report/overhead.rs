@@ -174,14 +174,14 @@ fn render_checks(s: &mut String, o: &Overhead) -> std::fmt::Result {
         writeln!(
             s,
             "Every window was checked: sockwatch delivered and bpftrace printed exactly one \
-         bind per socket life cycle run in it, with nothing lost; audit lost no \
-         record.\n"
+             bind per socket life cycle run in it, with nothing lost; audit lost no \
+             record.\n"
         )?;
     } else {
         writeln!(
             s,
             "Windows whose observer did not see everything (left out of the figures above; \
-         every other window was checked like them):\n"
+             every other window was checked like them):\n"
         )?;
         for p in &o.problems {
             writeln!(s, "- {p}")?;
