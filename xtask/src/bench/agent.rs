@@ -107,31 +107,17 @@ impl Agent {
 
     /// SIGINT, then waits (10 s, then SIGKILL); fails unless it exited cleanly.
     pub fn stop(mut self) -> anyhow::Result<()> {
-        process::signal(self.child.id(), libc::SIGINT);
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait()? {
-                if !st.success() {
-                    bail!("sockwatch exited with {st}: {}", self.log_text());
-                }
-                return Ok(());
-            }
-            if t.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("sockwatch did not stop on SIGINT in 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let st = process::interrupt(&mut self.child, "sockwatch", Duration::from_secs(10))?;
+        if !st.success() {
+            bail!("sockwatch exited with {st}: {}", self.log_text());
         }
+        Ok(())
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        process::kill(&mut self.child);
     }
 }
 

@@ -158,16 +158,7 @@ impl Bpftrace {
     pub fn stop(mut self) -> anyhow::Result<BTreeMap<String, u64>> {
         // Time to read what is still in its perf buffers: it drops them on exit.
         std::thread::sleep(Duration::from_millis(500));
-        process::signal(self.child.id(), libc::SIGINT);
-        let t = Instant::now();
-        while self.child.try_wait()?.is_none() {
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("bpftrace did not stop on SIGINT in 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        process::interrupt(&mut self.child, "bpftrace", Duration::from_secs(20))?;
         let text = String::from_utf8_lossy(&fs::read(&self.out).unwrap_or_default()).into_owned();
         let mut by_word = BTreeMap::new();
         for l in text.lines() {
@@ -181,10 +172,7 @@ impl Bpftrace {
 
 impl Drop for Bpftrace {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        process::kill(&mut self.child);
     }
 }
 

@@ -1,5 +1,10 @@
-//! The processes the bench started: their /proc figures, and signals to them.
-use std::fs;
+//! The processes the bench started: signalling, stopping and reaping them, and their /proc
+//! figures.
+use std::{
+    fs,
+    process::{Child, ExitStatus},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, bail};
 
@@ -8,6 +13,31 @@ pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill takes no pointers and touches no memory of this process; any pid and signal
     // number are sound to pass (a wrong one is an error return).
     unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// SIGINT to `child` (`what`, for the error), then waits up to `limit` for it to exit; kills
+/// it after that.
+pub fn interrupt(child: &mut Child, what: &str, limit: Duration) -> anyhow::Result<ExitStatus> {
+    signal(child.id(), libc::SIGINT);
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if t.elapsed() > limit {
+            kill(child);
+            bail!("{what} did not stop on SIGINT in {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills and reaps `child`, unless it has exited already.
+pub fn kill(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 /// utime + stime of a process, in seconds (/proc/PID/stat, clock-tick resolution).
