@@ -3,8 +3,9 @@
 //! them. Every result is one JSON line on stdout.
 //!
 //! ```text
-//! serve WATCHED UNWATCHED      reads `op KIND N` lines, answers {"ns": per-op nanoseconds};
-//!                              each op runs in a thread of its own (see `serve`)
+//! serve WATCHED UNWATCHED      reads `op KIND N` lines, answers {"ns","cpu_ns","steps"}:
+//!                              per-op wall-clock and thread CPU nanoseconds (and per
+//!                              syscall for sockcycle-go); each op runs in a thread of its own
 //! rate DIR PER_S SECS THREADS  socket life cycles at PER_S a second for SECS seconds, shared
 //!                              by THREADS threads
 //! burst DIR CYCLES THREADS     CYCLES life cycles back to back, shared by THREADS threads
@@ -16,6 +17,10 @@
 //!
 //! A life cycle is socket, bind, listen, unlink, close of one path-bound stream socket (Go's
 //! order): four events for the agent (bind, listen, unlink, release), no verdict.
+//!
+//! Modules: `sys` wraps the syscalls; `ops` (timed operations) and `serve` make the overhead
+//! phase; `cycles` the throughput and footprint loads; `latency` the latency samples. The
+//! library's `http` is shared with xtask.
 mod cycles;
 mod latency;
 mod ops;

@@ -19,8 +19,8 @@ use super::{
 };
 use crate::cmd;
 
-/// The most watches the agent accepts (`MAX_WATCHES` in agent/src/config.rs): with them the
-/// exposition has the most series it can have.
+/// The most watches the agent accepts (`MAX_WATCHES` in agent/src/config.rs), so that the
+/// scrape is timed with every `watch` label value the agent can have.
 const FOOTPRINT_WATCHES: usize = 62;
 
 #[derive(Debug, Default)]

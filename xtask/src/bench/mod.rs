@@ -1,15 +1,16 @@
 //! `cargo xtask bench`: what sockwatch costs, measured on this machine, side by side with an
 //! equivalent bpftrace script and an auditd watch, written to `docs/BENCHMARKS.md`.
 //!
-//! Phases, each against a fresh `sockwatch run --probe-mode tracepoint` (the tier this kind of
-//! host loads; the precise tiers need a kernel that allows fentry/LSM):
-//! 1. overhead: one workload process (`bench/`, release) times four operations while xtask
+//! Phases, each against a fresh `sockwatch run --probe-mode tracepoint` (the start-up times
+//! with `--probe-mode auto`):
+//! 1. overhead: one workload process (`bench/`, release) times five operations while xtask
 //!    switches the observers on and off around it, in rotated order each round;
-//! 2. latency: bind's return → its line in the events file, and → counted in /metrics;
+//! 2. latency: bind's return → its line in the events file, and → counted in /metrics; and
+//!    the agent's start-up;
 //! 3. throughput and loss: paced socket life cycles stepped up until loss, then bursts, with
-//!    produced = delivered + lost checked per event kind;
+//!    produced = submitted + lost and submitted = delivered = lines checked per event kind;
 //! 4. footprint: idle CPU, RSS with 10,000 live watched sockets, /metrics scrape time with the
-//!    most series the label bounds allow.
+//!    most watches the agent accepts.
 //!
 //! Modules, lowest first: `plan`, `stats`, `log` and `process` depend on nothing here; `agent`,
 //! `bpftrace` and `audit` drive the observers; `env` starts agents in the bench's tmpfs;
