@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::sys::{UnixAddr, bind, close, cstr, listen, sockaddr, stream_socket, unlink};
+use crate::sys::{UnixAddr, bind, close, listen, socket_path, stream_socket, unlink};
 
 /// `rate`: life cycles at `per_s` a second for `secs` seconds, shared by `threads` threads.
 pub fn rate(dir: &Path, per_s: f64, secs: f64, threads: usize) -> anyhow::Result<()> {
@@ -52,11 +52,7 @@ impl LifeCycles {
     /// Names `r<thread>_<i>.sock` in `dir`.
     fn new(dir: &Path, thread: usize) -> anyhow::Result<Self> {
         let addrs = (0..256)
-            .map(|i| {
-                let p = dir.join(format!("r{thread}_{i}.sock"));
-                let _ = fs::remove_file(&p);
-                Ok((sockaddr(&p)?, cstr(&p)))
-            })
+            .map(|i| socket_path(&dir.join(format!("r{thread}_{i}.sock"))))
             .collect::<anyhow::Result<_>>()?;
         Ok(Self { addrs, next: 0 })
     }

@@ -4,8 +4,8 @@ use std::{ffi::CString, fs, os::unix::ffi::OsStrExt as _, path::Path, time::Inst
 use anyhow::Context as _;
 
 use crate::sys::{
-    UnixAddr, accept, bind, close, connect, cstr, listen, sockaddr, stream_socket, thread_cpu_ns,
-    unlink,
+    UnixAddr, accept, bind, close, connect, cstr, listen, socket_path, stream_socket,
+    thread_cpu_ns, unlink,
 };
 
 /// Per-op cost of a batch: wall-clock nanoseconds, and the thread's own CPU time (user and
@@ -65,10 +65,7 @@ pub fn op_unlink(dir: &Path, n: u64) -> anyhow::Result<Timing> {
 /// A whole socket life cycle in the watched directory, in the order of a C daemon: socket,
 /// bind, listen, a client's socket and connect, accept, three closes, unlink.
 pub fn op_sockcycle(dir: &Path, n: u64) -> anyhow::Result<Timing> {
-    let path = dir.join("cycle.sock");
-    let _ = fs::remove_file(&path);
-    let sa = sockaddr(&path)?;
-    let c_path = cstr(&path);
+    let (sa, c_path) = socket_path(&dir.join("cycle.sock"))?;
     Ok(timed(n, || {
         let l = stream_socket();
         bind(l, &sa);
@@ -92,10 +89,7 @@ const GO_STEPS: [&str; 10] = [
 /// the socket (unlink while live: the owner check runs): socket, bind, listen, socket,
 /// connect, accept, unlink, three closes. Each syscall is timed on its own too.
 pub fn op_sockcycle_go(dir: &Path, n: u64) -> anyhow::Result<Timing> {
-    let path = dir.join("cycle-go.sock");
-    let _ = fs::remove_file(&path);
-    let sa = sockaddr(&path)?;
-    let c_path = cstr(&path);
+    let (sa, c_path) = socket_path(&dir.join("cycle-go.sock"))?;
     let mut sums = [0u64; GO_STEPS.len()];
     let once = |sums: &mut [u64; GO_STEPS.len()]| {
         let mut t = Instant::now();

@@ -27,6 +27,13 @@ pub fn sockaddr(path: &Path) -> anyhow::Result<UnixAddr> {
     Ok((sa, len as libc::socklen_t))
 }
 
+/// A socket path to bind: any file left at `path` removed, its address and its C string
+/// (for unlink).
+pub fn socket_path(path: &Path) -> anyhow::Result<(UnixAddr, CString)> {
+    let _ = std::fs::remove_file(path);
+    Ok((sockaddr(path)?, cstr(path)))
+}
+
 /// Panics with errno when a syscall in a timed loop fails.
 #[inline]
 fn ok(r: libc::c_int, what: &str) -> libc::c_int {
