@@ -132,3 +132,41 @@ impl Variant {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_and_quick_sizes() {
+        let full = Plan::new(false, 12);
+        assert_eq!((full.rounds, full.reps, full.startup_runs), (12, 3, 10));
+        assert_eq!(
+            full.ops,
+            [
+                (Op::Getppid, 400_000),
+                (Op::Connect, 5_000),
+                (Op::Unlink, 10_000),
+                (Op::SockCycle, 3_000),
+                (Op::SockCycleGo, 3_000),
+            ]
+        );
+        assert_eq!((full.steps.len(), full.step_secs), (9, 5.0));
+        assert_eq!(
+            (full.burst_max, full.bisect, full.idle_secs),
+            (262_144, 5, 30)
+        );
+        let quick = Plan::new(true, 12);
+        assert_eq!((quick.rounds, quick.reps, quick.startup_runs), (2, 1, 3));
+        assert_eq!(quick.ops[0], (Op::Getppid, 100_000));
+        assert_eq!(quick.steps, [10_000, 50_000]);
+        assert_eq!((quick.latency_samples, quick.metrics_samples), (100, 30));
+        assert_eq!((quick.burst_start, quick.burst_max), (1_024, 32_768));
+        assert_eq!((quick.sockets, quick.scrapes), (10_000, 20));
+        assert_eq!(
+            Plan::new(false, 1).rounds,
+            2,
+            "at least two rounds to interleave"
+        );
+    }
+}
