@@ -1,4 +1,5 @@
 //! sockwatch's task runner (`cargo xtask ...`). It runs things; cargo still builds them.
+mod apt;
 mod bench;
 mod cmd;
 mod headroom;

@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 
 use crate::{
+    apt::Apt,
     cmd::{self, LLVM_BIN},
     kernels::{self, Kernel, Series},
 };
@@ -60,100 +61,10 @@ pub fn setup(vm: bool, series: &[Series]) -> anyhow::Result<Ready> {
     } else {
         Vec::new()
     };
-    if apt.installed_anything {
+    if apt.installed_anything() {
         println!("xtask: setup done in {:.1?}", started.elapsed());
     }
     Ok(Ready { kernels })
-}
-
-/// apt-get, with `apt-get update` run at most once per xtask invocation.
-#[derive(Default)]
-pub struct Apt {
-    updated: bool,
-    installed_anything: bool,
-}
-
-impl Apt {
-    pub fn update_once(&mut self) -> anyhow::Result<bool> {
-        if self.updated {
-            return Ok(false);
-        }
-        require_root("apt-get update")?;
-        cmd::output(cmd::command("apt-get").args(["update", "-qq"]))
-            .context("apt-get update (are Debian's package registries reachable?)")?;
-        self.updated = true;
-        Ok(true)
-    }
-
-    pub fn note_installed(&mut self, what: &str) {
-        self.installed_anything = true;
-        println!("xtask: installed {what}");
-    }
-
-    fn ensure_installed(&mut self, packages: &[&str]) -> anyhow::Result<()> {
-        let missing = missing_packages(packages)?;
-        if missing.is_empty() {
-            return Ok(());
-        }
-        require_root(&format!("apt-get install {}", missing.join(" ")))?;
-        self.update_once()?;
-        cmd::output(
-            cmd::command("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&missing),
-        )
-        .with_context(|| format!("apt-get install {}", missing.join(" ")))?;
-        let still = missing_packages(&missing)?;
-        if !still.is_empty() {
-            bail!(
-                "Debian packages still missing after apt-get install: {}",
-                still.join(" ")
-            );
-        }
-        for p in &missing {
-            self.note_installed(&format!("Debian package {p}"));
-        }
-        Ok(())
-    }
-}
-
-pub fn require_root(what: &str) -> anyhow::Result<()> {
-    if !cmd::is_root() {
-        bail!(
-            "`{what}` needs root: run `cargo xtask setup` as root (or run that apt-get yourself)"
-        );
-    }
-    Ok(())
-}
-
-/// The subset of `packages` that dpkg does not report as installed.
-fn missing_packages<S: AsRef<str>>(packages: &[S]) -> anyhow::Result<Vec<String>> {
-    // Exits 1 when a package is unknown to dpkg; that one is simply absent from the output.
-    let out = cmd::command("dpkg-query")
-        .arg("-W")
-        .arg("-f=${Package}\t${db:Status-Abbrev}\n")
-        .args(packages.iter().map(AsRef::as_ref))
-        .output()
-        .context("cannot run dpkg-query (is this Debian?)")?;
-    let listing = String::from_utf8_lossy(&out.stdout);
-    Ok(packages
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|p| !is_installed(&listing, p))
-        .map(str::to_owned)
-        .collect())
-}
-
-/// Whether `dpkg-query -W -f='${Package}\t${db:Status-Abbrev}\n'` output lists `package` as
-/// installed (`ii`).
-fn is_installed(listing: &str, package: &str) -> bool {
-    listing.lines().any(|line| {
-        let mut fields = line.split('\t');
-        let name = fields.next().unwrap_or_default();
-        let name = name.split(':').next().unwrap_or_default();
-        name == package && fields.next().is_some_and(|s| s.starts_with("ii"))
-    })
 }
 
 /// aya-build compiles the eBPF crate with `rustup run nightly`: that toolchain must exist and its
@@ -253,17 +164,6 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dpkg_listing() {
-        let listing = "clang-22\tii \nzlib1g-dev:amd64\tii \nbpftool\trc \ncpio\tun \n";
-        assert!(is_installed(listing, "clang-22"));
-        assert!(is_installed(listing, "zlib1g-dev"));
-        assert!(!is_installed(listing, "bpftool"), "config-files only");
-        assert!(!is_installed(listing, "cpio"), "not installed");
-        assert!(!is_installed(listing, "busybox-static"), "unknown to dpkg");
-        assert!(!is_installed(listing, "clang"), "no prefix match");
-    }
 
     #[test]
     fn rustc_vv() {

@@ -7,7 +7,7 @@ use std::{
 
 use crate::{
     cmd, headroom,
-    kernels::Series,
+    kernels::{Kernel, Series},
     setup,
     testrun::{self, Counts},
     vm,
@@ -44,10 +44,16 @@ impl Layer {
     }
 }
 
+/// Each test layer's counts, and the verifier rows its output carried (by layer label).
+#[derive(Default)]
+struct Results {
+    layers: Vec<Layer>,
+    headroom: Vec<(String, Vec<headroom::Row>)>,
+}
+
 /// Runs the suite; `true` when everything passed.
 pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
     let mut steps = Vec::new();
-    let mut layers = Vec::new();
     let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         println!("xtask: ===== {name} =====");
         let started = Instant::now();
@@ -63,7 +69,7 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
     };
 
     let mut kernels = None;
-    let mut headroom = Vec::new();
+    let mut results = Results::default();
     step("setup --vm", &mut || {
         kernels = Some(setup::setup(true, series)?.kernels);
         Ok(())
@@ -71,103 +77,120 @@ pub fn run(series: &[Series], vm_timeout: Duration) -> bool {
     step("cargo fmt --check", &mut || {
         cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))
     });
-    step("clippy (host crates)", &mut || {
-        // The eBPF crate only builds for the BPF target: it gets its own clippy below.
-        cmd::run(cmd::cargo().args([
-            "clippy",
-            "--workspace",
-            "--exclude",
-            "agent-ebpf",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]))
-    });
+    step("clippy (host crates)", &mut clippy_host);
     step(
         "deploy checks (schemas, promtool rules and tests, dashboards)",
         &mut || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
     );
-    step("clippy (eBPF crate)", &mut || {
-        let mut c = cmd::cargo();
-        c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
-            .args([
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--release",
-            ])
-            .arg("--target-dir")
-            .arg(cmd::target_dir().join("ebpf-clippy"))
-            .args(["--", "-D", "warnings"])
-            .env("CARGO_ENCODED_RUSTFLAGS", EBPF_RUSTFLAGS)
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .env_remove("RUSTUP_TOOLCHAIN");
-        cmd::run(&mut c)
-    });
+    step("clippy (eBPF crate)", &mut clippy_ebpf);
     step("host tests (root, host kernel)", &mut || {
-        let mut c = cmd::cargo();
-        // --no-fail-fast: every test binary runs and is counted, even after one fails.
-        c.args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "agent-ebpf",
-            "--no-fail-fast",
-        ])
-        .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
-        .env("RUST_TEST_THREADS", "1");
-        let (counts, failure, text) = count_tests(c);
-        headroom.push(("host".to_owned(), headroom::rows(&text)));
-        layers.push(Layer::new("host".into(), counts, failure.clone()));
-        failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
+        host_tests(&mut results)
     });
     step("vm tests (QEMU)", &mut || {
-        let Some(kernels) = &kernels else {
-            layers.push(Layer::new(
-                "vm".into(),
-                Counts::default(),
-                Some("setup --vm failed".into()),
-            ));
-            anyhow::bail!("no kernels: setup --vm failed");
-        };
-        let outcomes = match vm::test(kernels, vm_timeout) {
-            Ok(o) => o,
-            Err(e) => {
-                layers.push(Layer::new(
-                    "vm".into(),
-                    Counts::default(),
-                    Some(format!("{e:#}")),
-                ));
-                return Err(e);
-            }
-        };
-        let mut failed = Vec::new();
-        for o in outcomes {
-            let console = std::fs::read_to_string(&o.log).unwrap_or_default();
-            headroom.push((o.label.clone(), headroom::rows(&console)));
-            if let Some(why) = &o.failure {
-                failed.push(format!("{}: {why}", o.label));
-            }
-            layers.push(Layer::new(o.label, o.counts, o.failure));
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            anyhow::bail!(failed.join("; "))
-        }
+        vm_tests(kernels.as_deref(), vm_timeout, &mut results)
     });
-
     step("verifier table (docs/VERIFIER.md)", &mut || {
-        headroom::update(&cmd::workspace_root(), &headroom, 1 + series.len())
+        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + series.len())
     });
-    print_tables(&steps, &layers);
+    print_tables(&steps, &results.layers);
     steps.iter().all(|s| s.failure.is_none())
 }
 
-/// Runs a `cargo test`, returning what its result lines add up to and why it failed, if it did.
+fn clippy_host() -> anyhow::Result<()> {
+    // The eBPF crate only builds for the BPF target: it gets its own clippy below.
+    cmd::run(cmd::cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "agent-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn clippy_ebpf() -> anyhow::Result<()> {
+    let mut c = cmd::cargo();
+    c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
+        .args([
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+        ])
+        .arg("--target-dir")
+        .arg(cmd::target_dir().join("ebpf-clippy"))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_ENCODED_RUSTFLAGS", EBPF_RUSTFLAGS)
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN");
+    cmd::run(&mut c)
+}
+
+/// The host layer: the workspace's tests as root on this kernel.
+fn host_tests(results: &mut Results) -> anyhow::Result<()> {
+    let mut c = cmd::cargo();
+    // --no-fail-fast: every test binary runs and is counted, even after one fails.
+    c.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "agent-ebpf",
+        "--no-fail-fast",
+    ])
+    .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")
+    .env("RUST_TEST_THREADS", "1");
+    let (counts, failure, text) = count_tests(c);
+    results
+        .headroom
+        .push(("host".to_owned(), headroom::rows(&text)));
+    results
+        .layers
+        .push(Layer::new("host".into(), counts, failure.clone()));
+    failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
+}
+
+/// One layer per guest kernel; none but a failed `vm` layer without `kernels`.
+fn vm_tests(
+    kernels: Option<&[Kernel]>,
+    vm_timeout: Duration,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
+    let Some(kernels) = kernels else {
+        results.layers.push(failed_vm("setup --vm failed".into()));
+        anyhow::bail!("no kernels: setup --vm failed");
+    };
+    let outcomes = match vm::test(kernels, vm_timeout) {
+        Ok(o) => o,
+        Err(e) => {
+            results.layers.push(failed_vm(format!("{e:#}")));
+            return Err(e);
+        }
+    };
+    let mut failed = Vec::new();
+    for o in outcomes {
+        let console = std::fs::read_to_string(&o.log).unwrap_or_default();
+        results
+            .headroom
+            .push((o.label.clone(), headroom::rows(&console)));
+        if let Some(why) = &o.failure {
+            failed.push(format!("{}: {why}", o.label));
+        }
+        results
+            .layers
+            .push(Layer::new(o.label, o.counts, o.failure));
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(failed.join("; "))
+    }
+}
+
 /// Runs a `cargo test`: what its result lines add up to, why it failed if it did, its output.
 fn count_tests(c: Command) -> (Counts, Option<String>, String) {
     let what = cmd::describe(&c);

@@ -5,8 +5,9 @@ use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write as _},
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{ChildStdout, Command, Stdio},
     sync::mpsc,
+    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -179,7 +180,7 @@ verdict=PASS
 }
 
 /// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, each kernel's
-/// [`GUEST_MODULES`](crate::kernels::GUEST_MODULES) under `/lib/modules/<release>/`, `/init`).
+/// [`modules`](Kernel::modules) under `/lib/modules/<release>/`, `/init`).
 pub fn build_initramfs(payload: &Payload, kernels: &[Kernel], out: &Path) -> anyhow::Result<()> {
     let mut img = Image::default();
     for d in [
@@ -264,6 +265,52 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
 
     let started = Instant::now();
+    let mut child = qemu(kernel, initrd)
+        .spawn()
+        .context("cannot start qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    let (lines, reader) = read_lines(child.stdout.take().expect("piped"));
+    let mut stderr = child.stderr.take().expect("piped");
+    let stderr_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    let mut console = Console::new(label, started);
+    let timed_out = console.follow(&lines, &mut log, started + timeout)?;
+    let _ = child.kill();
+    let status = child.wait().context("waiting for qemu")?;
+    let _ = reader.join();
+    let qemu_stderr = stderr_reader.join().unwrap_or_default();
+    if !qemu_stderr.is_empty() {
+        writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
+    }
+
+    let counts = testrun::sum_results(&console.text);
+    let failure = if timed_out {
+        Some(format!("timed out after {timeout:?}"))
+    } else {
+        match console.verdict {
+            Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
+            Some(true) => None,
+            Some(false) => Some("guest verdict FAIL".to_owned()),
+            None => Some(format!("no verdict line; qemu exited ({status})")),
+        }
+    };
+    Ok(Outcome {
+        label: console.label,
+        kernel: kernel.clone(),
+        release: console.release,
+        counts,
+        boot_time: console.boot_time,
+        failure,
+        elapsed: started.elapsed(),
+        log: log_path,
+    })
+}
+
+/// `qemu-system-x86_64` booting `kernel` with `initrd`, the serial console on stdout.
+fn qemu(kernel: &Kernel, initrd: &Path) -> Command {
     let mut qemu = cmd::command("qemu-system-x86_64");
     qemu.args([
         "-accel",
@@ -286,12 +333,12 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let mut child = qemu
-        .spawn()
-        .context("cannot start qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    qemu
+}
 
+/// A thread sending each line of `stdout`, made [`printable`], until it closes.
+fn read_lines(stdout: ChildStdout) -> (mpsc::Receiver<String>, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
         let mut r = BufReader::new(stdout);
         let mut buf = Vec::new();
@@ -303,87 +350,81 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
             buf.clear();
         }
     });
-    let mut stderr = child.stderr.take().expect("piped");
-    let stderr_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
+    (rx, reader)
+}
 
-    let deadline = started + timeout;
-    let mut console = String::new();
-    let mut verdict = None;
-    let mut release = None;
-    let mut boot_time = None;
-    let mut timed_out = false;
-    loop {
-        let now = Instant::now();
-        let limit = match verdict {
-            Some(_) => deadline.min(now + POWEROFF_GRACE),
-            None => deadline,
-        };
-        let Some(wait) = limit.checked_duration_since(now) else {
-            timed_out = verdict.is_none();
-            break;
-        };
-        match rx.recv_timeout(wait) {
-            Ok(line) => {
-                log.write_all(line.as_bytes())?;
-                let text = line.trim_end();
-                if let Some(v) = text.split(VERDICT).nth(1) {
-                    verdict = Some(v.trim() == "PASS");
-                }
-                if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
-                    release = r.split_whitespace().next().map(str::to_owned);
-                    boot_time = Some(started.elapsed());
-                }
-                if text.contains("SOCKWATCH-VM-")
-                    || text.contains(crate::headroom::PREFIX)
-                    || text.contains("test result:")
-                    || text.starts_with("test ")
-                {
-                    let at = started.elapsed().as_secs_f64();
-                    println!("[{label} {at:>6.1}s] {text}");
-                }
-                console.push_str(&line);
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = verdict.is_none();
-                break;
-            }
-            // QEMU closed its console: it has exited.
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+/// What the guest's console has shown so far.
+struct Console {
+    label: String,
+    started: Instant,
+    text: String,
+    verdict: Option<bool>,
+    release: Option<String>,
+    boot_time: Option<Duration>,
+}
+
+impl Console {
+    fn new(label: String, started: Instant) -> Console {
+        Console {
+            label,
+            started,
+            text: String::new(),
+            verdict: None,
+            release: None,
+            boot_time: None,
         }
     }
-    let _ = child.kill();
-    let status = child.wait().context("waiting for qemu")?;
-    let _ = reader.join();
-    let qemu_stderr = stderr_reader.join().unwrap_or_default();
-    if !qemu_stderr.is_empty() {
-        writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
+
+    /// Takes `lines` into `log` until QEMU closes its console, `deadline` passes, or the
+    /// guest has had [`POWEROFF_GRACE`] to power off after its verdict; whether it timed out
+    /// without a verdict.
+    fn follow(
+        &mut self,
+        lines: &mpsc::Receiver<String>,
+        log: &mut fs::File,
+        deadline: Instant,
+    ) -> anyhow::Result<bool> {
+        loop {
+            let now = Instant::now();
+            let limit = match self.verdict {
+                Some(_) => deadline.min(now + POWEROFF_GRACE),
+                None => deadline,
+            };
+            let Some(wait) = limit.checked_duration_since(now) else {
+                return Ok(self.verdict.is_none());
+            };
+            match lines.recv_timeout(wait) {
+                Ok(line) => {
+                    log.write_all(line.as_bytes())?;
+                    self.take(line);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(self.verdict.is_none()),
+                // QEMU closed its console: it has exited.
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(false),
+            }
+        }
     }
 
-    let counts = testrun::sum_results(&console);
-    let failure = if timed_out {
-        Some(format!("timed out after {timeout:?}"))
-    } else {
-        match verdict {
-            Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
-            Some(true) => None,
-            Some(false) => Some("guest verdict FAIL".to_owned()),
-            None => Some(format!("no verdict line; qemu exited ({status})")),
+    /// Notes the verdict and kernel lines, echoes the lines worth following live.
+    fn take(&mut self, line: String) {
+        let text = line.trim_end();
+        if let Some(v) = text.split(VERDICT).nth(1) {
+            self.verdict = Some(v.trim() == "PASS");
         }
-    };
-    Ok(Outcome {
-        label,
-        kernel: kernel.clone(),
-        release,
-        counts,
-        boot_time,
-        failure,
-        elapsed: started.elapsed(),
-        log: log_path,
-    })
+        if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
+            self.release = r.split_whitespace().next().map(str::to_owned);
+            self.boot_time = Some(self.started.elapsed());
+        }
+        if text.contains("SOCKWATCH-VM-")
+            || text.contains(crate::headroom::PREFIX)
+            || text.contains("test result:")
+            || text.starts_with("test ")
+        {
+            let at = self.started.elapsed().as_secs_f64();
+            println!("[{} {at:>6.1}s] {text}", self.label);
+        }
+        self.text.push_str(&line);
+    }
 }
 
 /// Builds the payload and initramfs once, then boots each kernel in turn (two cores: one VM at a

@@ -1,0 +1,110 @@
+//! The report's section for a missed per-operation target: sockwatch's cost broken down by the
+//! run's own figures.
+use std::fmt::Write as _;
+
+use super::format::ns;
+use crate::bench::{
+    overhead::{GO_STEPS, Overhead},
+    plan::{Op, Variant},
+    stats::Spread,
+};
+
+pub fn render(s: &mut String, o: &Overhead) -> std::fmt::Result {
+    writeln!(s, "## Missed targets: the measured breakdown\n")?;
+    let top: Vec<String> = sockwatch_steps(o)
+        .into_iter()
+        .take(5)
+        .map(|(n, x)| format!("{n} {}", ns(x)))
+        .collect();
+    let change = |r: Vec<f64>| {
+        Spread::of(&r).map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0))
+    };
+    let cpu = |op| change(o.cpu_ratios(Variant::Sockwatch, op));
+    let wall = |op| change(o.ratios(Variant::Sockwatch, op));
+    writeln!(
+        s,
+        "**Per-operation overhead (tracepoint tier).** sockwatch adds {} per getppid call. \
+         Syscall by syscall (Go order), the largest additions are: {}. The workload \
+         thread's CPU time grows {} (C order) and {} (Go order), against wall-clock ratios \
+         of {} and {}. The costliest program runs (programs run at least 100 times): {}. \
+         Added per call against the programs' own run time: {}.\n",
+        o.added_ns(Variant::Sockwatch, Op::Getppid)
+            .map_or("?".into(), ns),
+        if top.is_empty() {
+            "?".into()
+        } else {
+            top.join(", ")
+        },
+        cpu(Op::SockCycle),
+        cpu(Op::SockCycleGo),
+        wall(Op::SockCycle),
+        wall(Op::SockCycleGo),
+        costliest_programs(o),
+        program_share(o),
+    )
+}
+
+/// Added ns per syscall of the Go-order cycle under sockwatch, largest first.
+fn sockwatch_steps(o: &Overhead) -> Vec<(&'static str, f64)> {
+    let mut out: Vec<(&'static str, f64)> = GO_STEPS
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            let added = o.step_p50(Variant::Sockwatch, i)? - o.step_p50(Variant::Off, i)?;
+            Some((*n, added))
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+/// For bind and listen: what sockwatch adds to the call, and its two programs' run time.
+fn program_share(o: &Overhead) -> String {
+    let steps = sockwatch_steps(o);
+    let run = |name: &str| {
+        o.programs
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, avg)| *avg)
+    };
+    let mut out = Vec::new();
+    for (call, progs) in [
+        ("bind", ["bind_tp_enter", "bind_tp_exit"]),
+        ("listen", ["listen_tp_enter", "listen_tp_exit"]),
+    ] {
+        let added = steps.iter().find(|(n, _)| *n == call).map(|(_, x)| *x);
+        let ran: Option<f64> = progs.iter().map(|p| run(p)).sum();
+        if let (Some(a), Some(r)) = (added, ran) {
+            out.push(format!(
+                "{call} gets {} per call, of which its two programs run {:.0} ns",
+                ns(a),
+                r
+            ));
+        }
+    }
+    if out.is_empty() {
+        "not measured".into()
+    } else {
+        out.join("; ")
+    }
+}
+
+/// The four programs (of those run at least 100 times) with the highest average run time.
+fn costliest_programs(o: &Overhead) -> String {
+    let mut p: Vec<_> = o
+        .programs
+        .iter()
+        .filter(|(_, runs, _)| *runs >= 100)
+        .collect();
+    p.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let top: Vec<String> = p
+        .iter()
+        .take(4)
+        .map(|(n, _, avg)| format!("`{n}` {avg:.0} ns"))
+        .collect();
+    if top.is_empty() {
+        "not measured".into()
+    } else {
+        top.join(", ")
+    }
+}

@@ -1,0 +1,245 @@
+//! The targets the bench checks (issue 6), each with what was measured and a verdict.
+use std::fmt::Write as _;
+
+use super::format::ns;
+use crate::bench::{
+    footprint::Footprint,
+    latency::Latency,
+    overhead::Overhead,
+    plan::{Op, Variant},
+    stats::{Spread, quantile},
+    throughput::Throughput,
+};
+
+/// How the targets on sockwatch's per-operation cost begin.
+const OVERHEAD_TARGETS: [&str; 2] = ["tracepoint tier", "cheaper than the bpftrace"];
+
+pub struct Target {
+    pub what: String,
+    pub measured: String,
+    pub verdict: Verdict,
+}
+
+impl Target {
+    fn new(what: impl Into<String>, measured: impl Into<String>, verdict: Verdict) -> Target {
+        Target {
+            what: what.into(),
+            measured: measured.into(),
+            verdict,
+        }
+    }
+}
+
+/// Every target whose phase ran, in the report's order.
+pub fn all(
+    overhead: Option<&Overhead>,
+    throughput: Option<&Throughput>,
+    footprint: Option<&Footprint>,
+    latency: Option<&Latency>,
+) -> Vec<Target> {
+    let mut t = Vec::new();
+    if let Some(o) = overhead {
+        t.extend(tracepoint_tier(o));
+        t.extend(versus(
+            o,
+            Variant::Bpftrace,
+            "cheaper than the bpftrace script",
+            1.0,
+        ));
+        let auditd = "far cheaper than auditd (≤ ⅓ of its added cost)";
+        t.extend(versus(o, Variant::Auditd, auditd, 1.0 / 3.0));
+    }
+    if let Some(th) = throughput {
+        t.extend(sustained(th));
+    }
+    if let Some(f) = footprint {
+        t.extend(footprint_targets(f));
+    }
+    if let Some(l) = latency {
+        t.extend(latency_targets(l));
+    }
+    t
+}
+
+/// Whether a target on sockwatch's per-operation cost was missed.
+pub fn overhead_missed(targets: &[Target]) -> bool {
+    targets.iter().any(|t| {
+        matches!(t.verdict, Verdict::Missed(_))
+            && OVERHEAD_TARGETS.iter().any(|p| t.what.starts_with(p))
+    })
+}
+
+pub fn render(s: &mut String, targets: &[Target]) -> std::fmt::Result {
+    writeln!(s, "## Targets (issue 6)\n")?;
+    writeln!(s, "| target | measured | verdict |\n| --- | --- | --- |")?;
+    for t in targets {
+        writeln!(s, "| {} | {} | {} |", t.what, t.measured, t.verdict.text())?;
+    }
+    writeln!(s)
+}
+
+/// ≤ 10 % added per socket life cycle, C and Go order.
+fn tracepoint_tier(o: &Overhead) -> Vec<Target> {
+    [(Op::SockCycle, "C order"), (Op::SockCycleGo, "Go order")]
+        .into_iter()
+        .filter_map(|(op, order)| {
+            let r = Spread::of(&o.ratios(Variant::Sockwatch, op))?;
+            Some(Target::new(
+                format!("tracepoint tier: ≤ 10 % added per socket operation (life cycle, {order})"),
+                format!("{:+.1} % (p50 of per-round ratios)", (r.p50 - 1.0) * 100.0),
+                Verdict::at_most(r.p50 - 1.0, 0.10, |x| format!("{:.1} points", x * 100.0)),
+            ))
+        })
+        .collect()
+}
+
+/// sockwatch's added ns per op at most `factor` times observer `v`'s, for every op; an op
+/// where the per-round ratios' IQRs overlap counts as a tie when `factor` is 1.
+fn versus(o: &Overhead, v: Variant, rule: &str, factor: f64) -> Option<Target> {
+    if !o.variants.contains(&v) {
+        return None;
+    }
+    let mut worse = Vec::new();
+    let mut tied = Vec::new();
+    let mut shown = Vec::new();
+    for op in [
+        Op::Unlink,
+        Op::SockCycle,
+        Op::SockCycleGo,
+        Op::Connect,
+        Op::Getppid,
+    ] {
+        let (Some(sw), Some(other)) = (o.added_ns(Variant::Sockwatch, op), o.added_ns(v, op))
+        else {
+            continue;
+        };
+        shown.push(format!("{}: {} vs {}", op.arg(), ns(sw), ns(other)));
+        if sw > other.max(0.0) * factor && sw > 0.0 {
+            // Within the spread of the per-round ratios, the order is noise.
+            let r = |v| Spread::of(&o.ratios(v, op));
+            match (r(Variant::Sockwatch), r(v)) {
+                (Some(a), Some(b)) if factor == 1.0 && a.p25 <= b.p75 => tied.push(op.arg()),
+                _ => worse.push(op.arg()),
+            }
+        }
+    }
+    let tie = if tied.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} higher by less than the rounds' spread (ratio IQRs overlap)",
+            tied.join(", ")
+        )
+    };
+    let verdict = if worse.is_empty() {
+        Verdict::Met.with(tie)
+    } else {
+        Verdict::Missed(format!("not for {}{tie}", worse.join(", ")))
+    };
+    Some(Target::new(
+        format!("{rule}, added ns per op"),
+        shown.join("; "),
+        verdict,
+    ))
+}
+
+/// Zero loss at 50,000 events/s, and the agent's CPU per event there.
+fn sustained(th: &Throughput) -> Vec<Target> {
+    let at50 = th.at_50k();
+    let mut t = vec![Target::new(
+        "zero loss at 50,000 events/s sustained",
+        at50.map_or("not reached".into(), |l| {
+            format!(
+                "{} lost of {} at {:.0} events/s",
+                l.lost,
+                l.produced,
+                l.rate()
+            )
+        }),
+        match at50 {
+            Some(l) if l.lost == 0 && l.rate() >= 0.95 * 50_000.0 && l.exact => Verdict::Met,
+            Some(l) if l.lost > 0 => Verdict::Missed(format!("{} events lost", l.lost)),
+            Some(l) if !l.exact => Verdict::Missed("counts do not add up".into()),
+            _ => Verdict::Missed("the workload could not produce the rate".into()),
+        },
+    )];
+    if let Some(us) = at50.and_then(|l| l.cpu_us_per_event()) {
+        t.push(Target::new(
+            "≤ 2 µs agent CPU per event",
+            format!("{us:.2} µs at 50,000 events/s"),
+            Verdict::at_most(us, 2.0, |x| format!("{x:.2} µs")),
+        ));
+    }
+    t
+}
+
+/// RSS with the held sockets, and the scrape's p99.
+fn footprint_targets(f: &Footprint) -> Vec<Target> {
+    let mib = f.rss_kib as f64 / 1024.0;
+    let mut t = vec![Target::new(
+        format!("RSS ≤ 64 MiB with {} live watched sockets", f.sockets),
+        format!("{mib:.1} MiB"),
+        Verdict::at_most(mib, 64.0, |x| format!("{x:.1} MiB")),
+    )];
+    if let Some(p99) = quantile(&f.scrape_ms, 0.99) {
+        t.push(Target::new(
+            "scrape ≤ 50 ms",
+            format!("p99 {p99:.1} ms at {} series", f.series),
+            Verdict::at_most(p99, 50.0, |x| format!("{x:.1} ms")),
+        ));
+    }
+    t
+}
+
+/// The slowest start-up, and the p99 latency to the event line.
+fn latency_targets(l: &Latency) -> Vec<Target> {
+    let mut t = Vec::new();
+    if let Some(max) = quantile(&l.startup, 1.0) {
+        t.push(Target::new(
+            "start-up ≤ 2 s with the whole probe table (issue 9; spawn → running)",
+            format!("{max:.2} s (slowest of the starts)"),
+            Verdict::at_most(max, 2.0, |x| format!("{x:.2} s")),
+        ));
+    }
+    if let Some(p99) = quantile(&l.to_line, 0.99) {
+        let ms = p99 / 1e6;
+        t.push(Target::new(
+            "p99 event latency ≤ 20 ms (syscall return → event line)",
+            format!("{ms:.1} ms"),
+            Verdict::at_most(ms, 20.0, |x| format!("{x:.1} ms")),
+        ));
+    }
+    t
+}
+
+pub enum Verdict {
+    Met,
+    MetWith(String),
+    Missed(String),
+}
+
+impl Verdict {
+    fn at_most(got: f64, limit: f64, show: impl Fn(f64) -> String) -> Verdict {
+        if got <= limit {
+            Verdict::Met
+        } else {
+            Verdict::Missed(format!("by {}", show(got - limit)))
+        }
+    }
+
+    /// Met, with a remark when there is one.
+    fn with(self, remark: String) -> Verdict {
+        match self {
+            Verdict::Met if !remark.is_empty() => Verdict::MetWith(remark),
+            v => v,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Verdict::Met => "met".into(),
+            Verdict::MetWith(r) => format!("met{r}"),
+            Verdict::Missed(why) => format!("**missed** {why}"),
+        }
+    }
+}
