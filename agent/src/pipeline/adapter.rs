@@ -3,7 +3,7 @@ use agent_common::EventKind;
 
 use crate::{
     engine::{Fidelity, FileId, Input, LiveAtUnlink, Proc},
-    events::EventLine,
+    events::{EventLine, KernelEvent},
 };
 
 /// The engine input for one kernel event, or `None` when it carries nothing the engine
@@ -11,27 +11,14 @@ use crate::{
 pub fn to_input(line: &EventLine) -> Option<Input> {
     let ev = &line.event;
     let ts_ns = ev.ts_ns;
-    let proc = Proc {
-        tgid: ev.tgid,
-        pid: ev.pid,
-        comm: ev.comm.clone(),
-        cgroup_id: ev.cgroup_id,
-        workload: line.workload.clone(),
-    };
+    let proc = acting_proc(line);
     let file = FileId {
         dev: ev.dev,
         ino: ev.ino,
     };
     let fidelity = ev.fidelity;
     let exact = fidelity == Fidelity::Exact;
-    // Only a positive kernel answer is trusted: a socket bound before the agent started may
-    // be missing from the kernel's table until the startup scan seeds it.
-    let live = (exact && ev.flags.live).then(|| LiveAtUnlink {
-        owner_tgid: ev.owner.map_or(0, |o| o.tgid),
-        sock_ino: ev.sock_ino,
-        listening: ev.flags.listening,
-        unlinker_holds_fd: Some(ev.flags.holds_fd),
-    });
+    let live = kernel_decision(ev);
     let seen = |yes: bool| (exact && yes).then_some(file);
     Some(match ev.kind {
         EventKind::Bind => Input::Bind {
@@ -71,20 +58,7 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
             fidelity,
             live,
         },
-        EventKind::Connect => {
-            let resolved = ev.ino != 0;
-            let known = exact || ev.flags.resolved_in_userspace;
-            Input::Connect {
-                ts_ns,
-                proc,
-                path: ev.path.clone(),
-                errno: -ev.ret,
-                target: resolved.then_some(file),
-                target_nlink: resolved.then_some(ev.nlink),
-                target_bound: known.then_some(ev.flags.target_bound),
-                target_listening: (known && ev.flags.target_bound).then_some(ev.flags.listening),
-            }
-        }
+        EventKind::Connect => connect_input(ev, proc, file),
         EventKind::Fork => Input::Fork {
             ts_ns,
             parent: proc,
@@ -97,6 +71,47 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
     })
 }
 
+/// The process behind a line, as the engine knows processes.
+fn acting_proc(line: &EventLine) -> Proc {
+    let ev = &line.event;
+    Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: ev.comm.clone(),
+        cgroup_id: ev.cgroup_id,
+        workload: line.workload.clone(),
+    }
+}
+
+/// What the kernel decided about the live socket an unlink or rename removed. Only a
+/// positive kernel answer is trusted: a socket bound before the agent started may be
+/// missing from the kernel's table until the startup scan seeds it.
+fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
+    (ev.fidelity == Fidelity::Exact && ev.flags.live).then(|| LiveAtUnlink {
+        owner_tgid: ev.owner.map_or(0, |o| o.tgid),
+        sock_ino: ev.sock_ino,
+        listening: ev.flags.listening,
+        unlinker_holds_fd: Some(ev.flags.holds_fd),
+    })
+}
+
+/// A refused (or counted) connect: what the kernel, or userspace completion, saw of its
+/// target.
+fn connect_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
+    let resolved = ev.ino != 0;
+    let known = ev.fidelity == Fidelity::Exact || ev.flags.resolved_in_userspace;
+    Input::Connect {
+        ts_ns: ev.ts_ns,
+        proc,
+        path: ev.path.clone(),
+        errno: -ev.ret,
+        target: resolved.then_some(file),
+        target_nlink: resolved.then_some(ev.nlink),
+        target_bound: known.then_some(ev.flags.target_bound),
+        target_listening: (known && ev.flags.target_bound).then_some(ev.flags.listening),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use agent_common::Tier;
@@ -104,7 +119,7 @@ mod tests {
     use super::*;
     use agent_common::Owner;
 
-    use crate::events::{EventFlags, KernelEvent};
+    use crate::events::EventFlags;
 
     fn input(e: &KernelEvent) -> Option<Input> {
         to_input(&EventLine {
