@@ -1,0 +1,132 @@
+use super::{request::*, response::*, routes::*, *};
+
+struct Fixed;
+
+impl Api for Fixed {
+    fn metrics(&self) -> String {
+        "m 1\n".into()
+    }
+    fn ready(&self) -> bool {
+        false
+    }
+    fn sockets(&self, path: Option<&str>) -> serde_json::Value {
+        serde_json::json!({ "path": path })
+    }
+    fn verdicts(&self, limit: usize) -> serde_json::Value {
+        serde_json::json!({ "limit": limit })
+    }
+}
+
+fn get(target: &str) -> String {
+    let req = Request {
+        method: "GET".into(),
+        target: target.into(),
+    };
+    String::from_utf8(handle(&req, &Fixed)).expect("utf-8")
+}
+
+#[test]
+fn routes() {
+    assert!(get("/metrics").starts_with("HTTP/1.1 200 OK\r\n"));
+    assert!(get("/metrics").contains("version=0.0.4"));
+    assert!(get("/metrics").ends_with("\r\n\r\nm 1\n"));
+    assert!(get("/healthz").starts_with("HTTP/1.1 200 "));
+    assert!(get("/readyz").starts_with("HTTP/1.1 503 "));
+    assert!(get("/nope").starts_with("HTTP/1.1 404 "));
+    assert!(get("/metrics/").starts_with("HTTP/1.1 404 "));
+}
+
+#[test]
+fn api_parameters() {
+    assert!(
+        get("/api/sockets?path=%2Frun%2Fmultus%2Fm.sock")
+            .ends_with("{\"path\":\"/run/multus/m.sock\"}\n")
+    );
+    assert!(get("/api/sockets").ends_with("{\"path\":null}\n"));
+    assert!(get("/api/sockets?path=").ends_with("{\"path\":null}\n"));
+    assert!(get("/api/sockets?path=%zz").starts_with("HTTP/1.1 400 "));
+    assert!(get("/api/verdicts").ends_with("{\"limit\":100}\n"));
+    assert!(get("/api/verdicts?limit=5").ends_with("{\"limit\":5}\n"));
+    for bad in ["0", "-1", "x", "10001"] {
+        assert!(
+            get(&format!("/api/verdicts?limit={bad}")).starts_with("HTTP/1.1 400 "),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn head_has_no_body_and_other_methods_are_refused() {
+    let req = Request {
+        method: "HEAD".into(),
+        target: "/healthz".into(),
+    };
+    let r = String::from_utf8(handle(&req, &Fixed)).expect("utf-8");
+    assert!(
+        r.starts_with("HTTP/1.1 200 ") && r.ends_with("\r\n\r\n"),
+        "{r}"
+    );
+    assert!(r.contains("Content-Length: 3\r\n"), "{r}");
+    for m in ["POST", "PUT", "DELETE", "OPTIONS", "get"] {
+        let req = Request {
+            method: m.into(),
+            target: "/metrics".into(),
+        };
+        let r = String::from_utf8(handle(&req, &Fixed)).expect("utf-8");
+        assert!(
+            r.starts_with("HTTP/1.1 405 ") && r.contains("Allow: GET, HEAD"),
+            "{m}: {r}"
+        );
+    }
+}
+
+#[test]
+fn head_parsing() {
+    let ok = parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 4).expect("valid");
+    assert_eq!(
+        ok,
+        Some(Request {
+            method: "GET".into(),
+            target: "/metrics".into()
+        })
+    );
+    assert!(matches!(
+        parse_head(b"GET /metrics HTTP/1.1\r\nHost:", 4),
+        Ok(None)
+    ));
+    assert!(matches!(
+        parse_head(b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n", 2),
+        Err(HeadError::Reject(Status::HeadersTooLarge, _))
+    ));
+    assert!(matches!(
+        parse_head(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 4),
+        Err(HeadError::Reject(Status::BadRequest, _))
+    ));
+    assert!(matches!(
+        parse_head(b"GET / HTTP/2.0\r\n\r\n", 4),
+        Err(HeadError::Reject(Status::BadRequest, _))
+    ));
+    assert!(matches!(
+        too_large(b"GET /aaaa"),
+        HeadError::Reject(Status::UriTooLong, _)
+    ));
+    assert!(matches!(
+        too_large(b"GET / HTTP/1.1\r\nX: aaa"),
+        HeadError::Reject(Status::HeadersTooLarge, _)
+    ));
+}
+
+#[test]
+fn query_decoding() {
+    assert_eq!(
+        parse_query("a=1&b=x+y&c&&d=%41%42").expect("valid"),
+        vec![
+            ("a".into(), "1".into()),
+            ("b".into(), "x y".into()),
+            ("c".into(), String::new()),
+            ("d".into(), "AB".into())
+        ]
+    );
+    assert!(parse_query("a=%4").is_err());
+    assert!(parse_query("a=%ff").is_err());
+}
