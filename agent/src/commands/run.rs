@@ -42,6 +42,7 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
     Ok(merged)
 }
 
+/// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Arc::new(settle(&args)?);
     let watches: Vec<WatchedDir> = config
@@ -52,25 +53,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?;
-    let mut probes = Probes::load(&LoadOptions {
-        mode: args.probe_mode,
-        ignore_tgid: std::process::id(),
-        wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
-        watch: watches.clone(),
-        require_all_hooks: config.require_all_hooks,
-    })?;
-    log::info!("kernel helpers: {}", probes.features.summary());
-    for r in &probes.report {
-        match r.attached {
-            Some(_) => log::info!("attached {}", r.summary()),
-            None => log::warn!(
-                "{}: no probe tier attached, running without it: {} ({})",
-                r.hook.name(),
-                r.hook.missed_without(),
-                r.summary()
-            ),
-        }
-    }
+    let mut probes = attach(&args, &config, &watches)?;
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());
     metrics.probes(&probes.report);
@@ -86,24 +69,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         watch: config.watches.iter().map(|w| w.path.clone()).collect(),
         ..Default::default()
     };
-    let started = reconcile::boot_ns();
-    let clock = Instant::now();
-    match scan::scan(&scan_opts) {
-        Ok(report) => {
-            let seeded = pipeline.reconcile(started, &report)?;
-            pipeline.flush()?;
-            record_scan(&metrics, "startup", clock.elapsed(), &report);
-            for w in &report.warnings {
-                log::warn!("startup scan could not see everything: {w}");
-            }
-            log::info!(
-                "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
-                report.sockets.len(),
-                report.findings.len()
-            );
-        }
-        Err(e) => log::warn!("startup scan failed, continuing on kernel events alone: {e}"),
-    }
+    startup_scan(&mut pipeline, &metrics, &scan_opts)?;
 
     let shared = Arc::new(Shared {
         metrics,
@@ -115,25 +81,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let stats = rt.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let shutdown = async {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
+        let shutdown = shutdown_signal()?;
         if let Some(addr) = config.listen {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            log::info!("serving /metrics, /healthz, /readyz and /api on {addr}");
-            let api: Arc<dyn Api> = shared.clone();
-            tokio::spawn(async move {
-                if let Err(e) = http::serve(listener, api, HttpLimits::default()).await {
-                    log::error!("HTTP endpoint stopped: {e}");
-                }
-            });
+            serve_http(addr, shared.clone()).await?;
         }
         let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
         if !config.scan_interval.is_zero() {
@@ -166,6 +116,86 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         probes.counters()?.summary()
     );
     Ok(()) // dropping the probes detaches every program
+}
+
+/// Resolves on the first SIGTERM or SIGINT (both are registered at once).
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Loads and attaches the probes, saying what each hook got and what a missing one costs.
+fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Result<Probes> {
+    let probes = Probes::load(&LoadOptions {
+        mode: args.probe_mode,
+        ignore_tgid: std::process::id(),
+        wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
+        watch: watches.to_vec(),
+        require_all_hooks: config.require_all_hooks,
+    })?;
+    log::info!("kernel helpers: {}", probes.features.summary());
+    for r in &probes.report {
+        match r.attached {
+            Some(_) => log::info!("attached {}", r.summary()),
+            None => log::warn!(
+                "{}: no probe tier attached, running without it: {} ({})",
+                r.hook.name(),
+                r.hook.missed_without(),
+                r.summary()
+            ),
+        }
+    }
+    Ok(probes)
+}
+
+/// The scan after attaching (so a socket bound meanwhile is in the scan or in the events):
+/// seeds the engine and the kernel's live table. A failed scan is logged, not fatal.
+fn startup_scan(
+    pipeline: &mut Pipeline,
+    metrics: &Metrics,
+    opts: &ScanOptions,
+) -> anyhow::Result<()> {
+    let started = reconcile::boot_ns();
+    let clock = Instant::now();
+    let report = match scan::scan(opts) {
+        Ok(report) => report,
+        Err(e) => {
+            log::warn!("startup scan failed, continuing on kernel events alone: {e}");
+            return Ok(());
+        }
+    };
+    let seeded = pipeline.reconcile(started, &report)?;
+    pipeline.flush()?;
+    record_scan(metrics, "startup", clock.elapsed(), &report);
+    for w in &report.warnings {
+        log::warn!("startup scan could not see everything: {w}");
+    }
+    log::info!(
+        "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
+        report.sockets.len(),
+        report.findings.len()
+    );
+    Ok(())
+}
+
+/// Binds the HTTP endpoint (a bind failure stops the agent) and serves it in the background.
+async fn serve_http(addr: std::net::SocketAddr, api: Arc<dyn Api>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    log::info!("serving /metrics, /healthz, /readyz and /api on {addr}");
+    tokio::spawn(async move {
+        if let Err(e) = http::serve(listener, api, HttpLimits::default()).await {
+            log::error!("HTTP endpoint stopped: {e}");
+        }
+    });
+    Ok(())
 }
 
 fn record_scan(metrics: &Metrics, kind: &str, took: Duration, report: &ScanReport) {
