@@ -11,14 +11,10 @@ pub const COMM_LEN: usize = 16;
 use crate::ids::{FileId, Owner};
 
 named_enum! {
+    serde;
     /// What happened (and which hook saw it). Ids are never reused: a retired kind keeps its
     /// number.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    #[cfg_attr(
-        feature = "user",
-        derive(serde::Serialize, serde::Deserialize),
-        serde(rename_all = "snake_case")
-    )]
     pub enum EventKind: u32 {
         /// A socket was bound to a path. `file`, `sock_ino`, `path`.
         Bind = 1 => "bind",
@@ -42,13 +38,9 @@ named_enum! {
 }
 
 named_enum! {
+    serde;
     /// What an event can be trusted for.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-    #[cfg_attr(
-        feature = "user",
-        derive(serde::Serialize, serde::Deserialize),
-        serde(rename_all = "snake_case")
-    )]
     pub enum Fidelity: u8 {
         /// The kernel saw the inode at the moment of the operation.
         #[default]

@@ -2,8 +2,25 @@
 
 /// Declares a `#[repr]` enum with its numbers and names once, and derives from that one list
 /// `ALL` (declaration order), `from_repr` (the number back to the variant) and `name` (what
-/// outputs, metrics and labels print).
+/// outputs, metrics and labels print). Names are the variants' snake_case forms, which serde
+/// also uses.
 macro_rules! named_enum {
+    // `serde`: also (de)serialized by name under the `user` feature.
+    (
+        serde;
+        $(#[$meta:meta])*
+        pub enum $name:ident: $repr:ty { $($body:tt)* }
+    ) => {
+        named_enum! {
+            $(#[$meta])*
+            #[cfg_attr(
+                feature = "user",
+                derive(serde::Serialize, serde::Deserialize),
+                serde(rename_all = "snake_case")
+            )]
+            pub enum $name: $repr { $($body)* }
+        }
+    };
     (
         $(#[$meta:meta])*
         pub enum $name:ident: $repr:ty {

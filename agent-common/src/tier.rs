@@ -1,13 +1,9 @@
 //! How a hook is attached, and which helpers its program may call.
 
 named_enum! {
+    serde;
     /// How a hook is attached. Ids are never reused; the preference order is the probe table's.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-    #[cfg_attr(
-        feature = "user",
-        derive(serde::Serialize, serde::Deserialize),
-        serde(rename_all = "snake_case")
-    )]
     pub enum Tier: u8 {
         /// BPF LSM hooks.
         Lsm = 1 => "lsm",

@@ -158,6 +158,16 @@ const fn tier(tier: Tier, programs: &'static [ProgramSpec]) -> TierSpec {
     TierSpec { tier, programs }
 }
 
+/// Syscall enter/exit tracepoint programs, named `<syscall>_tp_enter` and `<syscall>_tp_exit`.
+macro_rules! syscall_pairs {
+    ($($syscall:literal),+) => {
+        &[$(
+            p(concat!($syscall, "_tp_enter"), sys(concat!("sys_enter_", $syscall))),
+            p(concat!($syscall, "_tp_exit"), sys(concat!("sys_exit_", $syscall))),
+        )+]
+    };
+}
+
 /// The tiers of a hook on a `unix_*` socket call (bind, listen): fexit, kprobe with
 /// kretprobe, and the syscall's enter/exit tracepoints, named `<hook>_<tier>`.
 macro_rules! socket_call_tiers {
@@ -174,17 +184,19 @@ macro_rules! socket_call_tiers {
                     p(concat!($hook, "_kretprobe"), kretprobe($function)),
                 ],
             ),
-            tier(
-                Tier::Tracepoint,
-                &[
-                    p(
-                        concat!($hook, "_tp_enter"),
-                        sys(concat!("sys_enter_", $hook)),
-                    ),
-                    p(concat!($hook, "_tp_exit"), sys(concat!("sys_exit_", $hook))),
-                ],
-            ),
+            tier(Tier::Tracepoint, syscall_pairs!($hook)),
         ]
+    };
+}
+
+/// The program `<hook><suffix>` and its bounded twin `<hook><suffix>_b`.
+macro_rules! twin {
+    ($hook:literal, $suffix:literal, $attach:expr) => {
+        flavored(
+            concat!($hook, $suffix),
+            concat!($hook, $suffix, "_b"),
+            $attach,
+        )
     };
 }
 
@@ -197,52 +209,22 @@ macro_rules! vfs_tiers {
             tier(
                 Tier::Fentry,
                 &[
-                    flavored(
-                        concat!($hook, "_fentry"),
-                        concat!($hook, "_fentry_b"),
-                        fentry($function),
-                    ),
-                    flavored(
-                        concat!($hook, "_fexit"),
-                        concat!($hook, "_fexit_b"),
-                        fexit($function),
-                    ),
+                    twin!($hook, "_fentry", fentry($function)),
+                    twin!($hook, "_fexit", fexit($function)),
                 ],
             ),
             tier(
                 Tier::Lsm,
-                &[flavored(
-                    concat!($hook, "_lsm"),
-                    concat!($hook, "_lsm_b"),
-                    Attach::Lsm { hook: $lsm },
-                )],
+                &[twin!($hook, "_lsm", Attach::Lsm { hook: $lsm })],
             ),
             tier(
                 Tier::Kprobe,
                 &[
-                    flavored(
-                        concat!($hook, "_kprobe"),
-                        concat!($hook, "_kprobe_b"),
-                        kprobe($function),
-                    ),
-                    flavored(
-                        concat!($hook, "_kret"),
-                        concat!($hook, "_kret_b"),
-                        kretprobe($function),
-                    ),
+                    twin!($hook, "_kprobe", kprobe($function)),
+                    twin!($hook, "_kret", kretprobe($function)),
                 ],
             ),
         ]
-    };
-}
-
-/// Syscall enter/exit tracepoint programs, named `<syscall>_tp_enter` and `<syscall>_tp_exit`.
-macro_rules! syscall_pairs {
-    ($($syscall:literal),+) => {
-        &[$(
-            p(concat!($syscall, "_tp_enter"), sys(concat!("sys_enter_", $syscall))),
-            p(concat!($syscall, "_tp_exit"), sys(concat!("sys_exit_", $syscall))),
-        )+]
     };
 }
 
