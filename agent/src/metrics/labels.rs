@@ -94,7 +94,7 @@ pub fn hooks() -> Vec<&'static str> {
 }
 
 /// Connect errors get a label of their own; every other errno is [`OTHER_ERRNO`].
-pub const ERRNOS: &[(i32, &str)] = &[
+const ERRNOS: &[(i32, &str)] = &[
     (libc::ECONNREFUSED, "ECONNREFUSED"),
     (libc::ENOENT, "ENOENT"),
     (libc::EACCES, "EACCES"),
@@ -102,7 +102,7 @@ pub const ERRNOS: &[(i32, &str)] = &[
     (libc::EPROTOTYPE, "EPROTOTYPE"),
     (libc::EAGAIN, "EAGAIN"),
 ];
-pub const OTHER_ERRNO: &str = "other";
+const OTHER_ERRNO: &str = "other";
 
 /// The `errno` label of a positive errno.
 pub fn errno_name(errno: i32) -> &'static str {

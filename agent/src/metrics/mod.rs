@@ -4,8 +4,8 @@
 //! [`Metrics::describe`] (and so `docs/metrics.md`) reads them. Counters of what the agent
 //! sees are pushed as it sees it ([`hot`]); the kernel's counters and the engine's state are
 //! read when scraped, by collectors over a [`KernelSource`] and an [`EngineSource`]. Labels
-//! come from bounded sets only ([`labels`]; `watch` is capped by [`watch::WatchLabels`]) — never
-//! pids, inodes or paths.
+//! come from bounded sets only ([`labels`]; `watch` is capped by [`watch::WatchLabels`]):
+//! never pids, inodes or paths.
 mod collect;
 mod engine;
 mod hot;

@@ -7,6 +7,7 @@ use prometheus::{
     proto::{MetricFamily, MetricType},
 };
 
+/// A metric's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Counter,
@@ -65,7 +66,7 @@ impl Spec {
     }
 
     /// An empty family of this metric, for a collector to fill.
-    pub fn family(&self) -> MetricFamily {
+    pub fn empty_family(&self) -> MetricFamily {
         let mut family = MetricFamily::default();
         family.set_name(self.name.into());
         family.set_help(self.help.into());
