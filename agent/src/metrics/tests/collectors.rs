@@ -1,7 +1,7 @@
 //! The collectors: kernel counters and engine state, read at scrape time.
 use std::sync::{Arc, Mutex};
 
-use super::{Scraped, kernel_counters, value, watching};
+use super::{Scraped, assert_values, kernel_counters, watching};
 use crate::{
     engine::{FileId, OrphanCause, OrphanInfo, Proc, Stats},
     metrics::{EngineSnapshot, MapFill, Metrics, engine::MAX_MAPS},
@@ -24,28 +24,23 @@ fn orphan(path: &str, age_s: u64) -> OrphanInfo {
 #[test]
 fn every_collected_series_is_there_from_the_first_scrape() {
     let t = Scraped::new(Default::default()).render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_events_lost_total{kind="unlink"}"#),
-        Some(0.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_events_lost_total{kind="unlink"}"#, 0.0),
+            (
+                r#"sockwatch_kernel_errors_total{reason="fd_walk_partial"}"#,
+                0.0,
+            ),
+            (r#"sockwatch_orphaned_listeners{watch="none"}"#, 0.0),
+            (r#"sockwatch_engine_evictions_total{table="history"}"#, 0.0),
+            (
+                r#"sockwatch_engine_ignored_total{reason="not_path_bound"}"#,
+                0.0,
+            ),
+            ("sockwatch_engine_sockets", 0.0),
+        ],
     );
-    assert_eq!(
-        v(r#"sockwatch_kernel_errors_total{reason="fd_walk_partial"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listeners{watch="none"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_engine_evictions_total{table="history"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_engine_ignored_total{reason="not_path_bound"}"#),
-        Some(0.0)
-    );
-    assert_eq!(v("sockwatch_engine_sockets"), Some(0.0));
 }
 
 #[test]
@@ -53,33 +48,31 @@ fn kernel_counters_are_what_the_kernel_holds_at_each_scrape() {
     let s = Scraped::new(Default::default());
     *s.kernel.lock().expect("kernel") = kernel_counters(5, 1, 7);
     let t = s.render();
-    assert_eq!(
-        value(&t, r#"sockwatch_events_lost_total{kind="unlink"}"#),
-        Some(5.0)
-    );
-    assert_eq!(
-        value(&t, r#"sockwatch_kernel_errors_total{reason="map_full"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        value(&t, r#"sockwatch_kernel_errors_total{reason="read_failed"}"#),
-        Some(0.0)
-    );
-    assert_eq!(value(&t, "sockwatch_connects_ok_total"), Some(7.0));
-    assert_eq!(
-        value(
-            &t,
-            r#"sockwatch_kernel_events_submitted_total{kind="unlink"}"#
-        ),
-        Some(100.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_events_lost_total{kind="unlink"}"#, 5.0),
+            (r#"sockwatch_kernel_errors_total{reason="map_full"}"#, 1.0),
+            (
+                r#"sockwatch_kernel_errors_total{reason="read_failed"}"#,
+                0.0,
+            ),
+            ("sockwatch_connects_ok_total", 7.0),
+            (
+                r#"sockwatch_kernel_events_submitted_total{kind="unlink"}"#,
+                100.0,
+            ),
+        ],
     );
     *s.kernel.lock().expect("kernel") = kernel_counters(8, 1, 9);
     let t = s.render();
-    assert_eq!(
-        value(&t, r#"sockwatch_events_lost_total{kind="unlink"}"#),
-        Some(8.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_events_lost_total{kind="unlink"}"#, 8.0),
+            ("sockwatch_connects_ok_total", 9.0),
+        ],
     );
-    assert_eq!(value(&t, "sockwatch_connects_ok_total"), Some(9.0));
 }
 
 #[test]
@@ -106,48 +99,38 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
         maps: vec![],
     };
     let t = s.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listeners{watch="multus"}"#),
-        Some(2.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listeners{watch="none"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listeners{watch="crio"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#),
-        Some(90.0)
-    );
-    assert_eq!(v("sockwatch_engine_sockets"), Some(7.0));
-    assert_eq!(v("sockwatch_engine_live_sockets"), Some(5.0));
-    assert_eq!(v("sockwatch_engine_processes"), Some(3.0));
-    assert_eq!(
-        v(r#"sockwatch_engine_evictions_total{table="sockets"}"#),
-        Some(2.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_engine_ignored_total{reason="unlink_ambiguous"}"#),
-        Some(4.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_orphaned_listeners{watch="multus"}"#, 2.0),
+            (r#"sockwatch_orphaned_listeners{watch="none"}"#, 1.0),
+            (r#"sockwatch_orphaned_listeners{watch="crio"}"#, 0.0),
+            (
+                r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#,
+                90.0,
+            ),
+            ("sockwatch_engine_sockets", 7.0),
+            ("sockwatch_engine_live_sockets", 5.0),
+            ("sockwatch_engine_processes", 3.0),
+            (r#"sockwatch_engine_evictions_total{table="sockets"}"#, 2.0),
+            (
+                r#"sockwatch_engine_ignored_total{reason="unlink_ambiguous"}"#,
+                4.0,
+            ),
+        ],
     );
     s.engine.lock().expect("engine").orphans.clear();
     let t = s.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listeners{watch="multus"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_engine_evictions_total{table="sockets"}"#),
-        Some(2.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_orphaned_listeners{watch="multus"}"#, 0.0),
+            (
+                r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#,
+                0.0,
+            ),
+            (r#"sockwatch_engine_evictions_total{table="sockets"}"#, 2.0),
+        ],
     );
 }
 
@@ -163,10 +146,12 @@ fn map_fill_of_at_most_max_maps() {
         })
         .collect();
     let t = s.render();
-    assert_eq!(value(&t, r#"sockwatch_map_entries{map="M1"}"#), Some(11.0));
-    assert_eq!(
-        value(&t, r#"sockwatch_map_capacity{map="M1"}"#),
-        Some(100.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_map_entries{map="M1"}"#, 11.0),
+            (r#"sockwatch_map_capacity{map="M1"}"#, 100.0),
+        ],
     );
     assert_eq!(
         t.lines()

@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 
 use agent_common::{EventKind, Tier};
 
-use super::{Scraped, foreign_unlink, sock_event, value};
+use super::{Scraped, assert_values, foreign_unlink, sock_event, value};
 use crate::{
     config::{NO_WATCH, OTHER_WATCH, WATCH_LABELS},
     engine::{DecidedBy, Proc, Relation, StaleKind, Verdict},
@@ -41,43 +41,40 @@ fn probes_export_every_tier_and_the_fallback_level() {
         },
     ]);
     let t = m.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_probe_attached{hook="bind",tier="tracepoint"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_probe_attached{hook="bind",tier="fentry"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_probe_attached{hook="bind",tier="kprobe"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_probe_fallback_level{hook="bind"}"#),
-        Some(2.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_probe_fallback_level{hook="connect"}"#),
-        Some(0.0)
-    );
-    assert_eq!(v(r#"sockwatch_probe_degraded{hook="connect"}"#), Some(1.0));
-    assert_eq!(v(r#"sockwatch_probe_degraded{hook="bind"}"#), Some(0.0));
-    assert_eq!(v(r#"sockwatch_hook_missing{hook="exit"}"#), Some(1.0));
-    assert_eq!(v(r#"sockwatch_hook_missing{hook="bind"}"#), Some(0.0));
-    assert_eq!(
-        v(r#"sockwatch_probe_attached{hook="exit",tier="tracepoint"}"#),
-        Some(0.0)
+    assert_values(
+        &t,
+        &[
+            (
+                r#"sockwatch_probe_attached{hook="bind",tier="tracepoint"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_probe_attached{hook="bind",tier="fentry"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_probe_attached{hook="bind",tier="kprobe"}"#,
+                0.0,
+            ),
+            (r#"sockwatch_probe_fallback_level{hook="bind"}"#, 2.0),
+            (r#"sockwatch_probe_fallback_level{hook="connect"}"#, 0.0),
+            (r#"sockwatch_probe_degraded{hook="connect"}"#, 1.0),
+            (r#"sockwatch_probe_degraded{hook="bind"}"#, 0.0),
+            (r#"sockwatch_hook_missing{hook="exit"}"#, 1.0),
+            (r#"sockwatch_hook_missing{hook="bind"}"#, 0.0),
+            (
+                r#"sockwatch_probe_attached{hook="exit",tier="tracepoint"}"#,
+                0.0,
+            ),
+        ],
     );
     // A hook missing from the report is attached at no tier.
-    assert_eq!(
-        v(r#"sockwatch_probe_attached{hook="unlink",tier="lsm"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_probe_fallback_level{hook="unlink"}"#),
-        Some(4.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_probe_attached{hook="unlink",tier="lsm"}"#, 0.0),
+            (r#"sockwatch_probe_fallback_level{hook="unlink"}"#, 4.0),
+        ],
     );
     // Every (hook, tier) of the probe table is exported.
     let n = PROBES.iter().map(|h| h.tiers.len()).sum::<usize>();
@@ -110,32 +107,24 @@ fn events_and_connect_errors_by_errno_name() {
     ));
     m.decode_error();
     let t = m.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_events_total{kind="bind",tier="fentry"}"#),
-        Some(1.0)
+    assert_values(
+        &t,
+        &[
+            (r#"sockwatch_events_total{kind="bind",tier="fentry"}"#, 1.0),
+            (
+                r#"sockwatch_events_total{kind="connect",tier="tracepoint"}"#,
+                3.0,
+            ),
+            (
+                r#"sockwatch_connect_errors_total{errno="ECONNREFUSED"}"#,
+                1.0,
+            ),
+            (r#"sockwatch_connect_errors_total{errno="ENOENT"}"#, 1.0),
+            (r#"sockwatch_connect_errors_total{errno="other"}"#, 1.0),
+            (r#"sockwatch_connect_errors_total{errno="EACCES"}"#, 0.0),
+            ("sockwatch_decode_errors_total", 1.0),
+        ],
     );
-    assert_eq!(
-        v(r#"sockwatch_events_total{kind="connect",tier="tracepoint"}"#),
-        Some(3.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_connect_errors_total{errno="ECONNREFUSED"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_connect_errors_total{errno="ENOENT"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_connect_errors_total{errno="other"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_connect_errors_total{errno="EACCES"}"#),
-        Some(0.0)
-    );
-    assert_eq!(v("sockwatch_decode_errors_total"), Some(1.0));
 }
 
 #[test]
@@ -158,34 +147,38 @@ fn verdicts_by_kind_relation_and_watch() {
         "multus",
     );
     let t = m.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_foreign_unlinks_total{relation="same_workload_other_pod",watch="multus"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_foreign_unlinks_total{relation="unknown",watch="none"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_verdicts_total{verdict="foreign_unlink",watch="multus"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_verdicts_total{verdict="stale_connect",watch="multus"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_stale_connects_total{kind="unlinked_pinned",watch="multus"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_stale_connects_total{kind="dead_listener",watch="multus"}"#),
-        Some(0.0)
-    );
-    assert_eq!(
-        v(r#"sockwatch_replacements_total{relation="other",watch="multus"}"#),
-        Some(0.0)
+    assert_values(
+        &t,
+        &[
+            (
+                r#"sockwatch_foreign_unlinks_total{relation="same_workload_other_pod",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_foreign_unlinks_total{relation="unknown",watch="none"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_verdicts_total{verdict="foreign_unlink",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_verdicts_total{verdict="stale_connect",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_stale_connects_total{kind="unlinked_pinned",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_stale_connects_total{kind="dead_listener",watch="multus"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_replacements_total{relation="other",watch="multus"}"#,
+                0.0,
+            ),
+        ],
     );
 }
 
@@ -230,14 +223,16 @@ fn build_info_and_series_at_zero() {
     ] {
         assert_eq!(value(&t, &none(series)), Some(0.0), "{series}");
     }
-    assert_eq!(
-        value(
-            &t,
-            r#"sockwatch_verdicts_withheld_total{verdict="replaced"}"#
-        ),
-        Some(0.0)
+    assert_values(
+        &t,
+        &[
+            (
+                r#"sockwatch_verdicts_withheld_total{verdict="replaced"}"#,
+                0.0,
+            ),
+            ("sockwatch_decode_errors_total", 0.0),
+        ],
     );
-    assert_eq!(value(&t, "sockwatch_decode_errors_total"), Some(0.0));
     assert!(t.contains("process_resident_memory_bytes"), "{t}");
 }
 
@@ -255,15 +250,19 @@ fn scans_by_kind_and_what_the_last_one_found() {
     m.scan(Scan::Periodic, 0.03, 0, 2);
     m.scan(Scan::Periodic, 0.03, 0, 3);
     let t = m.render();
-    let v = |s: &str| value(&t, s);
-    assert_eq!(
-        v(r#"sockwatch_scan_duration_seconds_count{scan="startup"}"#),
-        Some(1.0)
+    assert_values(
+        &t,
+        &[
+            (
+                r#"sockwatch_scan_duration_seconds_count{scan="startup"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#,
+                2.0,
+            ),
+            ("sockwatch_stale_bind_mounts", 0.0),
+            ("sockwatch_stale_socket_files", 3.0),
+        ],
     );
-    assert_eq!(
-        v(r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#),
-        Some(2.0)
-    );
-    assert_eq!(v("sockwatch_stale_bind_mounts"), Some(0.0));
-    assert_eq!(v("sockwatch_stale_socket_files"), Some(3.0));
 }

@@ -22,6 +22,13 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .map(|v| v.parse().expect("numeric value"))
 }
 
+/// Asserts the value of each `(series, value)` in `text`.
+fn assert_values(text: &str, want: &[(&str, f64)]) {
+    for (series, want) in want {
+        assert_eq!(value(text, series), Some(*want), "{series} in\n{text}");
+    }
+}
+
 /// Built from its JSON form, so fields added later take their defaults.
 fn sock_event(kind: EventKind, tier: Tier, ret: i32) -> KernelEvent {
     serde_json::from_value(serde_json::json!({
