@@ -10,11 +10,11 @@ use crate::{
     engine::{Engine, Limits},
     http::{self, Api, HttpLimits},
     kernel::{
-        loader::{LoadOptions, Probes},
+        loader::{KernelCounters, LoadOptions, Probes},
         probes::{Hook, Missed as _},
         watch::{self, WatchedDir},
     },
-    metrics::Metrics,
+    metrics::{EngineSnapshot, EngineSource, KernelSource, MapFill, Metrics, Scan},
     pipeline::{
         Pipeline,
         output::JsonLines,
@@ -73,10 +73,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let shared = Arc::new(Shared {
         metrics,
-        config: config.clone(),
-        pipeline: Mutex::new(pipeline),
-        probes: Mutex::new(probes),
+        pipeline: Arc::new(Mutex::new(pipeline)),
+        probes: Arc::new(Mutex::new(probes)),
     });
+    shared.metrics.collect_kernel(&shared.probes);
+    shared
+        .metrics
+        .collect_engine(&shared.pipeline, config.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -172,7 +175,7 @@ fn startup_scan(
     };
     let seeded = pipeline.reconcile(started, &report)?;
     pipeline.flush()?;
-    record_scan(metrics, "startup", clock.elapsed(), &report);
+    record_scan(metrics, Scan::Startup, clock.elapsed(), &report);
     for w in &report.warnings {
         log::warn!("startup scan could not see everything: {w}");
     }
@@ -198,7 +201,7 @@ async fn serve_http(addr: std::net::SocketAddr, api: Arc<dyn Api>) -> anyhow::Re
     Ok(())
 }
 
-fn record_scan(metrics: &Metrics, kind: &str, took: Duration, report: &ScanReport) {
+fn record_scan(metrics: &Metrics, kind: Scan, took: Duration, report: &ScanReport) {
     let f = &report.findings;
     metrics.scan(
         kind,
@@ -208,33 +211,38 @@ fn record_scan(metrics: &Metrics, kind: &str, took: Duration, report: &ScanRepor
     );
 }
 
-/// What the HTTP endpoint reads: everything behind locks held only briefly.
+/// What the HTTP endpoint reads: everything behind locks held only briefly. The metrics
+/// read the probes and the pipeline when scraped (see the two sources below).
 struct Shared {
     metrics: Arc<Metrics>,
-    config: Arc<Config>,
-    pipeline: Mutex<Pipeline>,
-    probes: Mutex<Probes>,
+    pipeline: Arc<Mutex<Pipeline>>,
+    probes: Arc<Mutex<Probes>>,
+}
+
+impl KernelSource for Mutex<Probes> {
+    fn counters(&self) -> Option<KernelCounters> {
+        self.lock().expect("probes lock").counters().ok()
+    }
+}
+
+impl EngineSource for Mutex<Pipeline> {
+    fn snapshot(&self) -> EngineSnapshot {
+        let p = self.lock().expect("pipeline lock");
+        let live = p.live_table().map(|live| MapFill {
+            map: "LIVE",
+            entries: live.len() as u64,
+            capacity: u64::from(agent_common::maps::LIVE_CAPACITY),
+        });
+        EngineSnapshot {
+            stats: p.engine.stats(),
+            orphans: p.engine.orphans(reconcile::boot_ns()),
+            maps: live.into_iter().collect(),
+        }
+    }
 }
 
 impl Api for Shared {
     fn metrics(&self) -> String {
-        if let Ok(c) = self.probes.lock().expect("probes lock").counters() {
-            self.metrics.kernel(&c);
-        }
-        {
-            let p = self.pipeline.lock().expect("pipeline lock");
-            let orphans = p.engine.orphans(reconcile::boot_ns());
-            self.metrics.engine(&p.engine.stats(), &orphans, |path| {
-                self.config.watch_of(path).to_string()
-            });
-            if let Some(live) = p.live_table() {
-                self.metrics.map_fill(
-                    "LIVE",
-                    live.len() as u64,
-                    u64::from(agent_common::maps::LIVE_CAPACITY),
-                );
-            }
-        }
         self.metrics.render()
     }
 
@@ -276,7 +284,7 @@ async fn sweep_periodically(
         let clock = Instant::now();
         match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
             Ok(Ok(report)) => {
-                record_scan(&metrics, "periodic", clock.elapsed(), &report);
+                record_scan(&metrics, Scan::Periodic, clock.elapsed(), &report);
                 if tx.send((started, report)).await.is_err() {
                     return;
                 }

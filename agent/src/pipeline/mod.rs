@@ -90,6 +90,13 @@ impl Pipeline {
         }
     }
 
+    /// A ring-buffer record that did not decode (and was dropped).
+    pub fn decode_error(&self) {
+        if let Some((m, _)) = &self.observer {
+            m.decode_error();
+        }
+    }
+
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
     pub fn without_release_hook(&mut self) {
         self.releases_unseen = true;

@@ -7,7 +7,12 @@ use tokio::{
     sync::mpsc,
 };
 
-use crate::{kernel::loader::EventReader, pipeline::Pipeline, scan::ScanReport};
+use crate::{
+    events::{KernelEvent, decode::DecodeError},
+    kernel::loader::EventReader,
+    pipeline::Pipeline,
+    scan::ScanReport,
+};
 
 /// A reconciliation scan and the boot-clock time it began.
 pub type Sweep = (u64, ScanReport);
@@ -63,21 +68,80 @@ fn drain_into(
 ) -> io::Result<()> {
     let mut pipeline = pipeline.lock().expect("pipeline lock");
     let mut result = Ok(());
-    let n = reader.drain(|ev| match ev {
-        Ok(ev) => {
-            stats.delivered += 1;
-            if result.is_ok() {
-                result = pipeline.event(ev);
-            }
-        }
-        Err(e) => {
-            stats.decode_errors += 1;
-            log::warn!("dropped a malformed event record: {e}");
-        }
-    });
+    let n = reader.drain(|record| take(&mut pipeline, stats, &mut result, record));
     result?;
     if n > 0 {
         pipeline.flush()?;
     }
     Ok(())
+}
+
+/// One record off the ring buffer: an event goes through the pipeline (until one fails to
+/// be written, which ends the drain with that error); a malformed one is counted and dropped.
+fn take(
+    pipeline: &mut Pipeline,
+    stats: &mut PumpStats,
+    result: &mut io::Result<()>,
+    record: Result<KernelEvent, DecodeError>,
+) {
+    match record {
+        Ok(ev) => {
+            stats.delivered += 1;
+            if result.is_ok() {
+                *result = pipeline.event(ev);
+            }
+        }
+        Err(e) => {
+            stats.decode_errors += 1;
+            pipeline.decode_error();
+            log::warn!("dropped a malformed event record: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        config::Config,
+        engine::{Engine, Limits},
+        metrics::Metrics,
+        pipeline::output::JsonLines,
+    };
+
+    #[test]
+    fn a_malformed_record_is_counted_in_the_stats_and_the_metrics() {
+        let metrics = Arc::new(Metrics::new());
+        let mut pipeline = Pipeline::replay(
+            Engine::new(Limits::default()).expect("engine"),
+            JsonLines::new(Box::new(io::sink())),
+        );
+        pipeline.observe(metrics.clone(), Arc::new(Config::default()));
+        let mut stats = PumpStats::default();
+        let mut result = Ok(());
+        take(
+            &mut pipeline,
+            &mut stats,
+            &mut result,
+            Err(DecodeError::Kind(99)),
+        );
+        take(
+            &mut pipeline,
+            &mut stats,
+            &mut result,
+            Err(DecodeError::Tier(9)),
+        );
+        assert!(result.is_ok());
+        assert_eq!(stats.decode_errors, 2);
+        assert!(
+            metrics
+                .render()
+                .lines()
+                .any(|l| l == "sockwatch_decode_errors_total 2"),
+            "{}",
+            metrics.render()
+        );
+    }
 }

@@ -1,0 +1,161 @@
+//! The engine's sizes, totals and open orphans, and the fill of the kernel maps it works
+//! with, read at scrape time.
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Weak},
+};
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::MetricFamily,
+};
+
+use super::{
+    collect::{family, single},
+    labels::counts,
+    specs::*,
+    watch::WatchLabels,
+};
+use crate::{
+    config::Config,
+    engine::{OrphanInfo, Stats},
+};
+
+/// Distinct `map` label values kept.
+pub const MAX_MAPS: usize = 32;
+
+/// Where the engine's state is read from, once per scrape.
+pub trait EngineSource: Send + Sync {
+    /// The state now, read under the lock that guards the engine.
+    fn snapshot(&self) -> EngineSnapshot;
+}
+
+/// The engine's state at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct EngineSnapshot {
+    pub stats: Stats,
+    pub orphans: Vec<OrphanInfo>,
+    /// Kernel maps read alongside the engine (the live-socket table).
+    pub maps: Vec<MapFill>,
+}
+
+/// How full one kernel map is.
+#[derive(Clone, Debug)]
+pub struct MapFill {
+    pub map: &'static str,
+    pub entries: u64,
+    pub capacity: u64,
+}
+
+/// The metrics each scrape reads from an [`EngineSource`].
+pub const ENGINE_SPECS: [&Spec; 9] = [
+    &ORPHANED,
+    &ORPHAN_AGE,
+    &ENGINE_SOCKETS,
+    &ENGINE_LIVE,
+    &ENGINE_PROCS,
+    &ENGINE_EVICTIONS,
+    &ENGINE_IGNORED,
+    &MAP_ENTRIES,
+    &MAP_CAPACITY,
+];
+
+/// Exports the engine's state as it is; orphans are labelled by `config`'s watches. A source
+/// that is gone (the agent is stopping) yields nothing.
+pub struct EngineCollector {
+    source: Weak<dyn EngineSource>,
+    watches: Arc<WatchLabels>,
+    config: Arc<Config>,
+    descs: Vec<Desc>,
+}
+
+impl EngineCollector {
+    pub fn new(
+        source: Weak<dyn EngineSource>,
+        watches: Arc<WatchLabels>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            source,
+            watches,
+            config,
+            descs: ENGINE_SPECS.iter().map(|s| s.desc()).collect(),
+        }
+    }
+
+    /// Open orphans per watch: every admitted watch has a series, 0 when it has none.
+    fn orphans(&self, orphans: &[OrphanInfo]) -> [MetricFamily; 2] {
+        let mut per_watch: BTreeMap<String, (usize, u64)> = self
+            .watches
+            .all()
+            .into_iter()
+            .map(|watch| (watch, (0, 0)))
+            .collect();
+        for o in orphans {
+            let watch = self.config.watch_of(o.path.as_deref().unwrap_or_default());
+            let (count, oldest_ns) = per_watch.entry(self.watches.admitted(watch)).or_default();
+            *count += 1;
+            *oldest_ns = (*oldest_ns).max(o.age_ns);
+        }
+        let rows = |value: fn(&(usize, u64)) -> f64| {
+            per_watch
+                .iter()
+                .map(move |(watch, v)| ([watch.as_str()], value(v)))
+        };
+        [
+            family(&ORPHANED, rows(|(count, _)| *count as f64)),
+            family(&ORPHAN_AGE, rows(|(_, oldest_ns)| *oldest_ns as f64 / 1e9)),
+        ]
+    }
+}
+
+/// The engine's table sizes and its eviction and ignored-input totals.
+fn engine_stats(stats: &Stats) -> [MetricFamily; 5] {
+    let evictions = counts(&stats.evictions);
+    let ignored = counts(&stats.ignored);
+    [
+        single(&ENGINE_SOCKETS, stats.sockets as f64),
+        single(&ENGINE_LIVE, stats.live_sockets as f64),
+        single(&ENGINE_PROCS, stats.procs as f64),
+        family(&ENGINE_EVICTIONS, named(&evictions)),
+        family(&ENGINE_IGNORED, named(&ignored)),
+    ]
+}
+
+/// One series per named count, labelled with its name.
+fn named(counts: &[(String, u64)]) -> impl Iterator<Item = ([&str; 1], f64)> {
+    counts.iter().map(|(name, n)| ([name.as_str()], *n as f64))
+}
+
+/// Entries and capacity of the first [`MAX_MAPS`] maps.
+fn map_fill(maps: &[MapFill]) -> [MetricFamily; 2] {
+    let maps = &maps[..maps.len().min(MAX_MAPS)];
+    [
+        family(
+            &MAP_ENTRIES,
+            maps.iter().map(|m| ([m.map], m.entries as f64)),
+        ),
+        family(
+            &MAP_CAPACITY,
+            maps.iter().map(|m| ([m.map], m.capacity as f64)),
+        ),
+    ]
+}
+
+impl Collector for EngineCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let Some(source) = self.source.upgrade() else {
+            return Vec::new();
+        };
+        let snapshot = source.snapshot();
+        let mut families = Vec::with_capacity(ENGINE_SPECS.len());
+        families.extend(self.orphans(&snapshot.orphans));
+        families.extend(engine_stats(&snapshot.stats));
+        families.extend(map_fill(&snapshot.maps));
+        families
+    }
+}

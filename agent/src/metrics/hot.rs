@@ -1,0 +1,167 @@
+//! Counters pushed on the event path: events, verdicts, connect errors, decode errors, scans.
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
+
+use super::{
+    Metrics,
+    labels::{Label, Scan, count_names, errno_name, errno_names},
+    specs::*,
+    vecs::{counter, gauge, registered},
+};
+use crate::{
+    engine::{Relation, StaleKind, Verdict, VerdictCounts},
+    events::KernelEvent,
+};
+use agent_common::EventKind;
+
+/// Scan durations: from a handful of sockets to a busy node's /proc walk.
+const SCAN_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The pushed metrics, registered.
+pub(super) struct HotCounters {
+    events: IntCounterVec,
+    connect_errors: IntCounterVec,
+    decode_errors: IntCounterVec,
+    verdicts: IntCounterVec,
+    withheld: IntCounterVec,
+    foreign_unlinks: IntCounterVec,
+    replacements: IntCounterVec,
+    stale_connects: IntCounterVec,
+    stale_socket_files: IntCounterVec,
+    scan_duration: HistogramVec,
+    found_stale_bind_mounts: IntGaugeVec,
+    found_stale_socket_files: IntGaugeVec,
+}
+
+impl HotCounters {
+    /// Registers each, with the series of known label sets at 0 so `rate()` and `increase()`
+    /// see their first increment.
+    pub(super) fn register(registry: &Registry) -> Self {
+        let histogram = HistogramVec::new(
+            SCAN_DURATION.histogram_opts(SCAN_BUCKETS),
+            SCAN_DURATION.labels,
+        )
+        .expect("valid spec");
+        let hot = Self {
+            events: counter(registry, &EVENTS),
+            connect_errors: counter(registry, &CONNECT_ERRORS),
+            decode_errors: counter(registry, &DECODE_ERRORS),
+            verdicts: counter(registry, &VERDICTS),
+            withheld: counter(registry, &VERDICTS_WITHHELD),
+            foreign_unlinks: counter(registry, &FOREIGN_UNLINKS),
+            replacements: counter(registry, &REPLACEMENTS),
+            stale_connects: counter(registry, &STALE_CONNECTS),
+            stale_socket_files: counter(registry, &STALE_SOCKET_FILES_TOTAL),
+            scan_duration: registered(registry, histogram),
+            found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
+            found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES),
+        };
+        hot.init_series();
+        hot
+    }
+
+    fn init_series(&self) {
+        for verdict in count_names::<VerdictCounts>() {
+            self.withheld.with_label_values(&[verdict]);
+        }
+        for errno in errno_names() {
+            self.connect_errors.with_label_values(&[errno]);
+        }
+        self.decode_errors.with_label_values::<&str>(&[]);
+        self.found_stale_bind_mounts.with_label_values::<&str>(&[]);
+        self.found_stale_socket_files.with_label_values::<&str>(&[]);
+        for scan in Scan::ALL {
+            self.scan_duration.with_label_values(&[scan.label()]);
+        }
+    }
+
+    /// Creates every series of a newly admitted `watch` label at 0.
+    pub(super) fn watch_series(&self, watch: &str) {
+        for verdict in count_names::<VerdictCounts>() {
+            self.verdicts.with_label_values(&[verdict.as_str(), watch]);
+        }
+        for relation in Relation::ALL {
+            self.foreign_unlinks
+                .with_label_values(&[relation.label(), watch]);
+            self.replacements
+                .with_label_values(&[relation.label(), watch]);
+        }
+        for kind in StaleKind::ALL {
+            self.stale_connects
+                .with_label_values(&[kind.label(), watch]);
+        }
+        self.stale_socket_files.with_label_values(&[watch]);
+    }
+}
+
+impl Metrics {
+    /// One decoded kernel event.
+    pub fn event(&self, ev: &KernelEvent) {
+        let hot = &self.hot;
+        hot.events
+            .with_label_values(&[ev.kind.name(), ev.tier.name()])
+            .inc();
+        if ev.kind == EventKind::Connect && ev.ret < 0 {
+            hot.connect_errors
+                .with_label_values(&[errno_name(-ev.ret)])
+                .inc();
+        }
+    }
+
+    /// A ring-buffer record that did not decode.
+    pub fn decode_error(&self) {
+        self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// A verdict a missing hook left unconfirmed, not reported.
+    pub fn withheld(&self, v: &Verdict) {
+        self.hot.withheld.with_label_values(&[v.name()]).inc();
+    }
+
+    /// One verdict, about a socket under `watch` (a configured watch name, or "" for none).
+    pub fn verdict(&self, v: &Verdict, watch: &str) {
+        let hot = &self.hot;
+        let watch = self.watch_label(watch);
+        let watch = watch.as_str();
+        hot.verdicts.with_label_values(&[v.name(), watch]).inc();
+        match v {
+            Verdict::ForeignUnlink { relation, .. } => hot
+                .foreign_unlinks
+                .with_label_values(&[relation.label(), watch])
+                .inc(),
+            Verdict::Replaced { relation, .. } => hot
+                .replacements
+                .with_label_values(&[relation.label(), watch])
+                .inc(),
+            Verdict::StaleConnect { kind, .. } => hot
+                .stale_connects
+                .with_label_values(&[kind.label(), watch])
+                .inc(),
+            Verdict::StaleSocketFile { .. } => {
+                hot.stale_socket_files.with_label_values(&[watch]).inc()
+            }
+            Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } => {}
+        }
+    }
+
+    /// One finished reconciliation scan and what it found.
+    pub fn scan(
+        &self,
+        scan: Scan,
+        seconds: f64,
+        stale_bind_mounts: usize,
+        stale_socket_files: usize,
+    ) {
+        let hot = &self.hot;
+        hot.scan_duration
+            .with_label_values(&[scan.label()])
+            .observe(seconds.max(0.0));
+        hot.found_stale_bind_mounts
+            .with_label_values::<&str>(&[])
+            .set(stale_bind_mounts as i64);
+        hot.found_stale_socket_files
+            .with_label_values::<&str>(&[])
+            .set(stale_socket_files as i64);
+    }
+}

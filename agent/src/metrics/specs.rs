@@ -1,0 +1,118 @@
+//! Every metric sockwatch defines, one row each: name, type, label names and help.
+use std::collections::HashMap;
+
+use prometheus::{
+    HistogramOpts, Opts,
+    core::Desc,
+    proto::{MetricFamily, MetricType},
+};
+
+/// A metric's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    /// The type as the text format's `# TYPE` line names it.
+    pub fn name(self) -> &'static str {
+        type_name(self.proto())
+    }
+
+    fn proto(self) -> MetricType {
+        match self {
+            Kind::Counter => MetricType::COUNTER,
+            Kind::Gauge => MetricType::GAUGE,
+            Kind::Histogram => MetricType::HISTOGRAM,
+        }
+    }
+}
+
+/// A metric type as the text format's `# TYPE` line names it.
+pub fn type_name(kind: MetricType) -> &'static str {
+    match kind {
+        MetricType::COUNTER => "counter",
+        MetricType::GAUGE => "gauge",
+        MetricType::HISTOGRAM => "histogram",
+        MetricType::SUMMARY => "summary",
+        MetricType::UNTYPED => "untyped",
+    }
+}
+
+/// One metric's declaration.
+#[derive(Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+impl Spec {
+    pub fn opts(&self) -> Opts {
+        Opts::new(self.name, self.help)
+    }
+
+    pub fn histogram_opts(&self, buckets: &[f64]) -> HistogramOpts {
+        HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec())
+    }
+
+    /// The descriptor a collector reports for this metric.
+    pub fn desc(&self) -> Desc {
+        let labels = self.labels.iter().map(|l| l.to_string()).collect();
+        Desc::new(self.name.into(), self.help.into(), labels, HashMap::new()).expect("valid spec")
+    }
+
+    /// An empty family of this metric, for a collector to fill.
+    pub fn empty_family(&self) -> MetricFamily {
+        let mut family = MetricFamily::default();
+        family.set_name(self.name.into());
+        family.set_help(self.help.into());
+        family.set_field_type(self.kind.proto());
+        family
+    }
+}
+
+/// Declares each row as a `const` of that name, and [`SPECS`] in row order.
+macro_rules! specs {
+    ($($id:ident: $kind:ident $name:literal [$($label:literal),*] $help:literal;)*) => {
+        $(pub const $id: Spec = Spec { name: $name, kind: Kind::$kind, labels: &[$($label),*], help: $help };)*
+        /// Every metric sockwatch itself defines, in the order of the reference.
+        pub const SPECS: &[&Spec] = &[$(&$id),*];
+    };
+}
+
+specs! {
+    BUILD_INFO: Gauge "sockwatch_build_info" ["version", "git"] "Always 1; the labels name the running build.";
+    PROBE_ATTACHED: Gauge "sockwatch_probe_attached" ["hook", "tier"] "1 for the tier attached for each hook, 0 for the hook's other tiers.";
+    PROBE_FALLBACK: Gauge "sockwatch_probe_fallback_level" ["hook"] "How many better tiers of this hook were not attached (0: its best tier is attached).";
+    PROBE_DEGRADED: Gauge "sockwatch_probe_degraded" ["hook"] "1 when optional programs of the attached tier were refused (less detail, e.g. connect targets resolved in userspace).";
+    HOOK_MISSING: Gauge "sockwatch_hook_missing" ["hook"] "1 when no tier of this hook attached: the agent runs without it (its log says what it misses).";
+    EVENTS: Counter "sockwatch_events_total" ["kind", "tier"] "Kernel events received, by event kind and the probe tier that saw them.";
+    CONNECT_ERRORS: Counter "sockwatch_connect_errors_total" ["errno"] "Failed connects (and sendtos) by path, by errno name.";
+    DECODE_ERRORS: Counter "sockwatch_decode_errors_total" [] "Ring-buffer records that could not be decoded and were dropped.";
+    VERDICTS: Counter "sockwatch_verdicts_total" ["verdict", "watch"] "Verdicts reported, by verdict and watch.";
+    VERDICTS_WITHHELD: Counter "sockwatch_verdicts_withheld_total" ["verdict"] "Verdicts not reported because a missing hook left them unconfirmed (without the release hook: the socket they call open was found closed).";
+    FOREIGN_UNLINKS: Counter "sockwatch_foreign_unlinks_total" ["relation", "watch"] "Live sockets' files removed by a process outside the owner set, by how the remover relates to the owner.";
+    REPLACEMENTS: Counter "sockwatch_replacements_total" ["relation", "watch"] "Live sockets' files replaced by a rename-over (hand-overs included), by relation.";
+    STALE_CONNECTS: Counter "sockwatch_stale_connects_total" ["kind", "watch"] "Connects refused by a socket file with no bound socket: unlinked_pinned (a bind mount keeps an unlinked file reachable) or dead_listener (a dead daemon's file).";
+    STALE_SOCKET_FILES_TOTAL: Counter "sockwatch_stale_socket_files_total" ["watch"] "Socket files left behind by a socket closed without unlinking them.";
+    ORPHANED: Gauge "sockwatch_orphaned_listeners" ["watch"] "Listening sockets whose file is gone: nobody can connect to them by path.";
+    ORPHAN_AGE: Gauge "sockwatch_orphaned_listener_oldest_age_seconds" ["watch"] "Age of the oldest open orphaned listener (0 when there is none).";
+    EVENTS_SUBMITTED: Counter "sockwatch_kernel_events_submitted_total" ["kind"] "Records the kernel side submitted to the ring buffer, by event kind.";
+    EVENTS_LOST: Counter "sockwatch_events_lost_total" ["kind"] "Records lost to a full ring buffer, by event kind (the periodic scan repairs the state).";
+    KERNEL_ERRORS: Counter "sockwatch_kernel_errors_total" ["reason"] "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or user memory read failed), unpaired (an exit probe without its entry), fd_walk_partial (an fd-table walk cut at its bound on a kernel without bpf_loop).";
+    CONNECTS_OK: Counter "sockwatch_connects_ok_total" [] "Successful connects by path (counted in the kernel, not reported).";
+    ENGINE_SOCKETS: Gauge "sockwatch_engine_sockets" [] "Socket files the correlation engine tracks (live, orphaned and recently released).";
+    ENGINE_LIVE: Gauge "sockwatch_engine_live_sockets" [] "Sockets the engine knows as bound and open.";
+    ENGINE_PROCS: Gauge "sockwatch_engine_processes" [] "Processes the engine tracks (owners and recently exited owners).";
+    ENGINE_EVICTIONS: Counter "sockwatch_engine_evictions_total" ["table"] "Entries the engine's memory bounds pushed out, by table.";
+    ENGINE_IGNORED: Counter "sockwatch_engine_ignored_total" ["reason"] "Inputs the engine could not place and ignored, by reason.";
+    SCAN_DURATION: Histogram "sockwatch_scan_duration_seconds" ["scan"] "Duration of reconciliation scans (sock_diag, /proc fds, mountinfo).";
+    STALE_BIND_MOUNTS: Gauge "sockwatch_stale_bind_mounts" [] "Bind mounts of socket files whose original was unlinked, as the last scan found them.";
+    STALE_SOCKET_FILES: Gauge "sockwatch_stale_socket_files" [] "Socket files with no bound socket, as the last scan found them.";
+    MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map.";
+    MAP_CAPACITY: Gauge "sockwatch_map_capacity" ["map"] "Capacity of a kernel map (entries).";
+}
