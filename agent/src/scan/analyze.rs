@@ -9,9 +9,17 @@ use std::{
     path::Path,
 };
 
+use agent_common::FileId;
+
 use super::{
-    FileId, Findings, Holder, OrphanCause, OrphanedListener, ScannedSocket, Snapshot,
-    StaleBindMount, StaleCause, StaleSocketFile, Stat, System, diag::DiagSocket, mounts,
+    diag::DiagSocket,
+    findings::{
+        Findings, OrphanCause, OrphanedListener, StaleBindMount, StaleCause, StaleSocketFile,
+    },
+    model::{ScannedSocket, Snapshot, System},
+    mounts,
+    procfd::Holder,
+    stat::Stat,
 };
 
 /// How many distinct mount namespaces of a socket's holders are asked where its path leads.

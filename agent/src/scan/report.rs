@@ -4,8 +4,12 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use agent_common::FileId;
+
 use super::{
-    Counts, FileId, Findings, Holder, OrphanCause, ScanReport, StaleBindMount, StaleCause,
+    findings::{Findings, OrphanCause, StaleBindMount, StaleCause},
+    model::{Counts, ScanReport},
+    procfd::Holder,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
