@@ -16,12 +16,12 @@ mod cache;
 mod cgroup;
 mod pods;
 
-pub use cache::{
-    AttributionStats, Attributor, DEFAULT_CAPACITY, DEFAULT_PODS_LOG_ROOT, DEFAULT_PROC_ROOT,
-    DEFAULT_REFRESH_INTERVAL,
-};
+pub use cache::{Attributor, DEFAULT_CAPACITY, DEFAULT_PROC_ROOT};
 pub use cgroup::{CgroupInfo, QosClass, parse_cgroup_path, parse_proc_cgroup};
-pub use pods::{MAX_POD_DIRS, PodRef, parse_pod_log_dir, workload_name};
+pub use pods::{
+    DEFAULT_PODS_LOG_ROOT, DEFAULT_REFRESH_INTERVAL, MAX_POD_DIRS, PodRef, parse_pod_log_dir,
+    workload_name,
+};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,17 @@
-//! Pods as kubelet's log directories name them, and the owner a pod's name suggests.
-use std::ops::RangeInclusive;
+//! Pods as kubelet's log directories name them, the index of those directories, and the
+//! owner a pod's name suggests.
+use std::{
+    collections::HashMap,
+    fs,
+    ops::RangeInclusive,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
+/// Where kubelet keeps one directory per pod.
+pub const DEFAULT_PODS_LOG_ROOT: &str = "/var/log/pods";
+/// Shortest time between two scans of the pod log root.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
 /// Pod log directories read per scan, at most: a bound, not an expected size.
 pub const MAX_POD_DIRS: usize = 65_536;
 
@@ -91,4 +102,52 @@ pub fn workload_name(pod_name: &str) -> Option<&str> {
         return None;
     };
     (!owner.is_empty()).then_some(owner)
+}
+
+/// Pods by uid, from the directory names under the pod log root.
+///
+/// Scanned lazily: on the first uid looked up, then again on a uid not in the index at most
+/// once per refresh interval.
+pub(super) struct PodIndex {
+    root: PathBuf,
+    pub(super) refresh_interval: Duration,
+    pods: HashMap<String, PodRef>,
+    indexed_at: Option<Instant>,
+}
+
+impl PodIndex {
+    pub(super) fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            refresh_interval: DEFAULT_REFRESH_INTERVAL,
+            pods: HashMap::new(),
+            indexed_at: None,
+        }
+    }
+
+    /// The pod with uid `uid`, rescanning the root first when the uid is unknown and a scan
+    /// is due.
+    pub(super) fn get(&mut self, uid: &str) -> Option<&PodRef> {
+        let due = self
+            .indexed_at
+            .is_none_or(|t| t.elapsed() >= self.refresh_interval);
+        if due && !self.pods.contains_key(uid) {
+            self.reindex();
+        }
+        self.pods.get(uid)
+    }
+
+    fn reindex(&mut self) {
+        self.indexed_at = Some(Instant::now());
+        self.pods.clear();
+        // Absent on a host that is not a Kubernetes node: an empty index, not an error.
+        let Ok(dir) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in dir.flatten().take(MAX_POD_DIRS) {
+            if let Some(pod) = entry.file_name().to_str().and_then(parse_pod_log_dir) {
+                self.pods.insert(pod.pod_uid.clone(), pod);
+            }
+        }
+    }
 }

@@ -4,9 +4,9 @@ use std::{
     time::Duration,
 };
 
-use super::{CID, STATIC_UID, UID, UID_SYSTEMD};
+use super::{CID, CID2, STATIC_UID, UID, UID_SYSTEMD};
 use crate::{
-    attribution::{AttributionStats, Attributor, parse_proc_cgroup},
+    attribution::{Attributor, parse_proc_cgroup},
     engine::Workload,
 };
 
@@ -67,37 +67,34 @@ fn multus() -> Workload {
     }
 }
 
+/// A process in a Docker container `cid`.
+fn docker(cid: &str) -> String {
+    format!("0::/docker/{cid}\n")
+}
+
+fn container(w: Option<Workload>) -> Option<String> {
+    w.and_then(|w| w.container_id)
+}
+
 #[test]
 fn attributes_a_pod_process_and_caches_it() {
     let node = Node::new();
     node.process(123, &multus_cgroup());
     node.pod(&format!("kube-system_multus-x7k2p_{UID}"));
-    node.pod(&format!(
-        "default_web-0_{}",
-        "11111111-2222-3333-4444-555555555555"
-    ));
+    let web_uid = "11111111-2222-3333-4444-555555555555";
+    node.pod(&format!("default_web-0_{web_uid}"));
     fs::write(node.pods_root().join("stray-file"), "").expect("stray file");
     let mut a = node.attributor(8);
 
     assert_eq!(a.workload(123), Some(multus()));
     node.exit(123);
     assert_eq!(a.workload(123), Some(multus()), "answered from the cache");
-    let s = a.stats();
-    assert_eq!(
-        (
-            s.misses,
-            s.hits,
-            s.cached,
-            s.index_refreshes,
-            s.pods_indexed
-        ),
-        (1, 1, 1, 1, 2)
-    );
+    // The one scan indexed both pods, past the stray file.
+    node.process(124, &format!("0::/kubepods/pod{web_uid}/{CID}\n"));
+    assert_eq!(a.workload(124).and_then(|w| w.workload), Some("web".into()));
 
     a.forget(123);
     assert_eq!(a.workload(123), None, "gone after forget and exit");
-    let s = a.stats();
-    assert_eq!((s.vanished, s.cached, s.pods_unresolved), (1, 0, 0));
 }
 
 #[test]
@@ -105,7 +102,9 @@ fn host_and_docker_processes_never_touch_the_pod_index() {
     let node = Node::new();
     node.process(1, "0::/init.scope\n");
     node.process(2, &format!("0::/system.slice/docker-{CID}.scope\n"));
-    let mut a = node.attributor(8);
+    let mut a = node
+        .attributor(8)
+        .with_refresh_interval(Duration::from_secs(3600));
 
     assert_eq!(a.workload(1), None);
     assert_eq!(
@@ -115,12 +114,12 @@ fn host_and_docker_processes_never_touch_the_pod_index() {
             ..Workload::default()
         })
     );
+    node.process(1, &docker(CID2));
     assert_eq!(a.workload(1), None, "a host process is cached too");
-    let s = a.stats();
-    assert_eq!(
-        (s.misses, s.hits, s.cached, s.index_refreshes),
-        (2, 1, 2, 0)
-    );
+    // Had the index been scanned already, this pod would wait for the refresh interval.
+    node.pod(&format!("kube-system_multus-x7k2p_{UID}"));
+    node.process(3, &multus_cgroup());
+    assert_eq!(a.workload(3), Some(multus()));
 }
 
 #[test]
@@ -129,8 +128,8 @@ fn vanished_process_is_none_and_not_cached() {
     let mut a = node.attributor(8);
     assert_eq!(a.workload(999), None);
     assert_eq!(a.workload(999), None);
-    let s = a.stats();
-    assert_eq!((s.misses, s.vanished, s.unreadable, s.cached), (2, 2, 0, 0));
+    node.process(999, &docker(CID));
+    assert_eq!(container(a.workload(999)), Some(CID.into()), "not cached");
 }
 
 #[test]
@@ -146,7 +145,6 @@ fn missing_pods_log_root_is_an_empty_index() {
             ..Workload::default()
         })
     );
-    assert_eq!(a.stats().pods_unresolved, 1);
 }
 
 #[test]
@@ -155,13 +153,14 @@ fn a_pod_dir_that_appears_later_completes_the_cached_answer() {
     node.process(123, &multus_cgroup());
     let mut a = node.attributor(8).with_refresh_interval(Duration::ZERO);
     assert_eq!(a.workload(123).and_then(|w| w.pod_name), None);
-    node.pod(&format!("kube-system_multus-x7k2p_{UID}"));
+    let pod = format!("kube-system_multus-x7k2p_{UID}");
+    node.pod(&pod);
     assert_eq!(a.workload(123), Some(multus()));
-    assert_eq!(a.workload(123), Some(multus()));
-    let s = a.stats();
+    node.exit(123);
+    fs::remove_dir_all(node.pods_root().join(pod)).expect("remove pod dir");
     assert_eq!(
-        (s.misses, s.hits, s.index_refreshes, s.pods_unresolved),
-        (1, 2, 2, 1),
+        a.workload(123),
+        Some(multus()),
         "completed once, then served from the cache"
     );
 }
@@ -178,8 +177,6 @@ fn index_refreshes_are_rate_limited() {
     node.pod(&format!("kube-system_multus-x7k2p_{UID}"));
     assert_eq!(a.workload(123).and_then(|w| w.pod_name), None);
     assert_eq!(a.workload(124).and_then(|w| w.pod_name), None);
-    let s = a.stats();
-    assert_eq!((s.index_refreshes, s.pods_unresolved), (1, 3));
 }
 
 #[test]
@@ -205,79 +202,90 @@ fn static_pod_has_no_workload_name() {
     );
 }
 
+/// Every process now in container `CID2`: a cached answer still says `CID`.
+fn move_all(node: &Node, tgids: std::ops::RangeInclusive<u32>) {
+    for tgid in tgids {
+        node.process(tgid, &docker(CID2));
+    }
+}
+
 #[test]
 fn capacity_is_honoured_oldest_first() {
     let node = Node::new();
     for tgid in 1..=5 {
-        node.process(tgid, &format!("0::/docker/{CID}\n"));
+        node.process(tgid, &docker(CID));
     }
     let mut a = node.attributor(3);
     for tgid in 1..=5 {
         assert!(a.workload(tgid).is_some());
     }
-    let s = a.stats();
-    assert_eq!((s.cached, s.evictions, s.misses), (3, 2, 5));
+    move_all(&node, 1..=5);
 
     // 3, 4, 5 are cached; 1 and 2 were evicted.
     for tgid in 3..=5 {
-        a.workload(tgid);
+        assert_eq!(container(a.workload(tgid)), Some(CID.into()), "{tgid}");
     }
-    assert_eq!(a.stats().hits, 3);
-    a.workload(1);
-    let s = a.stats();
-    assert_eq!((s.misses, s.evictions, s.cached), (6, 3, 3), "1 evicted 3");
-    a.workload(3);
-    assert_eq!(a.stats().misses, 7, "3 was the oldest");
+    assert_eq!(container(a.workload(1)), Some(CID2.into()), "1 evicted 3");
+    assert_eq!(
+        container(a.workload(3)),
+        Some(CID2.into()),
+        "3 was the oldest"
+    );
 }
 
 #[test]
 fn forget_then_reinsert_keeps_the_order_exact() {
     let node = Node::new();
     for tgid in 1..=3 {
-        node.process(tgid, &format!("0::/docker/{CID}\n"));
+        node.process(tgid, &docker(CID));
     }
     let mut a = node.attributor(2);
     a.workload(1);
     a.workload(2);
     a.forget(1);
     a.forget(42); // never seen: nothing happens
-    assert_eq!(a.stats().cached, 1);
     a.workload(1); // now newer than 2
     a.workload(3); // evicts 2, not 1
-    let s = a.stats();
-    assert_eq!((s.cached, s.evictions), (2, 1));
-    a.workload(1);
-    assert_eq!(a.stats().hits, 1, "1 survived: it was reinserted after 2");
+    move_all(&node, 1..=3);
+    assert_eq!(
+        container(a.workload(1)),
+        Some(CID.into()),
+        "1 survived: it was reinserted after 2"
+    );
+    assert_eq!(container(a.workload(3)), Some(CID.into()));
+    assert_eq!(container(a.workload(2)), Some(CID2.into()), "2 was evicted");
 }
 
 #[test]
 fn zero_capacity_still_answers() {
     let node = Node::new();
-    node.process(1, &format!("0::/docker/{CID}\n"));
+    node.process(1, &docker(CID));
     let mut a = node.attributor(0);
     assert!(a.workload(1).is_some());
-    assert!(a.workload(1).is_some());
-    assert_eq!(a.stats().cached, 1);
+    move_all(&node, 1..=1);
+    assert_eq!(container(a.workload(1)), Some(CID.into()), "one is cached");
 }
 
 #[test]
 fn this_process_on_this_machine() {
     // Not a Kubernetes node: None, or Some for a container id if run in one. No panic.
     let content = fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
-    let parsed = parse_proc_cgroup(&content);
+    let parsed = parse_proc_cgroup(&content).map(|i| (i.container_id, i.pod_uid));
     let pods = tempfile::tempdir().expect("temp dir");
     let mut a = Attributor::new(Path::new("/proc").into(), pods.path().into(), 4);
     let w = a.workload(std::process::id());
-    assert_eq!(
+    let ids = |w: &Option<Workload>| {
         w.as_ref()
-            .map(|w| (w.container_id.clone(), w.pod_uid.clone())),
-        parsed.map(|i| (i.container_id, i.pod_uid)),
+            .map(|w| (w.container_id.clone(), w.pod_uid.clone()))
+    };
+    assert_eq!(
+        ids(&w),
+        parsed,
         "the attributor agrees with the parser: {content:?}"
     );
     if let Some(w) = &w {
         assert!(w.container_id.is_some() || w.pod_uid.is_some(), "{w:?}");
     }
-    assert_eq!(a.stats().misses, 1);
-    let d = Attributor::default();
-    assert_eq!(d.stats(), AttributionStats::default());
+    let d = Attributor::default().workload(std::process::id());
+    assert_eq!(ids(&d), parsed, "the default reads /proc too");
 }
