@@ -202,24 +202,23 @@ fn static_pod_has_no_workload_name() {
     );
 }
 
-/// Every process now in container `CID2`: a cached answer still says `CID`.
-fn move_all(node: &Node, tgids: std::ops::RangeInclusive<u32>) {
+/// Processes `tgids` in Docker container `cid`; moving them to another shows which answers
+/// are cached.
+fn in_docker(node: &Node, tgids: std::ops::RangeInclusive<u32>, cid: &str) {
     for tgid in tgids {
-        node.process(tgid, &docker(CID2));
+        node.process(tgid, &docker(cid));
     }
 }
 
 #[test]
 fn capacity_is_honoured_oldest_first() {
     let node = Node::new();
-    for tgid in 1..=5 {
-        node.process(tgid, &docker(CID));
-    }
+    in_docker(&node, 1..=5, CID);
     let mut a = node.attributor(3);
     for tgid in 1..=5 {
         assert!(a.workload(tgid).is_some());
     }
-    move_all(&node, 1..=5);
+    in_docker(&node, 1..=5, CID2);
 
     // 3, 4, 5 are cached; 1 and 2 were evicted.
     for tgid in 3..=5 {
@@ -236,9 +235,7 @@ fn capacity_is_honoured_oldest_first() {
 #[test]
 fn forget_then_reinsert_keeps_the_order_exact() {
     let node = Node::new();
-    for tgid in 1..=3 {
-        node.process(tgid, &docker(CID));
-    }
+    in_docker(&node, 1..=3, CID);
     let mut a = node.attributor(2);
     a.workload(1);
     a.workload(2);
@@ -246,7 +243,7 @@ fn forget_then_reinsert_keeps_the_order_exact() {
     a.forget(42); // never seen: nothing happens
     a.workload(1); // now newer than 2
     a.workload(3); // evicts 2, not 1
-    move_all(&node, 1..=3);
+    in_docker(&node, 1..=3, CID2);
     assert_eq!(
         container(a.workload(1)),
         Some(CID.into()),
@@ -259,10 +256,10 @@ fn forget_then_reinsert_keeps_the_order_exact() {
 #[test]
 fn zero_capacity_still_answers() {
     let node = Node::new();
-    node.process(1, &docker(CID));
+    in_docker(&node, 1..=1, CID);
     let mut a = node.attributor(0);
     assert!(a.workload(1).is_some());
-    move_all(&node, 1..=1);
+    in_docker(&node, 1..=1, CID2);
     assert_eq!(container(a.workload(1)), Some(CID.into()), "one is cached");
 }
 

@@ -15,15 +15,22 @@ fn parse(content: &str) -> Option<CgroupInfo> {
     parse_proc_cgroup(content)
 }
 
+/// Container `CID` of pod `UID`, in QoS class `qos`.
+fn in_pod(qos: QosClass) -> Option<CgroupInfo> {
+    Some(info(Some(CID), Some(UID), Some(qos)))
+}
+
+/// Container `CID`, in no pod.
+fn no_pod() -> Option<CgroupInfo> {
+    Some(info(Some(CID), None, None))
+}
+
 #[test]
 fn systemd_containerd_burstable() {
     let f = format!(
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Burstable)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Burstable));
 }
 
 #[test]
@@ -31,19 +38,13 @@ fn systemd_crio_besteffort() {
     let f = format!(
         "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_SYSTEMD}.slice/crio-{CID}.scope\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::BestEffort)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::BestEffort));
 }
 
 #[test]
 fn systemd_docker_guaranteed() {
     let f = format!("0::/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/docker-{CID}.scope\n");
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Guaranteed)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Guaranteed));
 }
 
 #[test]
@@ -56,10 +57,7 @@ fn systemd_v1_all_controllers() {
          7:net_cls,net_prio:{p}\n6:blkio:{p}\n5:cpuset:{p}\n4:freezer:{p}\n\
          3:perf_event:{p}\n2:rdma:/\n1:name=systemd:{p}\n0::/\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Burstable)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Burstable));
 }
 
 #[test]
@@ -68,21 +66,18 @@ fn cgroupfs_burstable_v1() {
     let f = format!(
         "11:memory:{p}\n10:cpu,cpuacct:{p}\n9:pids:{p}\n8:devices:{p}\n1:name=systemd:{p}\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Burstable)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Burstable));
 }
 
 #[test]
 fn cgroupfs_guaranteed_and_besteffort_v2() {
     assert_eq!(
         parse(&format!("0::/kubepods/pod{UID}/{CID}\n")),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Guaranteed)))
+        in_pod(QosClass::Guaranteed)
     );
     assert_eq!(
         parse(&format!("0::/kubepods/besteffort/pod{UID}/crio-{CID}\n")),
-        Some(info(Some(CID), Some(UID), Some(QosClass::BestEffort)))
+        in_pod(QosClass::BestEffort)
     );
 }
 
@@ -90,13 +85,13 @@ fn cgroupfs_guaranteed_and_besteffort_v2() {
 fn docker_outside_kubernetes() {
     assert_eq!(
         parse(&format!("0::/system.slice/docker-{CID}.scope\n")),
-        Some(info(Some(CID), None, None))
+        no_pod()
     );
     let f = format!("12:memory:/docker/{CID}\n11:pids:/docker/{CID}\n0::/\n");
-    assert_eq!(parse(&f), Some(info(Some(CID), None, None)));
+    assert_eq!(parse(&f), no_pod());
     assert_eq!(
         parse(&format!("0::/machine.slice/libpod-{CID}.scope/container\n")),
-        Some(info(Some(CID), None, None))
+        no_pod()
     );
 }
 
@@ -105,25 +100,19 @@ fn kind_node_under_kubelet_slice() {
     let f = format!(
         "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::BestEffort)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::BestEffort));
 }
 
 #[test]
 fn kind_node_inside_docker_takes_the_pod_container() {
     let f = format!("0::/docker/{CID2}/kubepods/burstable/pod{UID}/{CID}\n");
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Burstable)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Burstable));
 }
 
 #[test]
 fn docker_in_docker_takes_the_innermost() {
     let f = format!("0::/docker/{CID2}/docker/{CID}\n");
-    assert_eq!(parse(&f), Some(info(Some(CID), None, None)));
+    assert_eq!(parse(&f), no_pod());
 }
 
 #[test]
@@ -131,16 +120,10 @@ fn nested_cgroups_inside_a_pod_container_keep_the_pod_container() {
     let f = format!(
         "0::/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope/docker/{CID2}\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Guaranteed)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Guaranteed));
     let f =
         format!("0::/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/crio-{CID}.scope/container\n");
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::Guaranteed)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::Guaranteed));
 }
 
 #[test]
@@ -148,10 +131,7 @@ fn relative_to_a_private_cgroup_namespace() {
     let f = format!(
         "0::/../../kubepods-besteffort-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n"
     );
-    assert_eq!(
-        parse(&f),
-        Some(info(Some(CID), Some(UID), Some(QosClass::BestEffort)))
-    );
+    assert_eq!(parse(&f), in_pod(QosClass::BestEffort));
     // cgroupfs: the QoS level is above the namespace root.
     assert_eq!(
         parse(&format!("0::/../../pod{UID}/{CID}\n")),
@@ -185,7 +165,7 @@ fn crio_conmon_is_the_pod_without_a_container() {
 fn deleted_cgroup() {
     assert_eq!(
         parse(&format!("0::/system.slice/docker-{CID}.scope (deleted)\n")),
-        Some(info(Some(CID), None, None))
+        no_pod()
     );
 }
 
