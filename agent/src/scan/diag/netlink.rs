@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{
-    DiagError, DiagSocket,
+    socket::{DiagError, DiagSocket},
     wire::{parse_batch, request},
 };
 

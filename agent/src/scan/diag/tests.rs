@@ -1,6 +1,9 @@
 //! The parser against hand-built answers: every field, every error, every prefix.
 use super::{
-    wire::{u16_at, u32_at},
+    wire::{
+        AF_UNIX, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLMSG_OVERRUN, SOCK_DIAG_BY_FAMILY,
+        UNIX_DIAG_NAME, UNIX_DIAG_PEER, UNIX_DIAG_RQLEN, UNIX_DIAG_VFS, u16_at, u32_at,
+    },
     *,
 };
 

@@ -2,12 +2,35 @@
 //! function that checks every length before it reads.
 use std::io;
 
-use super::{
-    AF_UNIX, DiagError, DiagSocket, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
-    NLMSG_HDRLEN, NLMSG_NOOP, NLMSG_OVERRUN, REQUEST_LEN, SOCK_DIAG_BY_FAMILY, SockName,
-    UDIAG_SHOW_NAME, UDIAG_SHOW_PEER, UDIAG_SHOW_RQLEN, UDIAG_SHOW_VFS, UNIX_DIAG_MSG_LEN,
-    UNIX_DIAG_NAME, UNIX_DIAG_PEER, UNIX_DIAG_RQLEN, UNIX_DIAG_VFS, VfsId,
-};
+use super::socket::{DiagError, DiagSocket, SockName, VfsId};
+
+// `pub(super)`: the tests build answers with these.
+pub(super) const NLMSG_HDRLEN: usize = 16;
+const NLMSG_NOOP: u16 = 1;
+pub(super) const NLMSG_ERROR: u16 = 2;
+pub(super) const NLMSG_DONE: u16 = 3;
+pub(super) const NLMSG_OVERRUN: u16 = 4;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_DUMP: u16 = 0x300;
+pub(super) const SOCK_DIAG_BY_FAMILY: u16 = 20;
+pub(super) const AF_UNIX: u8 = 1;
+
+/// `udiag_show` bits (linux/unix_diag.h).
+pub const UDIAG_SHOW_NAME: u32 = 0x01;
+pub const UDIAG_SHOW_VFS: u32 = 0x02;
+pub const UDIAG_SHOW_PEER: u32 = 0x04;
+pub const UDIAG_SHOW_RQLEN: u32 = 0x10;
+
+/// Attribute types in a `unix_diag_msg` answer.
+pub(super) const UNIX_DIAG_NAME: u16 = 0;
+pub(super) const UNIX_DIAG_VFS: u16 = 1;
+pub(super) const UNIX_DIAG_PEER: u16 = 2;
+pub(super) const UNIX_DIAG_RQLEN: u16 = 4;
+
+const UNIX_DIAG_MSG_LEN: usize = 16;
+const UNIX_DIAG_REQ_LEN: usize = 24;
+/// Length of the whole dump request: `nlmsghdr` + `unix_diag_req`.
+pub const REQUEST_LEN: usize = NLMSG_HDRLEN + UNIX_DIAG_REQ_LEN;
 
 /// The dump request for all AF_UNIX sockets in every state.
 pub fn request(seq: u32) -> [u8; REQUEST_LEN] {
