@@ -10,10 +10,11 @@ use super::{
     cgroup::parse_proc_cgroup,
     pods::{DEFAULT_PODS_LOG_ROOT, PodIndex, is_static_pod_uid, workload_name},
 };
-use crate::{engine::Workload, scan::procfs};
+use crate::{
+    engine::Workload,
+    scan::procfs::{self, DEFAULT_PROC_ROOT},
+};
 
-/// Where the processes are.
-pub const DEFAULT_PROC_ROOT: &str = "/proc";
 /// Processes remembered by [`Attributor::default`].
 pub const DEFAULT_CAPACITY: usize = 16_384;
 

@@ -16,7 +16,8 @@ mod cache;
 mod cgroup;
 mod pods;
 
-pub use cache::{Attributor, DEFAULT_CAPACITY, DEFAULT_PROC_ROOT};
+pub use crate::scan::procfs::DEFAULT_PROC_ROOT;
+pub use cache::{Attributor, DEFAULT_CAPACITY};
 pub use cgroup::{CgroupInfo, QosClass, parse_cgroup_path, parse_proc_cgroup};
 pub use pods::{
     DEFAULT_PODS_LOG_ROOT, DEFAULT_REFRESH_INTERVAL, MAX_POD_DIRS, PodRef, parse_pod_log_dir,

@@ -13,6 +13,7 @@ use super::{
     findings::Findings,
     mounts::MountInfo,
     procfd::{self, Holder},
+    procfs,
     stat::Stat,
     walk,
 };
@@ -131,7 +132,7 @@ impl Default for ScanOptions {
         Self {
             watch: Vec::new(),
             limits: Limits::default(),
-            proc_root: PathBuf::from("/proc"),
+            proc_root: PathBuf::from(procfs::DEFAULT_PROC_ROOT),
         }
     }
 }

@@ -11,10 +11,10 @@ use std::{
 
 use serde::Serialize;
 
-pub use super::procfs::parse_bracket_link;
+pub use super::procfs::{parse_bracket_link, parse_cgroup};
 use super::{
     mounts::MountInfo,
-    procfs::{cgroup_lines, is_gone, ns_id, pid_path, read_link_bytes, read_pid_file},
+    procfs::{is_gone, ns_id, pid_path, read_link_bytes, read_pid_file},
 };
 
 /// A process holding a socket, for display and for the correlation engine.
@@ -98,25 +98,6 @@ pub fn holds_socket(proc_root: &Path, tgid: u32, sock_ino: u64) -> bool {
     fds.filter_map(Result::ok)
         .filter_map(|fd| read_link_bytes(&fd.path()).ok())
         .any(|target| parse_socket_link(&target).map(u64::from) == Some(sock_ino))
-}
-
-/// Which cgroup path names a process, from `/proc/PID/cgroup`. Returns (path, is_v2).
-pub fn parse_cgroup(text: &str) -> (String, bool) {
-    let (mut v2, mut v1) = (None, None);
-    for line in cgroup_lines(text) {
-        if line.is_unified() {
-            v2 = Some(line.path);
-        } else if v1.is_none() && line.path != "/" {
-            v1 = Some(line.path);
-        }
-    }
-    match (v2, v1) {
-        // The unified path wins unless it is the root and a v1 path says more.
-        (Some(p), _) if p != "/" => (p.to_string(), true),
-        (_, Some(p)) => (p.to_string(), false),
-        (Some(p), None) => (p.to_string(), true),
-        (None, None) => ("/".to_string(), false),
-    }
 }
 
 /// Walk `proc_root` (normally `/proc`): every process's socket fds and namespaces.
@@ -249,30 +230,6 @@ mod tests {
             Some(4026531832)
         );
         assert_eq!(parse_bracket_link(b"net:[4026531833]", b"mnt"), None);
-    }
-
-    #[test]
-    fn cgroup_paths() {
-        // Pure v2.
-        assert_eq!(
-            parse_cgroup("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope\n"),
-            (
-                "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope".to_string(),
-                true
-            )
-        );
-        // Hybrid with an empty unified hierarchy: the v1 path says which container.
-        let hybrid = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/2df3\n0::/\n";
-        assert_eq!(
-            parse_cgroup(hybrid),
-            ("/process_api/2df3".to_string(), false)
-        );
-        // Everything at the root.
-        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), ("/".to_string(), true));
-        assert_eq!(parse_cgroup("1:cpu:/\n"), ("/".to_string(), false));
-        assert_eq!(parse_cgroup(""), ("/".to_string(), false));
-        // Paths may contain ':'.
-        assert_eq!(parse_cgroup("0::/a:b\n"), ("/a:b".to_string(), true));
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! Reading `/proc/PID/...`: where a process's files are, how its links and its cgroup file
-//! read, and which errors mean that it is gone. Shared by the scan and by attribution.
+//! read, and which errors mean that it is gone. Shared by the scan and by attribution (whose
+//! cgroup layouts are read from the same [`cgroup_lines`]).
 use std::{
     fmt::Display,
     fs, io,
     os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
 };
+
+/// Where the processes are, unless told otherwise.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
 
 /// `<proc_root>/<pid>/<name>`; `pid` is a tgid or `self`.
 pub fn pid_path(proc_root: &Path, pid: impl Display, name: &str) -> PathBuf {
@@ -73,6 +77,25 @@ pub fn cgroup_lines(text: &str) -> impl Iterator<Item = CgroupLine<'_>> {
     })
 }
 
+/// Which cgroup path names a process, from `/proc/PID/cgroup`. Returns (path, is_v2).
+pub fn parse_cgroup(text: &str) -> (String, bool) {
+    let (mut v2, mut v1) = (None, None);
+    for line in cgroup_lines(text) {
+        if line.is_unified() {
+            v2 = Some(line.path);
+        } else if v1.is_none() && line.path != "/" {
+            v1 = Some(line.path);
+        }
+    }
+    match (v2, v1) {
+        // The unified path wins unless it is the root and a v1 path says more.
+        (Some(p), _) if p != "/" => (p.to_string(), true),
+        (_, Some(p)) => (p.to_string(), false),
+        (Some(p), None) => (p.to_string(), true),
+        (None, None) => ("/".to_string(), false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +119,30 @@ mod tests {
             ]
         );
         assert!(!lines[0].is_unified() && lines[1].is_unified());
+    }
+
+    #[test]
+    fn cgroup_paths() {
+        // Pure v2.
+        assert_eq!(
+            parse_cgroup("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope\n"),
+            (
+                "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope".to_string(),
+                true
+            )
+        );
+        // Hybrid with an empty unified hierarchy: the v1 path says which container.
+        let hybrid = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/2df3\n0::/\n";
+        assert_eq!(
+            parse_cgroup(hybrid),
+            ("/process_api/2df3".to_string(), false)
+        );
+        // Everything at the root.
+        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), ("/".to_string(), true));
+        assert_eq!(parse_cgroup("1:cpu:/\n"), ("/".to_string(), false));
+        assert_eq!(parse_cgroup(""), ("/".to_string(), false));
+        // Paths may contain ':'.
+        assert_eq!(parse_cgroup("0::/a:b\n"), ("/a:b".to_string(), true));
     }
 
     #[test]
