@@ -12,6 +12,7 @@
 //!
 //! Cgroup paths are read as the agent's cgroup namespace shows them: an agent in a private
 //! cgroup namespace sees other pods' paths as `/../../<...>`, which parses as long as the pod
+//! and container components are below the `..` (the systemd layout always names them in full).
 mod cache;
 mod cgroup;
 mod pods;
