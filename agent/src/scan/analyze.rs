@@ -9,9 +9,17 @@ use std::{
     path::Path,
 };
 
+use agent_common::FileId;
+
 use super::{
-    FileId, Findings, Holder, OrphanCause, OrphanedListener, ScannedSocket, Snapshot,
-    StaleBindMount, StaleCause, StaleSocketFile, Stat, System, diag::DiagSocket, mounts,
+    diag::{DiagSocket, VfsId},
+    findings::{
+        Findings, OrphanCause, OrphanedListener, StaleBindMount, StaleCause, StaleSocketFile,
+    },
+    model::{MountTable, ScannedSocket, Snapshot, System},
+    mounts::{self, MountInfo},
+    procfd::Holder,
+    stat::Stat,
 };
 
 /// How many distinct mount namespaces of a socket's holders are asked where its path leads.
@@ -163,16 +171,39 @@ impl<'a> Ctx<'a> {
 pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
     let cx = Ctx::new(snap, sys);
     let mut out = Analysis::default();
-
-    // Pass 1: where does each path-bound socket's path lead, in each holder's view?
-    struct PathSock<'s> {
-        s: &'s DiagSocket,
-        path: &'s [u8],
-        holders: Vec<u32>,
-        views: Vec<(u32, Resolved)>,
+    let path_socks = path_sockets(&cx);
+    let seen = seen_files(&path_socks, snap);
+    for p in &path_socks {
+        check_socket(&cx, p, &seen, &mut out);
     }
+    stale_socket_files(&cx, &path_socks, &mut out);
+    stale_bind_mounts(&cx, &mut out);
+    sort(&mut out);
+    out
+}
+
+/// A path-bound socket, its holders, and where its path leads in each holder's view.
+struct PathSock<'s> {
+    s: &'s DiagSocket,
+    path: &'s [u8],
+    holders: Vec<u32>,
+    views: Vec<(u32, Resolved)>,
+}
+
+impl PathSock<'_> {
+    /// The views in which the path leads to a file, with that file.
+    fn found(&self) -> impl Iterator<Item = (u32, Stat)> + '_ {
+        self.views.iter().filter_map(|(v, r)| match r {
+            Resolved::Found(st) => Some((*v, *st)),
+            _ => None,
+        })
+    }
+}
+
+/// Pass 1: where does each path-bound socket's path lead, in each holder's view?
+fn path_sockets<'a>(cx: &Ctx<'a>) -> Vec<PathSock<'a>> {
     let mut path_socks = Vec::new();
-    for s in &snap.sockets {
+    for s in &cx.snap.sockets {
         let Some(path) = s.path() else { continue };
         let holders = cx.holders_of.get(&s.sock_ino).cloned().unwrap_or_default();
         let views = if s.vfs.is_some() {
@@ -190,114 +221,126 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
             views,
         });
     }
-    // Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files.
-    let mut seen_files: HashMap<(u64, u32), Stat> = HashMap::new();
+    path_socks
+}
+
+/// Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files.
+fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), Stat> {
+    let mut seen = HashMap::new();
     for st in path_socks
         .iter()
-        .flat_map(|p| p.views.iter())
-        .filter_map(|(_, r)| match r {
-            Resolved::Found(st) if st.is_socket() => Some(*st),
-            _ => None,
-        })
+        .flat_map(|p| p.found())
+        .map(|(_, st)| st)
+        .filter(Stat::is_socket)
         .chain(snap.watch_files.iter().map(|(_, st)| *st))
     {
-        seen_files.insert((st.dev, st.ino as u32), st);
+        seen.insert((st.dev, st.ino as u32), st);
     }
+    seen
+}
 
-    // Pass 2: linked, moved, replaced or unlinked.
-    for p in &path_socks {
-        let s = p.s;
-        let mut scanned = ScannedSocket {
-            sock_ino: s.sock_ino.into(),
-            file: None,
-            ino_low32: false,
-            path: lossy(p.path),
-            listening: s.listening(),
-            sock_type: s.sock_type,
-            state: s.state,
-            holders: cx.holders(&p.holders),
-            file_linked: None,
-        };
-        let Some(vfs) = s.vfs else {
-            out.unresolved += 1;
-            out.sockets.push(scanned);
-            continue;
-        };
-        let same = p.views.iter().find_map(|(_, r)| match r {
-            Resolved::Found(st) if vfs.matches(st.dev, st.ino) => Some(*st),
-            _ => None,
-        });
-        let moved = seen_files.get(&(vfs.dev, vfs.ino32)).copied();
-        let other = p.views.iter().find_map(|(v, r)| match r {
-            Resolved::Found(st) => Some((*v, *st)),
-            _ => None,
-        });
-        let missing = p.views.iter().find(|(_, r)| *r == Resolved::Missing);
-        let (linked, cause) = match (same.or(moved), other, missing) {
-            (Some(st), _, _) => {
-                scanned.file = Some(st.id());
-                (Some(true), None)
-            }
-            (None, Some((v, now)), _) => (
-                Some(false),
-                Some((v, OrphanCause::Replaced { now: now.id() })),
-            ),
-            (None, None, Some((v, _))) => (Some(false), Some((*v, OrphanCause::Unlinked))),
-            (None, None, None) => (None, None),
-        };
-        if scanned.file.is_none() {
-            scanned.file = Some(FileId {
-                dev: vfs.dev,
-                ino: vfs.ino32.into(),
-            });
-            scanned.ino_low32 = true;
-        }
-        scanned.file_linked = linked;
-        if linked.is_none() {
-            out.unresolved += 1;
-        }
-        if let (true, Some((view, cause))) = (s.listening(), cause) {
-            if cx.in_scope(Some(view), p.path) {
-                out.findings.orphaned_listeners.push(OrphanedListener {
-                    path: scanned.path.clone(),
-                    sock_ino: scanned.sock_ino,
-                    file: scanned.file.expect("set above"),
-                    ino_low32: scanned.ino_low32,
-                    cause,
-                    pending: s.rqlen.map(|r| r.0),
-                    backlog: s.rqlen.map(|r| r.1),
-                    holders: scanned.holders.clone(),
-                });
-            } else {
-                out.outside_watch += 1;
-            }
-        }
+/// Pass 2: is the socket's file linked, moved, replaced or unlinked? An orphaned listener in
+/// scope is a finding.
+fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &mut Analysis) {
+    let s = p.s;
+    let mut scanned = ScannedSocket {
+        sock_ino: s.sock_ino.into(),
+        file: None,
+        ino_low32: false,
+        path: lossy(p.path),
+        listening: s.listening(),
+        sock_type: s.sock_type,
+        state: s.state,
+        holders: cx.holders(&p.holders),
+        file_linked: None,
+    };
+    let Some(vfs) = s.vfs else {
+        out.unresolved += 1;
         out.sockets.push(scanned);
+        return;
+    };
+    let (linked, cause) = match link_state(p, vfs, seen) {
+        LinkState::Linked(st) => {
+            scanned.file = Some(st.id());
+            (Some(true), None)
+        }
+        LinkState::Orphaned(view, cause) => (Some(false), Some((view, cause))),
+        LinkState::Unknown => (None, None),
+    };
+    if scanned.file.is_none() {
+        scanned.file = Some(FileId {
+            dev: vfs.dev,
+            ino: vfs.ino32.into(),
+        });
+        scanned.ino_low32 = true;
     }
-
-    // Stale socket files: under the watched paths, and wherever a socket's path leads.
-    // (path, the view it was seen in (None: the agent's walk), stat), by file identity.
-    type Candidate = (Vec<u8>, Option<u32>, Stat);
-    let mut candidates: BTreeMap<(u64, u64), Candidate> = BTreeMap::new();
-    for (path, st) in &snap.watch_files {
-        candidates.entry((st.dev, st.ino)).or_insert((
-            path.as_os_str().as_bytes().to_vec(),
-            None,
-            *st,
-        ));
+    scanned.file_linked = linked;
+    if linked.is_none() {
+        out.unresolved += 1;
     }
-    for p in &path_socks {
-        for (v, r) in &p.views {
-            if let Resolved::Found(st) = r
-                && st.is_socket()
-            {
-                candidates
-                    .entry((st.dev, st.ino))
-                    .or_insert((p.path.to_vec(), Some(*v), *st));
-            }
+    if let (true, Some((view, cause))) = (s.listening(), cause) {
+        if cx.in_scope(Some(view), p.path) {
+            out.findings
+                .orphaned_listeners
+                .push(orphaned_listener(&scanned, s, cause));
+        } else {
+            out.outside_watch += 1;
         }
     }
-    for (path, view, st) in candidates.values() {
+    out.sockets.push(scanned);
+}
+
+enum LinkState {
+    /// The path (or another scanned path, after a rename) leads to the socket's file.
+    Linked(Stat),
+    /// In this view the path leads elsewhere, or nowhere.
+    Orphaned(u32, OrphanCause),
+    /// No view could tell.
+    Unknown,
+}
+
+fn link_state(p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Stat>) -> LinkState {
+    let same = p
+        .found()
+        .map(|(_, st)| st)
+        .find(|st| vfs.matches(st.dev, st.ino));
+    let moved = seen.get(&(vfs.dev, vfs.ino32)).copied();
+    if let Some(st) = same.or(moved) {
+        return LinkState::Linked(st);
+    }
+    if let Some((v, now)) = p.found().next() {
+        return LinkState::Orphaned(v, OrphanCause::Replaced { now: now.id() });
+    }
+    match p.views.iter().find(|(_, r)| *r == Resolved::Missing) {
+        Some((v, _)) => LinkState::Orphaned(*v, OrphanCause::Unlinked),
+        None => LinkState::Unknown,
+    }
+}
+
+fn orphaned_listener(
+    scanned: &ScannedSocket,
+    s: &DiagSocket,
+    cause: OrphanCause,
+) -> OrphanedListener {
+    OrphanedListener {
+        path: scanned.path.clone(),
+        sock_ino: scanned.sock_ino,
+        file: scanned.file.expect("set by check_socket"),
+        ino_low32: scanned.ino_low32,
+        cause,
+        pending: s.rqlen.map(|r| r.0),
+        backlog: s.rqlen.map(|r| r.1),
+        holders: scanned.holders.clone(),
+    }
+}
+
+/// A socket file that may be stale: its path, the view it was seen in (None: the agent's
+/// walk), its stat.
+type Candidate = (Vec<u8>, Option<u32>, Stat);
+
+/// Stale socket files: under the watched paths, and wherever a socket's path leads.
+fn stale_socket_files(cx: &Ctx, path_socks: &[PathSock], out: &mut Analysis) {
+    for (path, view, st) in stale_candidates(cx.snap, path_socks).values() {
         let on = cx.sockets_on(st);
         if on.iter().any(|s| s.serves_file()) {
             continue;
@@ -309,21 +352,7 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
         let (cause, holders) = if on.is_empty() {
             (StaleCause::NoSocket, Vec::new())
         } else {
-            let mut tgids: Vec<u32> = on
-                .iter()
-                .flat_map(|s| {
-                    cx.holders_of
-                        .get(&s.sock_ino)
-                        .into_iter()
-                        .flatten()
-                        .copied()
-                })
-                .collect();
-            tgids.sort_unstable();
-            tgids.dedup();
-            let mut sock_inos: Vec<u64> = on.iter().map(|s| s.sock_ino.into()).collect();
-            sock_inos.sort_unstable();
-            (StaleCause::NotListening { sock_inos }, cx.holders(&tgids))
+            not_listening(cx, on)
         };
         out.findings.stale_socket_files.push(StaleSocketFile {
             path: lossy(path),
@@ -332,14 +361,56 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
             holders,
         });
     }
+}
 
-    // Stale bind mounts: a mounted socket file whose source is deleted.
+/// Socket files by identity, the watched ones first.
+fn stale_candidates(snap: &Snapshot, path_socks: &[PathSock]) -> BTreeMap<(u64, u64), Candidate> {
+    let mut candidates = BTreeMap::new();
+    for (path, st) in &snap.watch_files {
+        candidates.entry((st.dev, st.ino)).or_insert((
+            path.as_os_str().as_bytes().to_vec(),
+            None,
+            *st,
+        ));
+    }
+    for p in path_socks {
+        for (v, st) in p.found().filter(|(_, st)| st.is_socket()) {
+            candidates
+                .entry((st.dev, st.ino))
+                .or_insert((p.path.to_vec(), Some(v), st));
+        }
+    }
+    candidates
+}
+
+/// Sockets carry the file but none serves it: their inodes and holders.
+fn not_listening(cx: &Ctx, on: &[&DiagSocket]) -> (StaleCause, Vec<Holder>) {
+    let mut tgids: Vec<u32> = on
+        .iter()
+        .flat_map(|s| {
+            cx.holders_of
+                .get(&s.sock_ino)
+                .into_iter()
+                .flatten()
+                .copied()
+        })
+        .collect();
+    tgids.sort_unstable();
+    tgids.dedup();
+    let mut sock_inos: Vec<u64> = on.iter().map(|s| s.sock_ino.into()).collect();
+    sock_inos.sort_unstable();
+    (StaleCause::NotListening { sock_inos }, cx.holders(&tgids))
+}
+
+/// Stale bind mounts: a mounted socket file whose source is deleted.
+fn stale_bind_mounts(cx: &Ctx, out: &mut Analysis) {
+    let snap = cx.snap;
     for t in &snap.mount_tables {
         for m in &t.mounts {
             if m.root == b"/" {
                 continue; // a whole filesystem, not a file
             }
-            let Ok(st) = sys.stat(Some(t.pid), os_path(&m.mount_point)) else {
+            let Ok(st) = cx.sys.stat(Some(t.pid), os_path(&m.mount_point)) else {
                 continue;
             };
             if !st.is_socket() || !(m.root_deleted || st.nlink == 0) {
@@ -354,31 +425,41 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
                 out.outside_watch += 1;
                 continue;
             }
-            let pids: Vec<u32> = snap
-                .processes
-                .iter()
-                .filter(|p| p.mntns == Some(t.mntns))
-                .map(|p| p.tgid)
-                .collect();
-            let listed: Vec<u32> = pids.iter().copied().take(MAX_LISTED_PROCESSES).collect();
-            out.findings.stale_bind_mounts.push(StaleBindMount {
-                mount_point: lossy(&m.mount_point),
-                source: lossy(&m.root),
-                source_dev: format!("{}:{}", m.major, m.minor),
-                file: st.id(),
-                nlink: st.nlink,
-                mntns: t.mntns,
-                served_by: cx
-                    .sockets_on(&st)
-                    .iter()
-                    .find(|s| s.serves_file())
-                    .map(|s| s.sock_ino.into()),
-                processes: cx.holders(&listed),
-                process_count: pids.len(),
-            });
+            out.findings
+                .stale_bind_mounts
+                .push(stale_bind_mount(cx, t, m, &st));
         }
     }
+}
 
+fn stale_bind_mount(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> StaleBindMount {
+    let pids: Vec<u32> = cx
+        .snap
+        .processes
+        .iter()
+        .filter(|p| p.mntns == Some(t.mntns))
+        .map(|p| p.tgid)
+        .collect();
+    let listed: Vec<u32> = pids.iter().copied().take(MAX_LISTED_PROCESSES).collect();
+    StaleBindMount {
+        mount_point: lossy(&m.mount_point),
+        source: lossy(&m.root),
+        source_dev: format!("{}:{}", m.major, m.minor),
+        file: st.id(),
+        nlink: st.nlink,
+        mntns: t.mntns,
+        served_by: cx
+            .sockets_on(st)
+            .iter()
+            .find(|s| s.serves_file())
+            .map(|s| s.sock_ino.into()),
+        processes: cx.holders(&listed),
+        process_count: pids.len(),
+    }
+}
+
+/// Findings and sockets in a stable order.
+fn sort(out: &mut Analysis) {
     let f = &mut out.findings;
     f.orphaned_listeners
         .sort_by(|a, b| (&a.path, a.sock_ino).cmp(&(&b.path, b.sock_ino)));
@@ -386,5 +467,4 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
     f.stale_bind_mounts
         .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
     out.sockets.sort_by_key(|s| s.sock_ino);
-    out
 }

@@ -10,11 +10,14 @@ use std::{
 };
 
 use super::{
-    Counts, Holder, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, Stat, System,
-    Watched,
-    analyze::analyze,
+    analyze::{Analysis, analyze},
     diag::{self, DiagSocket, NetNs, NsDump},
-    mounts, procfd, walk,
+    model::{Counts, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, System, Watched},
+    mounts::{self, MountInfo},
+    procfd::{self, Holder, ProcStats, ProcTable},
+    procfs,
+    stat::Stat,
+    walk,
 };
 
 /// The real system, through `/proc`.
@@ -38,11 +41,10 @@ impl ProcSystem {
     pub fn view_path(&self, view: u32, path: &Path) -> PathBuf {
         let bytes = path.as_os_str().as_bytes();
         match bytes.strip_prefix(b"/") {
-            Some(rel) => self
-                .proc_root
-                .join(format!("{view}/root"))
-                .join(OsStr::from_bytes(rel)),
-            None => self.proc_root.join(format!("{view}/cwd")).join(path),
+            Some(rel) => {
+                procfs::pid_path(&self.proc_root, view, "root").join(OsStr::from_bytes(rel))
+            }
+            None => procfs::pid_path(&self.proc_root, view, "cwd").join(path),
         }
     }
 }
@@ -65,6 +67,70 @@ impl System for ProcSystem {
     }
 }
 
+/// Scan the node: gather a [`Snapshot`], [`analyze`] it, confirm the findings with a second
+/// dump. Fails only when a watched path cannot be read, `/proc` cannot be listed or the
+/// agent's own network namespace cannot be dumped; everything else it cannot read (another
+/// user's fds without root, other namespaces without CAP_SYS_ADMIN) becomes a warning.
+pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
+    let proc_root = &opts.proc_root;
+    let mut tally = Tally::default();
+
+    let watch = opts
+        .watch
+        .iter()
+        .map(|w| check_watch(w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let own_mounts = read_mountinfo(proc_root, "self").unwrap_or_default();
+    let watched = watched(watch, &own_mounts);
+
+    let table =
+        procfd::scan_processes(proc_root, &opts.limits.proc).map_err(|error| ScanError::Proc {
+            path: proc_root.clone(),
+            error,
+        })?;
+    tally.process_walk(&table.stats);
+
+    let own_net = own_ns(proc_root, "net");
+    let others = other_net_namespaces(proc_root, &table, own_net);
+    let others = tally.cut_net_namespaces(others, opts.limits.max_net_namespaces);
+    let results = dump_all(own_net, &others)?;
+    tally.counts.net_namespaces = results.len();
+    tally.counts.net_namespaces_unreadable =
+        tally.errors(&results, "network namespaces (needs CAP_SYS_ADMIN)");
+    let sockets = merged(&results);
+
+    let mount_results = mount_tables(proc_root, &table, opts.limits.max_mount_namespaces);
+    tally.counts.mount_namespaces = mount_results.len();
+    tally.counts.mount_namespaces_unreadable =
+        tally.errors(&mount_results, "mount namespaces' mountinfo");
+    let mount_tables = mount_results
+        .into_iter()
+        .filter_map(|(_, r)| r.ok())
+        .collect();
+
+    let watched_paths: Vec<PathBuf> = watched.iter().map(|w| w.path.clone()).collect();
+    let walked = walk::walk_sockets(&watched_paths, &opts.limits.walk);
+    tally.walk(&walked, &opts.limits.walk);
+
+    let snap = Snapshot {
+        sockets,
+        processes: table.processes,
+        mount_tables,
+        watch_files: walked.sockets,
+        watched,
+        own_mntns: own_ns(proc_root, "mnt"),
+    };
+    let sys = ProcSystem::new(proc_root.clone(), procfd::cgroup2_root(&own_mounts));
+    let mut analysis = analyze(&snap, &sys);
+    if !analysis.findings.is_empty() {
+        let again = dump_all(own_net, &others)?;
+        analysis.findings.confirm(&merged(&again));
+    }
+    tally.analysis(&snap, &analysis);
+    Ok(tally.report(analysis, &table.stats))
+}
+
+/// A watched path: canonical, and a directory that can be listed or a socket file.
 fn check_watch(path: &Path) -> Result<(PathBuf, fs::Metadata), ScanError> {
     let err = |error| ScanError::Watch {
         path: path.to_path_buf(),
@@ -82,24 +148,42 @@ fn check_watch(path: &Path) -> Result<(PathBuf, fs::Metadata), ScanError> {
     Ok((canonical, m))
 }
 
-fn own_ns(proc_root: &Path, kind: &str) -> Option<u64> {
-    let t = fs::read_link(proc_root.join("self/ns").join(kind)).ok()?;
-    procfd::parse_bracket_link(t.as_os_str().as_bytes(), kind.as_bytes())
+fn watched(watch: Vec<(PathBuf, fs::Metadata)>, own_mounts: &[MountInfo]) -> Vec<Watched> {
+    watch
+        .into_iter()
+        .map(|(path, m)| Watched {
+            id: Stat::from_metadata(&m).id(),
+            fs: mounts::fs_location(own_mounts, &path),
+            path,
+        })
+        .collect()
 }
 
-fn count_errors<T, E: std::fmt::Display>(
-    results: &[(u64, Result<T, E>)],
-    what: &str,
-    warnings: &mut Vec<String>,
-) -> usize {
-    let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
-    if let Some((id, Err(e))) = failed.first() {
-        warnings.push(format!(
-            "could not read {} {what} (first: {id}: {e})",
-            failed.len()
-        ));
+fn own_ns(proc_root: &Path, kind: &str) -> Option<u64> {
+    procfs::ns_id(proc_root, "self", kind).ok().flatten()
+}
+
+fn read_mountinfo(proc_root: &Path, pid: impl std::fmt::Display) -> Result<Vec<MountInfo>, String> {
+    fs::read(procfs::pid_path(proc_root, pid, "mountinfo"))
+        .map_err(|e| e.to_string())
+        .and_then(|t| mounts::parse_mountinfo(&t).map_err(|e| e.to_string()))
+}
+
+/// One process per network namespace other than the agent's own, in process order.
+fn other_net_namespaces(proc_root: &Path, table: &ProcTable, own: Option<u64>) -> Vec<NetNs> {
+    let mut others: Vec<NetNs> = Vec::new();
+    for p in &table.processes {
+        if let Some(id) = p.netns
+            && Some(id) != own
+            && !others.iter().any(|n| n.id == id)
+        {
+            others.push(NetNs {
+                id,
+                file: procfs::pid_path(proc_root, p.tgid, "ns/net"),
+            });
+        }
     }
-    failed.len()
+    others
 }
 
 fn dump_all(own: Option<u64>, others: &[NetNs]) -> Result<Vec<NsDump>, ScanError> {
@@ -125,183 +209,138 @@ fn merged(results: &[NsDump]) -> Vec<DiagSocket> {
         .collect()
 }
 
-/// Scan the node: gather a [`Snapshot`], [`analyze`] it, confirm the findings with a second
-/// dump. Fails only when a watched path cannot be read, `/proc` cannot be listed or the
-/// agent's own network namespace cannot be dumped; everything else it cannot read (another
-/// user's fds without root, other namespaces without CAP_SYS_ADMIN) becomes a warning.
-pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
-    let proc_root = &opts.proc_root;
-    let mut warnings = Vec::new();
-    let mut counts = Counts::default();
-
-    let mut watched_paths = Vec::new();
-    let mut watched_meta = Vec::new();
-    for w in &opts.watch {
-        let (canonical, m) = check_watch(w)?;
-        watched_paths.push(canonical);
-        watched_meta.push(m);
-    }
-    let own_mounts = fs::read(proc_root.join("self/mountinfo"))
-        .ok()
-        .and_then(|t| mounts::parse_mountinfo(&t).ok())
-        .unwrap_or_default();
-    let watched: Vec<Watched> = watched_paths
-        .iter()
-        .zip(&watched_meta)
-        .map(|(p, m)| Watched {
-            path: p.clone(),
-            id: Stat::from_metadata(m).id(),
-            fs: mounts::fs_location(&own_mounts, p),
-        })
-        .collect();
-
-    let table =
-        procfd::scan_processes(proc_root, &opts.limits.proc).map_err(|error| ScanError::Proc {
-            path: proc_root.clone(),
-            error,
-        })?;
-    let ps = table.stats;
-    counts.processes = ps.processes;
-    counts.processes_vanished = ps.vanished;
-    counts.processes_fds_unreadable = ps.fds_unreadable;
-    counts.processes_ns_unreadable = ps.ns_unreadable;
-    if ps.fds_unreadable > 0 {
-        warnings.push(format!(
-            "could not read the open files of {} processes (not root?): their sockets have no \
-             known holder",
-            ps.fds_unreadable
-        ));
-    }
-    if ps.ns_unreadable > 0 {
-        warnings.push(format!(
-            "could not read the namespaces of {} processes (not root?): network and mount \
-             namespaces only they are in are not scanned",
-            ps.ns_unreadable
-        ));
-    }
-    if ps.fds_cut > 0 || ps.processes_cut {
-        warnings.push(format!(
-            "limits cut the process walk: {} processes with fds cut, process limit reached: {}",
-            ps.fds_cut, ps.processes_cut
-        ));
-    }
-
-    // Network namespaces: the agent's own first, then one process per other namespace.
-    let own_net = own_ns(proc_root, "net");
-    let mut others: Vec<NetNs> = Vec::new();
-    for p in &table.processes {
-        if let Some(id) = p.netns
-            && Some(id) != own_net
-            && !others.iter().any(|n| n.id == id)
-        {
-            others.push(NetNs {
-                id,
-                file: proc_root.join(format!("{}/ns/net", p.tgid)),
-            });
-        }
-    }
-    if others.len() + 1 > opts.limits.max_net_namespaces {
-        warnings.push(format!(
-            "{} network namespaces: only the first {} are read",
-            others.len() + 1,
-            opts.limits.max_net_namespaces
-        ));
-        others.truncate(opts.limits.max_net_namespaces.saturating_sub(1));
-    }
-    let results = dump_all(own_net, &others)?;
-    counts.net_namespaces = results.len();
-    counts.net_namespaces_unreadable = count_errors(
-        &results,
-        "network namespaces (needs CAP_SYS_ADMIN)",
-        &mut warnings,
-    );
-    let sockets = merged(&results);
-
-    // Mount namespaces: one mountinfo each, through its first readable process.
-    let own_mntns = own_ns(proc_root, "mnt");
-    let mut mount_results: Vec<(u64, Result<MountTable, String>)> = Vec::new();
+/// One mountinfo per mount namespace (at most `max` namespaces), read through its first
+/// process whose mountinfo is readable.
+fn mount_tables(
+    proc_root: &Path,
+    table: &ProcTable,
+    max: usize,
+) -> Vec<(u64, Result<MountTable, String>)> {
+    let mut results: Vec<(u64, Result<MountTable, String>)> = Vec::new();
     for p in &table.processes {
         let Some(ns) = p.mntns else { continue };
-        if let Some((_, r)) = mount_results.iter_mut().find(|(id, _)| *id == ns) {
-            if r.is_ok() {
-                continue;
+        let slot = match results.iter().position(|(id, _)| *id == ns) {
+            Some(i) if results[i].1.is_ok() => continue,
+            Some(i) => i,
+            None if results.len() >= max => continue,
+            None => {
+                results.push((ns, Err(String::new())));
+                results.len() - 1
             }
-        } else if mount_results.len() >= opts.limits.max_mount_namespaces {
-            continue;
-        } else {
-            mount_results.push((ns, Err(String::new())));
-        }
-        let read = fs::read(proc_root.join(format!("{}/mountinfo", p.tgid)))
-            .map_err(|e| e.to_string())
-            .and_then(|t| mounts::parse_mountinfo(&t).map_err(|e| e.to_string()));
-        let slot = &mut mount_results
-            .iter_mut()
-            .find(|(id, _)| *id == ns)
-            .expect("pushed above")
-            .1;
-        *slot = read.map(|mounts| MountTable {
+        };
+        results[slot].1 = read_mountinfo(proc_root, p.tgid).map(|mounts| MountTable {
             mntns: ns,
             pid: p.tgid,
             mounts,
         });
     }
-    counts.mount_namespaces = mount_results.len();
-    counts.mount_namespaces_unreadable =
-        count_errors(&mount_results, "mount namespaces' mountinfo", &mut warnings);
-    let mount_tables = mount_results
-        .into_iter()
-        .filter_map(|(_, r)| r.ok())
-        .collect();
+    results
+}
 
-    let walked = walk::walk_sockets(&watched_paths, &opts.limits.walk);
-    counts.watch_entries = walked.entries;
-    counts.watch_socket_files = walked.sockets.len();
-    if walked.cut {
-        warnings.push(format!(
-            "the walk of the watched paths was cut at {} entries or {} levels",
-            opts.limits.walk.max_entries, opts.limits.walk.max_depth
-        ));
-    }
-    if walked.unreadable > 0 {
-        warnings.push(format!(
-            "could not list {} directories below the watched paths",
-            walked.unreadable
-        ));
+/// The report's counts and warnings, gathered step by step.
+#[derive(Default)]
+struct Tally {
+    counts: Counts,
+    warnings: Vec<String>,
+}
+
+impl Tally {
+    fn process_walk(&mut self, ps: &ProcStats) {
+        self.counts.processes = ps.processes;
+        self.counts.processes_vanished = ps.vanished;
+        self.counts.processes_fds_unreadable = ps.fds_unreadable;
+        self.counts.processes_ns_unreadable = ps.ns_unreadable;
+        if ps.fds_unreadable > 0 {
+            self.warnings.push(format!(
+                "could not read the open files of {} processes (not root?): their sockets have \
+                 no known holder",
+                ps.fds_unreadable
+            ));
+        }
+        if ps.ns_unreadable > 0 {
+            self.warnings.push(format!(
+                "could not read the namespaces of {} processes (not root?): network and mount \
+                 namespaces only they are in are not scanned",
+                ps.ns_unreadable
+            ));
+        }
+        if ps.fds_cut > 0 || ps.processes_cut {
+            self.warnings.push(format!(
+                "limits cut the process walk: {} processes with fds cut, process limit reached: {}",
+                ps.fds_cut, ps.processes_cut
+            ));
+        }
     }
 
-    let snap = Snapshot {
-        sockets,
-        processes: table.processes,
-        mount_tables,
-        watch_files: walked.sockets,
-        watched,
-        own_mntns,
-    };
-    let sys = ProcSystem::new(proc_root.clone(), procfd::cgroup2_root(&own_mounts));
-    let mut analysis = analyze(&snap, &sys);
-    if !analysis.findings.is_empty() {
-        let again = dump_all(own_net, &others)?;
-        analysis.findings.confirm(&merged(&again));
+    /// Keeps the first namespaces within `max`, counting the agent's own.
+    fn cut_net_namespaces(&mut self, mut others: Vec<NetNs>, max: usize) -> Vec<NetNs> {
+        if others.len() + 1 > max {
+            self.warnings.push(format!(
+                "{} network namespaces: only the first {max} are read",
+                others.len() + 1,
+            ));
+            others.truncate(max.saturating_sub(1));
+        }
+        others
     }
 
-    counts.sockets = snap.sockets.len();
-    counts.path_sockets = analysis.sockets.len();
-    counts.listeners = analysis.sockets.iter().filter(|s| s.listening).count();
-    counts.unresolved = analysis.unresolved;
-    counts.outside_watch = analysis.outside_watch;
-    counts.orphaned_listeners = analysis.findings.orphaned_listeners.len();
-    counts.stale_socket_files = analysis.findings.stale_socket_files.len();
-    counts.stale_bind_mounts = analysis.findings.stale_bind_mounts.len();
-    let complete = counts.net_namespaces_unreadable == 0
-        && counts.processes_fds_unreadable == 0
-        && ps.ns_unreadable == 0
-        && !ps.processes_cut
-        && ps.fds_cut == 0;
-    Ok(ScanReport {
-        sockets: analysis.sockets,
-        findings: analysis.findings,
-        counts,
-        warnings,
-        complete,
-    })
+    /// How many of `results` failed; one warning names the first.
+    fn errors<T, E: std::fmt::Display>(
+        &mut self,
+        results: &[(u64, Result<T, E>)],
+        what: &str,
+    ) -> usize {
+        let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
+        if let Some((id, Err(e))) = failed.first() {
+            self.warnings.push(format!(
+                "could not read {} {what} (first: {id}: {e})",
+                failed.len()
+            ));
+        }
+        failed.len()
+    }
+
+    fn walk(&mut self, walked: &walk::Walk, limits: &walk::WalkLimits) {
+        self.counts.watch_entries = walked.entries;
+        self.counts.watch_socket_files = walked.sockets.len();
+        if walked.cut {
+            self.warnings.push(format!(
+                "the walk of the watched paths was cut at {} entries or {} levels",
+                limits.max_entries, limits.max_depth
+            ));
+        }
+        if walked.unreadable > 0 {
+            self.warnings.push(format!(
+                "could not list {} directories below the watched paths",
+                walked.unreadable
+            ));
+        }
+    }
+
+    fn analysis(&mut self, snap: &Snapshot, analysis: &Analysis) {
+        let c = &mut self.counts;
+        c.sockets = snap.sockets.len();
+        c.path_sockets = analysis.sockets.len();
+        c.listeners = analysis.sockets.iter().filter(|s| s.listening).count();
+        c.unresolved = analysis.unresolved;
+        c.outside_watch = analysis.outside_watch;
+        c.orphaned_listeners = analysis.findings.orphaned_listeners.len();
+        c.stale_socket_files = analysis.findings.stale_socket_files.len();
+        c.stale_bind_mounts = analysis.findings.stale_bind_mounts.len();
+    }
+
+    fn report(self, analysis: Analysis, ps: &ProcStats) -> ScanReport {
+        let complete = self.counts.net_namespaces_unreadable == 0
+            && self.counts.processes_fds_unreadable == 0
+            && ps.ns_unreadable == 0
+            && !ps.processes_cut
+            && ps.fds_cut == 0;
+        ScanReport {
+            sockets: analysis.sockets,
+            findings: analysis.findings,
+            counts: self.counts,
+            warnings: self.warnings,
+            complete,
+        }
+    }
 }

@@ -11,6 +11,12 @@ use std::{
 
 use serde::Serialize;
 
+pub use super::procfs::{parse_bracket_link, parse_cgroup};
+use super::{
+    mounts::MountInfo,
+    procfs::{is_gone, ns_id, pid_path, read_link_bytes, read_pid_file},
+};
+
 /// A process holding a socket, for display and for the correlation engine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Holder {
@@ -86,58 +92,12 @@ pub fn parse_socket_link(target: &[u8]) -> Option<u32> {
 /// Does process `tgid` hold a descriptor of socket `sock_ino` (its `socket:[N]` link)? False
 /// when the process or its fd table cannot be read.
 pub fn holds_socket(proc_root: &Path, tgid: u32, sock_ino: u64) -> bool {
-    let Ok(fds) = std::fs::read_dir(proc_root.join(tgid.to_string()).join("fd")) else {
+    let Ok(fds) = fs::read_dir(pid_path(proc_root, tgid, "fd")) else {
         return false;
     };
     fds.filter_map(Result::ok)
         .filter_map(|fd| read_link_bytes(&fd.path()).ok())
         .any(|target| parse_socket_link(&target).map(u64::from) == Some(sock_ino))
-}
-
-/// `<kind>:[N]` → N, e.g. `mnt:[4026531832]`.
-pub fn parse_bracket_link(target: &[u8], kind: &[u8]) -> Option<u64> {
-    let rest = target.strip_prefix(kind)?.strip_prefix(b":[")?;
-    let digits = rest.strip_suffix(b"]")?;
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-/// Which cgroup path names a process, from `/proc/PID/cgroup`. Returns (path, is_v2).
-pub fn parse_cgroup(text: &str) -> (String, bool) {
-    let (mut v2, mut v1) = (None, None);
-    for line in text.lines() {
-        let mut f = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if id == "0" && controllers.is_empty() {
-            v2 = Some(path);
-        } else if v1.is_none() && path != "/" {
-            v1 = Some(path);
-        }
-    }
-    match (v2, v1) {
-        // The unified path wins unless it is the root and a v1 path says more.
-        (Some(p), _) if p != "/" => (p.to_string(), true),
-        (_, Some(p)) => (p.to_string(), false),
-        (Some(p), None) => (p.to_string(), true),
-        (None, None) => ("/".to_string(), false),
-    }
-}
-
-fn read_link_bytes(p: &Path) -> io::Result<Vec<u8>> {
-    fs::read_link(p).map(|t| t.as_os_str().as_bytes().to_vec())
-}
-
-fn ns_id(proc_root: &Path, tgid: u32, kind: &str) -> io::Result<Option<u64>> {
-    let t = read_link_bytes(&proc_root.join(format!("{tgid}/ns/{kind}")))?;
-    Ok(parse_bracket_link(&t, kind.as_bytes()))
-}
-
-fn is_gone(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Walk `proc_root` (normally `/proc`): every process's socket fds and namespaces.
@@ -173,7 +133,7 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
             }
         }
         table.stats.ns_unreadable += usize::from(ns_unreadable && !vanished);
-        match fs::read_dir(proc_root.join(format!("{tgid}/fd"))) {
+        match fs::read_dir(pid_path(proc_root, tgid, "fd")) {
             Ok(dir) => {
                 let mut n = 0usize;
                 for entry in dir {
@@ -210,8 +170,8 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
 
 /// Read a holder's name and cgroup. None if the process is gone.
 pub fn read_holder(proc_root: &Path, tgid: u32, cgroup2_root: Option<&Path>) -> Option<Holder> {
-    let comm = fs::read_to_string(proc_root.join(format!("{tgid}/comm"))).ok()?;
-    let (cgroup, is_v2) = fs::read_to_string(proc_root.join(format!("{tgid}/cgroup")))
+    let comm = read_pid_file(proc_root, tgid, "comm").ok()?;
+    let (cgroup, is_v2) = read_pid_file(proc_root, tgid, "cgroup")
         .map(|t| parse_cgroup(&t))
         .unwrap_or_else(|_| (String::new(), false));
     let cgroup_id = match (is_v2, cgroup2_root) {
@@ -232,7 +192,7 @@ pub fn read_holder(proc_root: &Path, tgid: u32, cgroup2_root: Option<&Path>) -> 
 }
 
 /// Where cgroup2 is mounted, from mountinfo (`/sys/fs/cgroup` or `/sys/fs/cgroup/unified`).
-pub fn cgroup2_root(mounts: &[super::mounts::MountInfo]) -> Option<PathBuf> {
+pub fn cgroup2_root(mounts: &[MountInfo]) -> Option<PathBuf> {
     mounts
         .iter()
         .filter(|m| m.fs_type == "cgroup2" && m.root == b"/")
@@ -270,30 +230,6 @@ mod tests {
             Some(4026531832)
         );
         assert_eq!(parse_bracket_link(b"net:[4026531833]", b"mnt"), None);
-    }
-
-    #[test]
-    fn cgroup_paths() {
-        // Pure v2.
-        assert_eq!(
-            parse_cgroup("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope\n"),
-            (
-                "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope".to_string(),
-                true
-            )
-        );
-        // Hybrid with an empty unified hierarchy: the v1 path says which container.
-        let hybrid = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/2df3\n0::/\n";
-        assert_eq!(
-            parse_cgroup(hybrid),
-            ("/process_api/2df3".to_string(), false)
-        );
-        // Everything at the root.
-        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), ("/".to_string(), true));
-        assert_eq!(parse_cgroup("1:cpu:/\n"), ("/".to_string(), false));
-        assert_eq!(parse_cgroup(""), ("/".to_string(), false));
-        // Paths may contain ':'.
-        assert_eq!(parse_cgroup("0::/a:b\n"), ("/a:b".to_string(), true));
     }
 
     #[test]

@@ -4,8 +4,12 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use agent_common::FileId;
+
 use super::{
-    Counts, FileId, Findings, Holder, OrphanCause, ScanReport, StaleBindMount, StaleCause,
+    findings::{Findings, OrphanCause, StaleBindMount, StaleCause},
+    model::{Counts, ScanReport},
+    procfd::Holder,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,28 +28,25 @@ struct JsonReport<'a> {
     complete: bool,
 }
 
-/// The JSON form of a report.
-pub fn to_json(r: &ScanReport) -> serde_json::Value {
-    serde_json::to_value(JsonReport {
-        findings: &r.findings,
-        counts: &r.counts,
-        warnings: &r.warnings,
-        complete: r.complete,
-    })
-    .expect("plain data serializes")
-}
-
-/// Write the JSON form as one line, keys in the order findings, counts, warnings, complete.
-pub fn write_json(r: &ScanReport, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer(
-        &mut *out,
-        &JsonReport {
+impl<'a> JsonReport<'a> {
+    fn of(r: &'a ScanReport) -> Self {
+        Self {
             findings: &r.findings,
             counts: &r.counts,
             warnings: &r.warnings,
             complete: r.complete,
-        },
-    )?;
+        }
+    }
+}
+
+/// The JSON form of a report.
+pub fn to_json(r: &ScanReport) -> serde_json::Value {
+    serde_json::to_value(JsonReport::of(r)).expect("plain data serializes")
+}
+
+/// Write the JSON form as one line, keys in the order findings, counts, warnings, complete.
+pub fn write_json(r: &ScanReport, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, &JsonReport::of(r))?;
     writeln!(out)
 }
 

@@ -1,7 +1,16 @@
 //! [`analyze`] against a fake system: every finding and every non-finding, without root.
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    io,
+    path::{Path, PathBuf},
+};
 
-use super::{diag::SockName, diag::VfsId, procfd::Process, *};
+use super::{
+    diag::{DiagSocket, SockName, VfsId},
+    mounts::MountInfo,
+    procfd::Process,
+    *,
+};
 
 const DEV: u64 = 0xfe00;
 const S_IFSOCK: u32 = 0o140777;

@@ -2,7 +2,7 @@
 //! namespace. Symbolic links are not followed; nothing is opened but directories.
 use std::{fs, path::PathBuf};
 
-use super::Stat;
+use super::stat::Stat;
 
 /// Bounds on the walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
