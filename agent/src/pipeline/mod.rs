@@ -178,7 +178,11 @@ impl Pipeline {
 /// A verdict that says a socket is open stands only while its holder still has it.
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
-        crate::scan::procfd::holds_socket(std::path::Path::new("/proc"), tgid, sock_ino)
+        crate::scan::procfd::holds_socket(
+            std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT),
+            tgid,
+            sock_ino,
+        )
     })
 }
 
