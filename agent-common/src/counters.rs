@@ -33,12 +33,15 @@ pub mod slots {
 
     /// Room per group; kind ids stay below it.
     pub const KINDS: u32 = 16;
+    /// Length of the array.
     pub const LEN: u32 = Counter::COUNT + 2 * KINDS;
 
+    /// The slot counting records of `kind` submitted to the ring buffer.
     pub const fn emitted(kind: EventKind) -> u32 {
         Counter::COUNT + kind as u32
     }
 
+    /// The slot counting records of `kind` lost to a full ring buffer.
     pub const fn lost(kind: EventKind) -> u32 {
         Counter::COUNT + KINDS + kind as u32
     }

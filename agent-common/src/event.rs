@@ -89,9 +89,13 @@ pub struct Event {
     pub flags: u16,
     /// `bpf_ktime_get_boot_ns()`: boot clock, counts suspend.
     pub ts_ns: u64,
+    /// Acting process (thread-group id).
     pub tgid: u32,
+    /// Acting thread.
     pub pid: u32,
+    /// Its cgroup v2 id.
     pub cgroup_id: u64,
+    /// Its `comm`, NUL-padded.
     pub comm: [u8; COMM_LEN],
     /// The socket file (see [`EventKind`] for which one).
     pub file: FileId,
@@ -106,15 +110,19 @@ pub struct Event {
     pub owner: Owner,
     /// Kind-specific: listen backlog, fork child tgid.
     pub aux: u32,
+    /// Bytes of `path` in use.
     pub path_len: u16,
+    /// Explicit padding, always zero.
     pub _pad1: u16,
     /// The directory holding the file (bind, unlink, rename), or the one a relative path
     /// starts from (tracepoint tier); zero when unknown.
     pub dir: FileId,
+    /// The path as the tier saw it (see [`EventKind`]), not NUL-terminated when full.
     pub path: [u8; PATH_CAP],
 }
 
 impl Event {
+    /// Bytes of one record.
     pub const SIZE: usize = core::mem::size_of::<Event>();
 
     /// The path bytes actually present.

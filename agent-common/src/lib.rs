@@ -5,6 +5,7 @@
 //! on both sides; compile-time asserts in `event.rs` pin it. The `user` feature adds what only
 //! the agent needs (serde, aya's `Pod`).
 #![no_std]
+#![deny(missing_docs)]
 
 #[macro_use]
 mod named;

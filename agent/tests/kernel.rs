@@ -78,6 +78,7 @@ fn bind_ignores_abstract_unnamed_failed_and_inet() {
         };
         let dir = tempdir();
         let marker = dir.path().join("marker.sock");
+        // SAFETY: the sockaddr is zero-initialised plain data, bound with its own size; the descriptor is closed below.
         unsafe {
             // Abstract: sun_path starts with NUL.
             let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
@@ -194,6 +195,7 @@ fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
     };
     assert_eq!(v["tier"], best);
 
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("wait");
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
@@ -303,6 +305,7 @@ fn cli_not_privileged_fails_clearly() {
         return;
     }
     use std::os::unix::process::CommandExt;
+    // SAFETY: the pre_exec closure only calls async-signal-safe setgid/setuid.
     let out = unsafe {
         Command::new(sockwatch_bin())
             .arg("run")

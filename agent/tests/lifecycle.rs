@@ -436,6 +436,7 @@ fn s9_abstract_sockets_are_ignored() {
         let mut a = Actor::spawn();
         // `@name` is not a path the actor can bind; use a socket whose path is abstract via
         // libc in this process, then a marker bind to know the earlier one had time to arrive.
+        // SAFETY: raw socket calls on a zero-initialised sockaddr of its own size; the descriptor is closed below.
         unsafe {
             let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
             let mut addr: libc::sockaddr_un = std::mem::zeroed();

@@ -45,6 +45,7 @@ struct Reaped(Child, &'static str);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
+        // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {

@@ -28,7 +28,9 @@ use sockwatch::scan::{
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn is_root() -> bool {
@@ -77,9 +79,10 @@ impl Child {
                 libc::_exit(0);
             }
         }
-        // SAFETY: fds are ours; the read end is owned by the File from now on.
+        // SAFETY: the write end is ours and not used again.
         unsafe { libc::close(fds[1]) };
         let mut status = [0u8; 2];
+        // SAFETY: the pipe's read end is ours and owned by nothing else.
         let mut r = fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
         r.read_exact(&mut status)
             .unwrap_or_else(|e| panic!("child {comm:?} died during setup: {e}"));
@@ -209,9 +212,10 @@ fn scan_watching(dir: &Path) -> ScanReport {
 }
 
 fn bin() -> PathBuf {
-    std::env::var_os("SOCKWATCH_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sockwatch")))
+    std::env::var_os("SOCKWATCH_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_sockwatch")),
+        PathBuf::from,
+    )
 }
 
 /// Run `sockwatch scan ARGS`: (exit code, stdout, stderr).
@@ -377,6 +381,7 @@ fn stale_bind_mount() {
         CString::new(p.as_os_str().as_bytes()).unwrap(),
         CString::new(q.as_os_str().as_bytes()).unwrap(),
     );
+    // SAFETY: the closure runs in the forked child and makes raw syscalls with valid C strings only.
     let c = Child::fork(c"sw-client", true, || unsafe {
         // SAFETY: raw syscalls with valid C strings.
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
@@ -624,6 +629,7 @@ fn diag_identity_equals_stat() {
         c"inode64,size=1m",
     );
     let slash = c"/";
+    // SAFETY: the closure runs in the forked child and makes raw syscalls with valid C strings only.
     let child = Child::fork(c"sw-inode64", true, || unsafe {
         // SAFETY: raw syscalls with valid C strings.
         if libc::unshare(libc::CLONE_NEWNS) != 0 {

@@ -59,17 +59,17 @@ fn s1_rolling_restart() {
     a.must(&format!("unlink {}", s(&sock)));
 
     let by_b = agent.expect_verdict("B's foreign unlink", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == b.pid as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(b.pid)
     });
-    assert_eq!(tgid(&by_b, "victim"), a.pid as u64, "{by_b}");
+    assert_eq!(tgid(&by_b, "victim"), u64::from(a.pid), "{by_b}");
     assert_eq!(by_b["listening"], true);
     let by_a = agent.expect_verdict("A's foreign unlink", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == a.pid as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(a.pid)
     });
-    assert_eq!(tgid(&by_a, "victim"), b.pid as u64, "{by_a}");
+    assert_eq!(tgid(&by_a, "victim"), u64::from(b.pid), "{by_a}");
     assert_eq!(by_a["path"], s(&sock));
     let orphan = agent.expect_verdict("B orphaned", |v| {
-        is(v, "orphan_opened") && tgid(v, "owner") == b.pid as u64
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid)
     });
     assert_eq!(orphan["file"]["ino"], by_a["file"]["ino"]);
     drop(b); // B exits: its orphan closes
@@ -114,6 +114,7 @@ fn s1_go_listener_close_unlinks_successor() {
     b.must(&format!("rmtree {}", s(&dir)));
     b.must(&format!("mkdir {}", s(&dir)));
     b.must(&format!("listen-on {}", s(&sock)));
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
     unsafe { libc::kill(old.id() as i32, libc::SIGTERM) };
     line.clear();
     out.read_line(&mut line).expect("read");
@@ -122,12 +123,12 @@ fn s1_go_listener_close_unlinks_successor() {
     assert!(!sock.exists(), "Go's Close unlinked the successor's socket");
 
     let v = agent.expect_verdict("Go's foreign unlink", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == old.id() as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old.id())
     });
-    assert_eq!(tgid(&v, "victim"), b.pid as u64, "{v}");
+    assert_eq!(tgid(&v, "victim"), u64::from(b.pid), "{v}");
     assert_eq!(v["actor"]["comm"], "golistener");
     agent.expect_verdict("B orphaned", |v| {
-        is(v, "orphan_opened") && tgid(v, "owner") == b.pid as u64
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid)
     });
     agent.stop();
 }
@@ -156,7 +157,7 @@ fn s2_s6_owner_and_worker_unlinks_are_quiet() {
     let mut m = Actor::spawn();
     m.must(&format!("unlink {}", s(&marker)));
     agent.expect_verdict("marker", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == m.pid as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(m.pid)
     });
     let verdicts = agent.stop();
     let foreign: Vec<&Value> = verdicts
@@ -193,11 +194,11 @@ fn s5_rename_over_is_replaced() {
     let v = agent.expect_verdict("replaced", |v| is(v, "replaced"));
     assert_eq!(
         (tgid(&v, "actor"), tgid(&v, "victim")),
-        (b.pid as u64, a.pid as u64),
+        (u64::from(b.pid), u64::from(a.pid)),
         "{v}"
     );
     agent.expect_verdict("A orphaned", |v| {
-        is(v, "orphan_opened") && tgid(v, "owner") == a.pid as u64
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(a.pid)
     });
     agent.stop();
 }
@@ -221,7 +222,7 @@ fn s3_stale_connect_and_s8_not_listening() {
     c.must(&format!("bind-mount {} {}", s(&sock), s(&view)));
     b.must(&format!("unlink {}", s(&sock)));
     b.must(&format!("listen-on {}", s(&sock)));
-    let a_pid = a.pid as u64;
+    let a_pid = u64::from(a.pid);
     drop(a);
     assert_eq!(
         c.must(&format!("connect {}", s(&view))),
@@ -229,8 +230,8 @@ fn s3_stale_connect_and_s8_not_listening() {
     );
     let v = agent.expect_verdict("stale connect", |v| is(v, "stale_connect"));
     assert_eq!(v["kind"], "unlinked_pinned", "{v}");
-    assert_eq!(tgid(&v, "actor"), c.pid as u64, "{v}");
-    assert_eq!(tgid(&v, "removed_by"), b.pid as u64, "{v}");
+    assert_eq!(tgid(&v, "actor"), u64::from(c.pid), "{v}");
+    assert_eq!(tgid(&v, "removed_by"), u64::from(b.pid), "{v}");
     assert_eq!(tgid(&v, "binder"), a_pid, "{v}");
 
     b.must(&format!("bind {}", s(&early)));
@@ -242,7 +243,7 @@ fn s3_stale_connect_and_s8_not_listening() {
     let mut m = Actor::spawn();
     m.must(&format!("unlink {}", s(&sock)));
     agent.expect_verdict("marker", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == m.pid as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(m.pid)
     });
     let verdicts = agent.stop();
     let stale: Vec<&Value> = verdicts.iter().filter(|v| is(v, "stale_connect")).collect();
@@ -265,7 +266,7 @@ fn s4_dead_listener_file() {
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let mut a = Actor::spawn();
     a.must(&format!("listen-on {}", s(&sock)));
-    let a_pid = a.pid as u64;
+    let a_pid = u64::from(a.pid);
     drop(a);
     let mut c = Actor::spawn();
     assert_eq!(
@@ -295,15 +296,15 @@ fn s10_late_start() {
     std::fs::remove_file(&orphan).expect("orphan it");
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let v = agent.expect_verdict("pre-existing orphan", |v| {
-        is(v, "orphan_opened") && tgid(v, "owner") == o.pid as u64
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(o.pid)
     });
     assert_eq!(v["since_exact"], false, "{v}");
     let mut b = Actor::spawn();
     b.must(&format!("unlink {}", s(&sock)));
     let f = agent.expect_verdict("foreign unlink", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == b.pid as u64
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(b.pid)
     });
-    assert_eq!(tgid(&f, "victim"), a.pid as u64, "{f}");
+    assert_eq!(tgid(&f, "victim"), u64::from(a.pid), "{f}");
     agent.stop();
 }
 
@@ -328,7 +329,7 @@ fn s12_recreated_watched_directory() {
     });
     assert_eq!(
         (tgid(&v, "actor"), tgid(&v, "victim")),
-        (b.pid as u64, a.pid as u64),
+        (u64::from(b.pid), u64::from(a.pid)),
         "{v}"
     );
     agent.stop();

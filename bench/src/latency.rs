@@ -29,8 +29,7 @@ impl Rng {
     fn new() -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1);
+            .map_or(1, |d| d.as_nanos() as u64);
         Rng(seed | 1)
     }
 

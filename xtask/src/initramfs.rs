@@ -113,7 +113,9 @@ impl Image {
         let stdin = gzip.stdin.take().expect("piped");
         let mut w = Cpio::new(BufWriter::with_capacity(1 << 20, stdin));
         self.write_to(&mut w)?;
-        w.finish()?.into_inner().map_err(|e| e.into_error())?;
+        w.finish()?
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         let status = gzip.wait()?;
         if !status.success() {
             bail!("gzip failed ({status}) writing {}", out.display());
@@ -128,14 +130,14 @@ impl Image {
                 Node::Copy { from, perm } => {
                     let data =
                         fs::read(from).with_context(|| format!("reading {}", from.display()))?;
-                    w.entry(path, S_IFREG | perm, (0, 0), &data)?
+                    w.entry(path, S_IFREG | perm, (0, 0), &data)?;
                 }
                 Node::Bytes { data, perm } => w.entry(path, S_IFREG | perm, (0, 0), data)?,
                 Node::Symlink(target) => {
-                    w.entry(path, S_IFLNK | 0o777, (0, 0), target.as_bytes())?
+                    w.entry(path, S_IFLNK | 0o777, (0, 0), target.as_bytes())?;
                 }
                 Node::CharDev { major, minor } => {
-                    w.entry(path, S_IFCHR | 0o600, (*major, *minor), &[])?
+                    w.entry(path, S_IFCHR | 0o600, (*major, *minor), &[])?;
                 }
             }
         }

@@ -434,11 +434,11 @@ pub fn test(kernels: &[Kernel], timeout: Duration) -> anyhow::Result<Vec<Outcome
     let payload = build_payload()?;
     let initrd = cmd::target_dir().join("vm").join("initrd.gz");
     build_initramfs(&payload, kernels, &initrd)?;
-    let size = fs::metadata(&initrd).map(|m| m.len()).unwrap_or(0);
+    let size = fs::metadata(&initrd).map_or(0, |m| m.len());
     println!(
         "xtask: initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
         initrd.display(),
-        size as f64 / (1 << 20) as f64,
+        size as f64 / f64::from(1 << 20),
         payload
             .tests
             .iter()
@@ -477,7 +477,7 @@ impl Outcome {
             self.counts.failed,
             self.counts.ignored,
             self.boot_time
-                .map_or("?".to_owned(), |b| format!("{:.1?}", b)),
+                .map_or("?".to_owned(), |b| format!("{b:.1?}")),
             self.elapsed,
             match &self.failure {
                 None => "PASS".to_owned(),

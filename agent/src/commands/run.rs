@@ -301,7 +301,7 @@ async fn refresh_watches(probes: &Mutex<Probes>, mut watches: Vec<WatchedDir>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for w in watches.iter_mut() {
+        for w in &mut watches {
             let Ok(now) = watch::resolve(&w.path) else {
                 continue;
             };

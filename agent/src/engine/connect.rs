@@ -98,7 +98,11 @@ impl Engine {
     /// A connect that reached a known, linked file by `path`: another view of it (S13),
     /// remembered for path-only lookups.
     fn learn_alias(&mut self, file: FileId, path: &str, ts_ns: u64) {
-        if self.sockets.get(&file).is_some_and(|s| s.is_linked()) {
+        if self
+            .sockets
+            .get(&file)
+            .is_some_and(super::sockets::SocketState::is_linked)
+        {
             self.sockets.modify(&file, ts_ns, |s| {
                 s.add_alias(path);
             });

@@ -117,7 +117,10 @@ impl Engine {
     pub(super) fn on_exit(&mut self, ts_ns: u64, tgid: u32, out: &mut Vec<Verdict>) {
         let exiting = self.proc_or_unknown(tgid);
         for f in self.owners.exited(tgid, ts_ns) {
-            let live = self.sockets.get(&f).is_some_and(|s| s.is_live());
+            let live = self
+                .sockets
+                .get(&f)
+                .is_some_and(super::sockets::SocketState::is_live);
             if live && self.owners.of(&f).is_empty() {
                 // Its last owner is gone, so is the socket (its release may come later).
                 self.release(f, ts_ns, Some(exiting.clone()), CloseReason::Exited, out);

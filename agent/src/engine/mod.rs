@@ -123,7 +123,7 @@ impl Engine {
         let start = out.len();
         match input {
             Input::Unlink { .. } | Input::Rename { .. } | Input::Connect { .. } => {
-                self.apply_path_op(input, out)
+                self.apply_path_op(input, out);
             }
             _ => self.apply_lifecycle(input, out),
         }

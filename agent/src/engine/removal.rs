@@ -36,10 +36,10 @@ impl Engine {
     ) {
         match self.resolve(path, file, actor, None) {
             Target::Found(f) => {
-                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out)
+                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out);
             }
             Target::Untracked(f) if live.is_some() => {
-                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out)
+                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out);
             }
             Target::Untracked(_) | Target::NotFound => self.counters.ignored.unlink_unknown += 1,
             Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
@@ -66,7 +66,7 @@ impl Engine {
             match self.resolve(to, replaced, actor, source) {
                 Target::Found(f) => self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out),
                 Target::Untracked(f) if live.is_some() => {
-                    self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out)
+                    self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out);
                 }
                 Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
                 // Renames over paths that are no socket files are not this engine's business.

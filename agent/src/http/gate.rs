@@ -103,7 +103,9 @@ impl Gate {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Reading> {
-        self.reading.lock().unwrap_or_else(|p| p.into_inner())
+        self.reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

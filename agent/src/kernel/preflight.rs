@@ -63,6 +63,8 @@ fn ensure_tracefs() -> Result<(), PreflightError> {
     {
         return Ok(());
     }
+    // SAFETY: every pointer is a NUL-terminated C string literal or null (no mount data),
+    // all valid for the call.
     let rc = unsafe {
         libc::mount(
             c"tracefs".as_ptr(),
@@ -89,6 +91,7 @@ fn raise_memlock() {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,
     };
+    // SAFETY: `lim` is a valid, initialised rlimit that outlives the call.
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) } != 0 {
         log::debug!(
             "cannot raise RLIMIT_MEMLOCK: {}",

@@ -139,7 +139,7 @@ impl Metrics {
                 .with_label_values(&[kind.label(), watch])
                 .inc(),
             Verdict::StaleSocketFile { .. } => {
-                hot.stale_socket_files.with_label_values(&[watch]).inc()
+                hot.stale_socket_files.with_label_values(&[watch]).inc();
             }
             Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } => {}
         }

@@ -31,7 +31,11 @@ impl Metrics {
             name: s.name.into(),
             kind: s.kind.name(),
             help: s.help.into(),
-            labels: s.labels.iter().map(|l| l.to_string()).collect(),
+            labels: s
+                .labels
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
         });
         own.chain(process_metrics()).collect()
     }
@@ -48,7 +52,7 @@ impl Metrics {
             ("errno", strings(errno_names())),
             (
                 "reason (kernel errors)",
-                strings(kernel_errors().map(|c| c.name())),
+                strings(kernel_errors().map(agent_common::Counter::name)),
             ),
             ("reason (engine ignored)", count_names::<IgnoredCounters>()),
             ("table", count_names::<Evictions>()),

@@ -61,7 +61,11 @@ impl Spec {
 
     /// The descriptor a collector reports for this metric.
     pub fn desc(&self) -> Desc {
-        let labels = self.labels.iter().map(|l| l.to_string()).collect();
+        let labels = self
+            .labels
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         Desc::new(self.name.into(), self.help.into(), labels, HashMap::new()).expect("valid spec")
     }
 

@@ -229,7 +229,7 @@ fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), S
     let mut seen = HashMap::new();
     for st in path_socks
         .iter()
-        .flat_map(|p| p.found())
+        .flat_map(PathSock::found)
         .map(|(_, st)| st)
         .filter(Stat::is_socket)
         .chain(snap.watch_files.iter().map(|(_, st)| *st))

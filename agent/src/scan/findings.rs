@@ -123,7 +123,7 @@ impl Findings {
         self.orphaned_listeners.retain(|o| {
             later
                 .iter()
-                .any(|s| s.sock_ino as u64 == o.sock_ino && s.listening())
+                .any(|s| u64::from(s.sock_ino) == o.sock_ino && s.listening())
         });
         self.stale_socket_files.retain(|f| {
             !later.iter().any(|s| {

@@ -47,7 +47,7 @@ pub fn unescape(field: &[u8]) -> Vec<u8> {
         {
             let v = field[i + 1..i + 4]
                 .iter()
-                .fold(0u32, |acc, c| acc * 8 + (c - b'0') as u32);
+                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
             if v <= 0xff {
                 out.push(v as u8);
                 i += 4;

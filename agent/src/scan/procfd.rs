@@ -105,7 +105,7 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
     let mut table = ProcTable::default();
     let mut fds_left = limits.max_fds_total;
     let mut tgids: Vec<u32> = fs::read_dir(proc_root)?
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter_map(|e| {
             std::str::from_utf8(e.file_name().as_bytes())
                 .ok()?
@@ -172,8 +172,7 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
 pub fn read_holder(proc_root: &Path, tgid: u32, cgroup2_root: Option<&Path>) -> Option<Holder> {
     let comm = read_pid_file(proc_root, tgid, "comm").ok()?;
     let (cgroup, is_v2) = read_pid_file(proc_root, tgid, "cgroup")
-        .map(|t| parse_cgroup(&t))
-        .unwrap_or_else(|_| (String::new(), false));
+        .map_or_else(|_| (String::new(), false), |t| parse_cgroup(&t));
     let cgroup_id = match (is_v2, cgroup2_root) {
         (true, Some(root)) => {
             use std::os::unix::fs::MetadataExt as _;

@@ -50,14 +50,18 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
         ["pid"] => Ok(std::process::id().to_string()),
         // bind PATH: a stream socket bound to PATH, not listening; replies its handle.
         ["bind", path] => {
+            // SAFETY: socket(2) takes no pointers; the result is checked by from_raw_fd's caller below.
             let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+            // SAFETY: the descriptor was just returned by socket(2) and is owned by nothing else.
             let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            // SAFETY: sockaddr_un is plain old data; all-zero bytes are a valid value.
             let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
             sa.sun_family = libc::AF_UNIX as u16;
             for (i, b) in path.bytes().enumerate() {
                 sa.sun_path[i] = b as libc::c_char;
             }
             let len = (2 + path.len() + 1) as u32;
+            // SAFETY: `sa` is a valid sockaddr_un and `len` does not exceed its size.
             check(unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), len) })?;
             held.push(Some(fd));
             Ok((held.len() - 1).to_string())
@@ -67,6 +71,7 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
                 .as_ref()
                 .expect("open")
                 .as_raw_fd();
+            // SAFETY: listen(2) takes no pointers; `fd` is a descriptor this actor holds.
             check(unsafe { libc::listen(fd, 8) }).map(|_| String::new())
         }
         ["listen-on", path] => {
@@ -79,6 +84,7 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
             Ok(String::new())
         }
         ["unlink", path] => {
+            // SAFETY: the argument is a NUL-terminated string that outlives the call.
             check(unsafe { libc::unlink(cstr(path).as_ptr()) }).map(|_| String::new())
         }
         ["rmtree", dir] => std::fs::remove_dir_all(dir).map(|_| String::new()),
@@ -100,20 +106,26 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
         // pid and the unlink's errno.
         ["fork-unlink", path] => {
             let p = cstr(path);
+            // SAFETY: the actor is single-threaded here; the child only unlinks and exits.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
+                // SAFETY: `p` is a NUL-terminated string copied before the fork.
                 let rc = unsafe { libc::unlink(p.as_ptr()) };
+                // SAFETY: _exit(2) takes no pointers and never returns.
                 unsafe { libc::_exit(if rc == 0 { 0 } else { 1 }) };
             }
             let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer for the call.
             unsafe { libc::waitpid(pid, &mut status, 0) };
             Ok(format!("{pid} {}", libc::WEXITSTATUS(status)))
         }
         // Own mount namespace, then a bind mount of a file onto another: pins the source's
         // inode in this namespace whatever happens to its name.
         ["bind-mount", src, dst] => {
+            // SAFETY: unshare(2) takes no pointers.
             check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
             let root = cstr("/");
+            // SAFETY: the pointers are a NUL-terminated string or null, valid for the call.
             check(unsafe {
                 libc::mount(
                     std::ptr::null(),
@@ -124,6 +136,7 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
                 )
             })?;
             let (s, d) = (cstr(src), cstr(dst));
+            // SAFETY: both paths are NUL-terminated strings that outlive the call; no mount data.
             check(unsafe {
                 libc::mount(
                     s.as_ptr(),

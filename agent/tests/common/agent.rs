@@ -122,6 +122,7 @@ impl Agent {
 
     /// Stops the agent with SIGINT; it must exit cleanly.
     pub fn stop(mut self) -> Vec<serde_json::Value> {
+        // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "exit {status}: {}", self.log_text());

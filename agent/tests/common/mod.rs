@@ -66,6 +66,7 @@ pub fn is_required(tier: Tier) -> bool {
 }
 
 pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
@@ -224,6 +225,7 @@ pub fn events_under(events: &mut EventReader, dir: &Path, wait: Duration) -> Vec
 }
 
 pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 

@@ -178,16 +178,13 @@ impl Drop for Bpftrace {
 
 /// Perf-event descriptors a process holds.
 fn perf_events(pid: u32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| {
-                    fs::read_link(e.path())
-                        .is_ok_and(|t| t.to_string_lossy().contains("perf_event"))
-                })
-                .count()
-        })
-        .unwrap_or(0)
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| {
+                fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("perf_event"))
+            })
+            .count()
+    })
 }
 
 #[cfg(test)]

@@ -280,7 +280,7 @@ pub fn throughput(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Th
         dir: dir.display().to_string(),
         // As many producers as CPUs: one thread alone cannot make the higher rates.
         threads: std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
+            .map_or(2, std::num::NonZero::get)
             .to_string(),
     };
     let calibration = meter.calibrate()?;

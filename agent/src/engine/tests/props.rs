@@ -158,7 +158,7 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             Input::Unlink {
                 file: f, path: p, ..
             } => {
-                assert!(*f == Some(*file) || p == path, "{v:?} from {input:?}")
+                assert!(*f == Some(*file) || p == path, "{v:?} from {input:?}");
             }
             _ => panic!("{v:?} from {input:?}"),
         },
@@ -167,7 +167,7 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
                 assert!(
                     *replaced == Some(*file) || to == path,
                     "{v:?} from {input:?}"
-                )
+                );
             }
             _ => panic!("{v:?} from {input:?}"),
         },
@@ -188,7 +188,7 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
                     Input::Exit { .. } | Input::Release { .. } | Input::Connect { errno: 111, .. }
                 ),
                 "{v:?} from {input:?}"
-            )
+            );
         }
         Verdict::OrphanOpened {
             file,

@@ -19,7 +19,7 @@ pub fn render(s: &mut String, f: &Footprint, throughput: Option<&Throughput>) ->
             "CPU per event is in the throughput table above (agent utime + stime over \
              events delivered, per step){}.\n",
             t.at_50k()
-                .and_then(|l| l.cpu_us_per_event())
+                .and_then(super::super::throughput::Load::cpu_us_per_event)
                 .map_or(String::new(), |us| format!(
                     ": {us:.2} µs at 50,000 events/s"
                 ))

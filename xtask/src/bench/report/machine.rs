@@ -58,8 +58,10 @@ pub fn date() -> String {
 
 /// The first line of a command's output, or why the command failed.
 fn first_line(out: anyhow::Result<String>) -> String {
-    out.map(|s| s.lines().next().unwrap_or_default().trim().to_string())
-        .unwrap_or_else(|e| format!("unknown ({e})"))
+    out.map_or_else(
+        |e| format!("unknown ({e})"),
+        |s| s.lines().next().unwrap_or_default().trim().to_string(),
+    )
 }
 
 fn cpu_model() -> String {
@@ -67,8 +69,7 @@ fn cpu_model() -> String {
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+        .map_or_else(|| "unknown".into(), |(_, v)| v.trim().to_string())
 }
 
 fn ram() -> String {

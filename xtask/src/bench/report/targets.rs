@@ -163,7 +163,7 @@ fn sustained(th: &Throughput) -> Vec<Target> {
             _ => Verdict::Missed("the workload could not produce the rate".into()),
         },
     )];
-    if let Some(us) = at50.and_then(|l| l.cpu_us_per_event()) {
+    if let Some(us) = at50.and_then(super::super::throughput::Load::cpu_us_per_event) {
         t.push(Target::new(
             "≤ 2 µs agent CPU per event",
             format!("{us:.2} µs at 50,000 events/s"),

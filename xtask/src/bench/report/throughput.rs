@@ -54,7 +54,7 @@ fn render_steps(s: &mut String, steps: &[Load]) -> std::fmt::Result {
                  events/s, with no loss (producers and agent share the same {} CPUs).",
                 l.target,
                 l.rate(),
-                std::thread::available_parallelism().map_or(0, |n| n.get())
+                std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
             ),
             _ => String::new(),
         }
