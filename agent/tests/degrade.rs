@@ -32,9 +32,7 @@ fn free_addr() -> SocketAddr {
 }
 
 fn value(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    sockwatch_bench::prom::Exposition::parse(metrics).value(series)
 }
 
 fn root(test: &str) -> bool {

@@ -1,6 +1,5 @@
 //! A running `sockwatch run` and its /metrics.
 use std::{
-    collections::BTreeMap,
     fs,
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -121,44 +120,8 @@ impl Drop for Agent {
     }
 }
 
-/// A Prometheus text exposition: series (name with labels, as printed) → value.
-#[derive(Clone, Debug, Default)]
-pub struct Metrics {
-    pub series: BTreeMap<String, f64>,
-    pub bytes: usize,
-}
-
-impl Metrics {
-    pub fn parse(text: &str) -> Metrics {
-        let series = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect();
-        Metrics {
-            series,
-            bytes: text.len(),
-        }
-    }
-
-    /// The sum of the series of metric `name` whose labels include every `label="value"`.
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|(k, _)| {
-                k.strip_prefix(name)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
-                    && labels
-                        .iter()
-                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
-            })
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
+/// A scrape of the agent's `/metrics`.
+pub use sockwatch_bench::prom::Exposition as Metrics;
 
 /// The body of `addr`'s /metrics.
 pub fn scrape(addr: SocketAddr) -> anyhow::Result<String> {

@@ -15,11 +15,9 @@ use crate::{
     kernel::loader::KernelCounters,
 };
 
-/// The value of one series in `text`, by its exact `name{labels}` prefix.
+/// The value of one series in `text`, by its exact `name{labels}`.
 fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().expect("numeric value"))
+    sockwatch_bench::prom::Exposition::parse(text).value(series)
 }
 
 /// Asserts the value of each `(series, value)` in `text`.
