@@ -1,8 +1,8 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
 //!
-//! Layers, top to bottom (a module imports only from the layers below it):
-//! `commands` → `pipeline` → `metrics`, `http` → `events`, `kernel`, `scan`, `attribution` →
-//! `engine` → `agent_common`. `cli` and `config` describe what the operator asked for.
+//! Layers, top to bottom; a module imports only from the layers below it:
+//! `commands` → `pipeline` → `metrics`, `cli` → `kernel` → `events` → `attribution` →
+//! `scan`, `engine` → `http`, `config` → `agent_common`. docs/ARCHITECTURE.md draws the map.
 pub mod attribution;
 pub mod cli;
 pub mod commands;
