@@ -1,12 +1,16 @@
 #![no_std]
 #![no_main]
 
+mod counters;
+mod current;
 mod emit;
 mod live;
 mod maps;
 mod pending;
 mod programs;
+mod record;
 mod shim;
+mod sockaddr;
 mod watch;
 
 #[cfg(not(test))]

@@ -1,7 +1,7 @@
 //! One module per hook family; each program's name says hook and tier.
 use aya_ebpf::programs::TracePointContext;
 
-/// Defines a program twice, once per [`Flavor`](crate::shim::Flavor): `name / name_b`. The
+/// Defines a program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
 /// loader attaches the `Helpers` one where the kernel has `bpf_loop`, the other elsewhere.
 macro_rules! flavored {
     (
@@ -10,14 +10,14 @@ macro_rules! flavored {
     ) => {
         $(#[$attr])*
         pub fn $helpers($ctx: $ty) -> $ret {
-            let $flavor = $crate::shim::Flavor::Helpers;
+            let $flavor = agent_common::Flavor::Helpers;
             $body
         }
 
         /// Without `bpf_loop` or `bpf_task_pt_regs`, for kernels before 5.17.
         $(#[$attr])*
         pub fn $bounded($ctx: $ty) -> $ret {
-            let $flavor = $crate::shim::Flavor::Bounded;
+            let $flavor = agent_common::Flavor::Bounded;
             $body
         }
     };
@@ -36,11 +36,14 @@ pub mod verifier;
 /// the arguments as longs from offset 16; an exit record has the return value at 16.
 #[inline(always)]
 pub fn tp_arg(ctx: &TracePointContext, n: usize) -> u64 {
+    // SAFETY: read through bpf_probe_read_kernel: an offset past the record fails, it does
+    // not fault.
     unsafe { ctx.read_at::<u64>(16 + 8 * n) }.unwrap_or(0)
 }
 
 #[inline(always)]
 pub fn tp_ret(ctx: &TracePointContext) -> i64 {
+    // SAFETY: as in `tp_arg`.
     unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
 }
 

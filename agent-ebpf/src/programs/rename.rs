@@ -1,7 +1,7 @@
 //! A rename whose target is an existing socket file: the displaced inode is what matters.
 use core::ffi::c_void;
 
-use agent_common::{EventKind, Fidelity, Tier, flags};
+use agent_common::{EventKind, Fidelity, Flavor, Tier, flags};
 use aya_ebpf::{
     EbpfContext as _,
     macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
@@ -15,10 +15,11 @@ use super::{
     unlink::{AT_FDCWD, path_begin, path_end},
 };
 use crate::{
-    emit, live,
+    current, emit, live,
     maps::VFS_RENAME_ARGS,
-    pending::{self, Pending, Slot},
-    shim::{self, Flavor},
+    pending,
+    record::{Pending, Slot},
+    shim,
 };
 
 /// `vfs_rename(struct renamedata *)`, as the kernel's BTF says (loader) and its types allow
@@ -61,7 +62,7 @@ flavored! {
     #[lsm(hook = "inode_rename")]
     fn rename_lsm / rename_lsm_b(ctx: LsmContext, flavor) -> i32 {
         let target: *const c_void = ctx.arg(3);
-        if !emit::is_agent()
+        if !current::is_agent()
             && let Some(p) = live::inspect_victim(target, flavor)
         {
             report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN, flavor);
@@ -138,7 +139,7 @@ pub fn renameat2_tp_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn begin(target: *const c_void, rename_flags: u32, flavor: Flavor) {
-    if emit::is_agent() || target.is_null() {
+    if current::is_agent() || target.is_null() {
         return;
     }
     if let Some(mut p) = live::inspect_victim(target, flavor) {

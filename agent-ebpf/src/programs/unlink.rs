@@ -4,7 +4,7 @@
 //! the unlinker holds the socket itself, all decided before the unlink can complete.
 use core::ffi::c_void;
 
-use agent_common::{EventKind, Fidelity, PATH_CAP, Tier, flags};
+use agent_common::{EventKind, Fidelity, Flavor, PATH_CAP, Tier, flags};
 use aya_ebpf::{
     EbpfContext as _,
     helpers::bpf_probe_read_user_str_bytes,
@@ -16,10 +16,11 @@ use aya_ebpf::{
 
 use super::{tp_arg, tp_ret};
 use crate::{
-    emit, live,
+    current, emit, live,
     maps::{SCRATCH, VFS_UNLINK_ARGS},
-    pending::{self, Pending, Slot},
-    shim::{self, Flavor},
+    pending,
+    record::{Pending, Slot},
+    shim,
 };
 
 /// `AT_REMOVEDIR`: an unlinkat that is an rmdir.
@@ -58,7 +59,7 @@ flavored! {
     #[lsm(hook = "inode_unlink")]
     fn unlink_lsm / unlink_lsm_b(ctx: LsmContext, flavor) -> i32 {
         let dentry: *const c_void = ctx.arg(1);
-        if !emit::is_agent()
+        if !current::is_agent()
             && let Some(p) = live::inspect_victim(dentry, flavor)
         {
             report(&p, 0, Tier::Lsm, flags::RESULT_UNKNOWN, flavor);
@@ -73,6 +74,7 @@ flavored! {
         // Both registers read at constant offsets, as volatile loads: the compiler would
         // otherwise load from a chosen offset, a modified context pointer the verifier refuses.
         let regs = ctx.regs;
+        // SAFETY: `regs` is the kernel's register frame for this probe, valid while it runs.
         let (a1, a2) = unsafe {
             (
                 core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
@@ -127,7 +129,7 @@ pub fn unlinkat_tp_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn begin(dentry: *const c_void, flavor: Flavor) {
-    if !emit::is_agent()
+    if !current::is_agent()
         && let Some(p) = live::inspect_victim(dentry, flavor)
     {
         pending::stash(Slot::Unlink, &p);
@@ -159,13 +161,15 @@ fn report(p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
 /// directory a relative path starts from (`dirfd`, or the working directory).
 #[inline(always)]
 pub fn path_begin(dirfd: i32, user_path: *const u8, slot: Slot) {
-    if emit::is_agent() || user_path.is_null() {
+    if current::is_agent() || user_path.is_null() {
         return;
     }
     let Some(buf) = SCRATCH.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: this CPU's slot of SCRATCH: nothing else uses it while this program runs here.
     let buf: &mut [u8; PATH_CAP] = unsafe { &mut *buf };
+    // SAFETY: the helper checks `user_path`, and writes only within `buf`.
     let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(user_path, buf) }) else {
         return;
     };
