@@ -1,13 +1,13 @@
 //! One module per hook family; each program's name says hook and tier.
 use aya_ebpf::programs::TracePointContext;
 
-/// Defines a program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
+/// Defines each program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
 /// loader attaches the `Helpers` one where the kernel has `bpf_loop`, the other elsewhere.
 macro_rules! flavored {
-    (
+    ($(
         $(#[$attr:meta])*
         fn $helpers:ident / $bounded:ident ($ctx:ident : $ty:ty, $flavor:ident) -> $ret:ty $body:block
-    ) => {
+    )+) => {$(
         $(#[$attr])*
         pub fn $helpers($ctx: $ty) -> $ret {
             let $flavor = agent_common::Flavor::Helpers;
@@ -20,7 +20,7 @@ macro_rules! flavored {
             let $flavor = agent_common::Flavor::Bounded;
             $body
         }
-    };
+    )+};
 }
 
 pub mod bind;
@@ -28,6 +28,7 @@ pub mod connect;
 pub mod listen;
 pub mod process;
 pub mod release;
+mod removal;
 pub mod rename;
 pub mod unlink;
 pub mod verifier;
