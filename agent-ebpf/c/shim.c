@@ -3,7 +3,7 @@
 // Rust cannot emit CO-RE relocations, so the programs call these functions instead of reading
 // fields themselves. Every field access below goes through preserve_access_index (vmlinux.h
 // applies it to all records) and is relocated by the loader against the target kernel's BTF.
-// Functions return a negative value or NULL when the object is not what they look for, so
+// Functions return a negative value, 0 or NULL when the object is not what they look for, so
 // callers filter cheaply before touching the ring buffer.
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>

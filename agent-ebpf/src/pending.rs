@@ -24,9 +24,9 @@ pub fn stash(slot: Slot, p: &Pending) {
 }
 
 /// Takes this thread's record for `slot`. A missing one is counted as unpaired only when
-/// `expected`: the kprobe tier's bind and listen exits (`bind_kretprobe`, `listen_kretprobe`),
-/// whose entries stash on every call. Every other entry filters what it stashes, so its exit
-/// finding nothing is the common case.
+/// `expected`, which only the kprobe tier's bind and listen exits pass (`bind_kretprobe`,
+/// `listen_kretprobe`: their entries stash on every call but the agent's); no other exit
+/// counts it.
 #[inline(always)]
 pub fn take(slot: Slot, expected: bool) -> Option<Pending> {
     let k = key(slot);

@@ -22,7 +22,8 @@ pub struct PendingKey {
     pub slot: u64,
 }
 
-/// A socket file as seen at an entry hook, or raw arguments for the exit hook.
+/// A socket file as seen at an entry hook (for [`Slot::ConnectTarget`], at the target lookup's
+/// exit), or raw arguments for the exit hook.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct Pending {

@@ -2,8 +2,8 @@
 //!
 //! The shim reads kernel memory only through `bpf_probe_read_kernel` (CO-RE reads included),
 //! which fails cleanly on a bad address: any pointer value is sound to pass it. What it writes
-//! goes only to the buffers and records handed to it, sized by the constants the build
-//! generates for it from `agent_common`.
+//! goes only to the buffers, records and counters handed to it (buffers sized by the constants
+//! the build generates for it from `agent_common`).
 use core::ffi::c_void;
 
 use agent_common::{FileId, Flavor, PATH_CAP, SUN_PATH_LEN};

@@ -1,4 +1,6 @@
-//! One module per hook family; each program's name says hook and tier.
+//! One module per hook family; each program's name says hook and tier (`verifier_insns` is
+//! the loader's measuring aid), `_b` its bounded twin. `removal` is what unlink and rename
+//! share.
 use aya_ebpf::programs::TracePointContext;
 
 /// Defines each program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
