@@ -286,7 +286,9 @@ static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i,
 	       BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC;
 }
 
-static long sw_holds_step(__u64 i, void *data)
+// Steps are inlined into the bounded loop (the walk then stays in registers) and called as
+// bpf_loop's callback otherwise.
+static __always_inline long sw_holds_step(__u64 i, void *data)
 {
 	struct sw_fd_walk *walk = data;
 	if (!sw_fd_is_socket(walk->fds, i, walk->sock_ino))
@@ -338,7 +340,7 @@ static __attribute__((noinline)) int sw_fd_release_at_exit(struct file **fds, __
 	return 0;
 }
 
-static long sw_release_step(__u64 i, void *data)
+static __always_inline long sw_release_step(__u64 i, void *data)
 {
 	struct sw_fd_walk *walk = data;
 	return sw_fd_release_at_exit(walk->fds, i);

@@ -5,7 +5,8 @@ const AF_UNIX: u16 = 1;
 /// `offsetof(struct sockaddr_un, sun_path)`.
 pub const SUN_PATH_OFFSET: usize = 2;
 
-/// A `sockaddr` in user memory of family AF_UNIX naming a path (not abstract, not unnamed).
+/// A `sockaddr` in user memory of family AF_UNIX naming a path (not abstract, not unnamed):
+/// a `sun_path` whose first byte is not NUL.
 #[inline(always)]
 pub fn is_user_unix_path(addr: *const u8, len: u64) -> bool {
     if addr.is_null() || len <= SUN_PATH_OFFSET as u64 {
@@ -15,7 +16,7 @@ pub fn is_user_unix_path(addr: *const u8, len: u64) -> bool {
     let family = unsafe { bpf_probe_read_user(addr as *const u16) };
     // SAFETY: as above.
     let first = unsafe { bpf_probe_read_user(addr.wrapping_add(SUN_PATH_OFFSET)) };
-    names_path(family, first)
+    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
 }
 
 /// The same for a kernel copy of the address.
@@ -28,11 +29,5 @@ pub fn is_kernel_unix_path(addr: *const u8) -> bool {
     let family = unsafe { bpf_probe_read_kernel(addr as *const u16) };
     // SAFETY: as above.
     let first = unsafe { bpf_probe_read_kernel(addr.wrapping_add(SUN_PATH_OFFSET)) };
-    names_path(family, first)
-}
-
-/// AF_UNIX with a non-empty `sun_path` that does not start with NUL (abstract).
-#[inline(always)]
-fn names_path(family: Result<u16, i32>, first: Result<u8, i32>) -> bool {
-    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0)
+    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
 }

@@ -45,14 +45,16 @@ impl Removal {
     }
 }
 
-/// Entry: keeps the record of a socket file about to be removed, with `extra` flags.
+/// Entry: keeps the record of a socket file about to be removed, with `extra` flags. They
+/// are worked out only for a file that matters: a branch before the fd-table walk would
+/// make the verifier walk it once per side.
 #[inline(always)]
-pub fn begin(op: Removal, victim: Dentry, extra: u16, flavor: Flavor) {
+pub fn begin(op: Removal, victim: Dentry, extra: impl FnOnce() -> u16, flavor: Flavor) {
     if current::is_agent() || victim.is_null() {
         return;
     }
     if let Some(mut p) = live::inspect_victim(victim, flavor) {
-        p.flags |= extra;
+        p.flags |= extra();
         pending::stash(op.slot(), &p);
     }
 }

@@ -39,12 +39,14 @@ fn begin(arg: impl Fn(u32) -> u64, flavor: Flavor) {
     } else {
         (arg(3) as Dentry, arg(5) as u32)
     };
-    let extra = if rename_flags & RENAME_EXCHANGE != 0 {
-        flags::EXCHANGE
-    } else {
-        0
+    let exchange = || {
+        if rename_flags & RENAME_EXCHANGE != 0 {
+            flags::EXCHANGE
+        } else {
+            0
+        }
     };
-    removal::begin(Rename, target, extra, flavor);
+    removal::begin(Rename, target, exchange, flavor);
 }
 
 flavored! {
