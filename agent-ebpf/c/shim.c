@@ -267,7 +267,9 @@ static __always_inline int sw_walk_current_fds(sw_fd_step step, struct sw_fd_wal
 	}
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
-		if (i >= max || step(i, walk))
+		if (i >= max)
+			break;
+		if (step(i, walk))
 			return 0;
 	}
 	return max > SW_FD_SCAN_BOUNDED;
