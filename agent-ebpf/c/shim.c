@@ -3,7 +3,7 @@
 // Rust cannot emit CO-RE relocations, so the programs call these functions instead of reading
 // fields themselves. Every field access below goes through preserve_access_index (vmlinux.h
 // applies it to all records) and is relocated by the loader against the target kernel's BTF.
-// Functions return a negative value or NULL when the object is not what they look for, so
+// Functions return a negative value, 0 or NULL when the object is not what they look for, so
 // callers filter cheaply before touching the ring buffer.
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -16,6 +16,10 @@
 #define SW_S_IFSOCK 0140000
 #define SW_SOCKFS_MAGIC 0x534F434B
 #define SW_TCP_LISTEN 10
+#define SW_AT_FDCWD -100
+
+// shim_basename_hash masks indexes into a path buffer.
+_Static_assert((SW_PATH_CAP & (SW_PATH_CAP - 1)) == 0, "SW_PATH_CAP is a power of two");
 
 long shim_file_refs(struct file *file);
 
@@ -124,6 +128,11 @@ int shim_dentry_name(struct dentry *dentry, char *buf)
 #define SW_FNV_OFFSET 0xcbf29ce484222325ULL
 #define SW_FNV_PRIME 0x100000001b3ULL
 
+static __always_inline __u64 sw_fnv(__u64 h, unsigned char c)
+{
+	return (h ^ c) * SW_FNV_PRIME;
+}
+
 __u64 shim_dentry_name_hash(struct dentry *dentry)
 {
 	// A fixed-size read that ends with the name: the verifier then sees only constant stack
@@ -140,7 +149,7 @@ __u64 shim_dentry_name_hash(struct dentry *dentry)
 	for (int i = 0; i < SW_NAME_HASH_TAIL; i++) {
 		if (i >= len)
 			break;
-		h = (h ^ (unsigned char)buf[SW_NAME_HASH_TAIL - 1 - i]) * SW_FNV_PRIME;
+		h = sw_fnv(h, buf[SW_NAME_HASH_TAIL - 1 - i]);
 	}
 	return h;
 }
@@ -158,25 +167,52 @@ __u64 shim_basename_hash(const char *buf, int len)
 		char c = buf[at & (SW_PATH_CAP - 1)];
 		if (c == '/')
 			break;
-		h = (h ^ (unsigned char)c) * SW_FNV_PRIME;
+		h = sw_fnv(h, c);
 	}
 	return h;
 }
 
-// ---- the current task -------------------------------------------------------------------
+// ---- the current task's descriptors -----------------------------------------------------
+
+// The current task's descriptor table and how many of its slots to look at (at most `cap`).
+static __always_inline struct file **sw_current_fds(__u32 cap, __u32 *max)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return 0;
+	*max = BPF_CORE_READ(fdt, max_fds);
+	if (*max > cap)
+		*max = cap;
+	return BPF_CORE_READ(fdt, fd);
+}
+
+// Slot `i` of a descriptor table: its open file, or NULL.
+static __always_inline struct file *sw_fd_file(struct file **fds, __u32 i)
+{
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[i]))
+		return 0;
+	return file;
+}
+
+// Descriptor `fd` of the current task: its open file, or NULL.
+static __always_inline struct file *sw_current_fd(int fd)
+{
+	__u32 max = 0;
+	struct file **fds = sw_current_fds(~0U, &max);
+	if (!fds || fd < 0 || (__u32)fd >= max)
+		return 0;
+	return sw_fd_file(fds, fd);
+}
 
 // The struct file behind descriptor `fd` of the current task, if it is a socket.
 struct file *shim_current_fd_file(int fd)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+	struct file *file = sw_current_fd(fd);
+	if (!file || !shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)))
 		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
-		return 0;
-	return shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) ? file : 0;
+	return file;
 }
 
 struct socket *shim_file_socket(struct file *file)
@@ -194,94 +230,98 @@ struct socket *shim_current_fd_socket(int fd)
 // working directory for AT_FDCWD.
 int shim_current_dirfd_file(int dirfd, struct sw_file *out)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	if (dirfd == -100)
+	if (dirfd == SW_AT_FDCWD) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 		return sw_inode_file(BPF_CORE_READ(task, fs, pwd.dentry, d_inode), out);
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || dirfd < 0 || (unsigned int)dirfd >= BPF_CORE_READ(fdt, max_fds))
-		return -1;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[dirfd]) || !file)
-		return -1;
-	return sw_inode_file(BPF_CORE_READ(file, f_inode), out);
+	}
+	struct file *file = sw_current_fd(dirfd);
+	return file ? sw_inode_file(BPF_CORE_READ(file, f_inode), out) : -1;
 }
 
-struct holds_ctx {
+// ---- walks of the current task's descriptor table ----------------------------------------
+
+// One walk and what its steps share.
+struct sw_fd_walk {
 	struct file **fds;
-	__u64 sock_ino;
+	__u64 sock_ino; // the socket the owner check looks for
 	int found;
 };
 
-// A call, not inlined: in a constant-bounded loop its stack frame is gone at each return, so
-// the verifier meets one state per step instead of every mix of what earlier steps left.
+// A step of a walk at descriptor `i` of walk->fds; returns 1 to stop (bpf_loop's contract).
+typedef long (*sw_fd_step)(__u64 i, void *walk);
+
+// Runs `step` over the current task's descriptors: up to SW_FD_SCAN_MAX of them with
+// bpf_loop (5.17+), or, `bounded`, the first SW_FD_SCAN_BOUNDED in a constant-bounded loop.
+// Returns 1 when a bounded walk left slots of a larger table unseen. Callers pass constants,
+// so a bounded walk's code holds no bpf_loop call.
+static __always_inline int sw_walk_current_fds(sw_fd_step step, struct sw_fd_walk *walk,
+						 int bounded)
+{
+	__u32 max = 0;
+	walk->fds = sw_current_fds(bounded ? SW_FD_SCAN_BOUNDED + 1 : SW_FD_SCAN_MAX, &max);
+	if (!walk->fds)
+		return 0;
+	if (!bounded) {
+		bpf_loop(max, step, walk, 0);
+		return 0;
+	}
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
+		if (i >= max)
+			break;
+		if (step(i, walk))
+			return 0;
+	}
+	return max > SW_FD_SCAN_BOUNDED;
+}
+
+// Is descriptor `i` of `fds` the socket whose sockfs inode is `sock_ino`? A call, not
+// inlined: in a constant-bounded loop its stack frame is gone at each return, so the
+// verifier meets one state per step instead of every mix of what earlier steps left.
 static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i, __u64 sock_ino)
 {
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[i]) || !file)
+	struct file *file = sw_fd_file(fds, i);
+	if (!file)
 		return 0;
 	struct inode *inode = BPF_CORE_READ(file, f_inode);
 	return BPF_CORE_READ(inode, i_ino) == sock_ino &&
 	       BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC;
 }
 
-static long holds_cb(__u64 i, void *data)
+// Steps are inlined into the bounded loop (the walk then stays in registers) and called as
+// bpf_loop's callback otherwise.
+static __always_inline long sw_holds_step(__u64 i, void *data)
 {
-	struct holds_ctx *ctx = data;
-	if (sw_fd_is_socket(ctx->fds, i, ctx->sock_ino)) {
-		ctx->found = 1;
-		return 1; // stop
-	}
-	return 0;
-}
-
-// The current task's descriptor table and how many of its slots to look at.
-static __always_inline struct file **sw_current_fds(__u32 cap, __u32 *max)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
+	struct sw_fd_walk *walk = data;
+	if (!sw_fd_is_socket(walk->fds, i, walk->sock_ino))
 		return 0;
-	*max = BPF_CORE_READ(fdt, max_fds);
-	if (*max > cap)
-		*max = cap;
-	return BPF_CORE_READ(fdt, fd);
+	walk->found = 1;
+	return 1;
 }
 
 // Does the current task's descriptor table hold the socket whose sockfs inode is `sock_ino`?
 // Decided at the moment of an unlink, before the unlinker can close its descriptor.
 int shim_current_holds_socket(__u64 sock_ino)
 {
-	__u32 max = 0;
-	struct holds_ctx ctx = { .fds = sw_current_fds(SW_FD_SCAN_MAX, &max), .sock_ino = sock_ino };
-	if (ctx.fds)
-		bpf_loop(max, holds_cb, &ctx, 0);
-	return ctx.found;
+	struct sw_fd_walk walk = { .sock_ino = sock_ino };
+	sw_walk_current_fds(sw_holds_step, &walk, 0);
+	return walk.found;
 }
 
 // The same without bpf_loop (kernels before 5.17): the first SW_FD_SCAN_BOUNDED descriptors.
 // Returns 1 when found, 0 when not, -1 when not among them but the table has more slots.
 int shim_current_holds_socket_bounded(__u64 sock_ino)
 {
-	__u32 max = 0;
-	struct file **fds = sw_current_fds(SW_FD_SCAN_BOUNDED + 1, &max);
-	if (!fds)
-		return 0;
-#pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
-		if (i >= max)
-			break;
-		if (sw_fd_is_socket(fds, i, sock_ino))
-			return 1;
-	}
-	return max > SW_FD_SCAN_BOUNDED ? -1 : 0;
+	struct sw_fd_walk walk = { .sock_ino = sock_ino };
+	int partial = sw_walk_current_fds(sw_holds_step, &walk, 1);
+	return walk.found ? 1 : partial ? -1 : 0;
 }
 
 // A bound UNIX socket whose last reference is descriptor `i` of `fds`, else NULL.
 static __always_inline struct sock *sw_fd_last_bound_socket(struct file **fds, __u32 i)
 {
-	struct file *file = 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[i]) || !file)
+	struct file *file = sw_fd_file(fds, i);
+	if (!file)
 		return 0;
 	if (!shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) || shim_file_refs(file) != 1)
 		return 0;
@@ -289,7 +329,7 @@ static __always_inline struct sock *sw_fd_last_bound_socket(struct file **fds, _
 	return shim_sk_dentry(sk) ? sk : 0;
 }
 
-// Implemented by the programs (release.rs): forgets and reports one released socket.
+// Implemented by the programs (process.rs): forgets and reports one released socket.
 int sockwatch_release_at_exit(__u64 sk);
 
 // Releases descriptor `i` of `fds` if this exit drops a bound socket's last reference. Not
@@ -302,14 +342,10 @@ static __attribute__((noinline)) int sw_fd_release_at_exit(struct file **fds, __
 	return 0;
 }
 
-struct exit_ctx {
-	struct file **fds;
-};
-
-static long exit_cb(__u64 i, void *data)
+static __always_inline long sw_release_step(__u64 i, void *data)
 {
-	struct exit_ctx *ctx = data;
-	return sw_fd_release_at_exit(ctx->fds, i);
+	struct sw_fd_walk *walk = data;
+	return sw_fd_release_at_exit(walk->fds, i);
 }
 
 // Releases the bound UNIX sockets whose last reference the exiting current task holds: they
@@ -317,27 +353,16 @@ static long exit_cb(__u64 i, void *data)
 // a global function, which the verifier checks once, not per descriptor.
 void shim_release_last_bound_sockets(void)
 {
-	__u32 max = 0;
-	struct exit_ctx ctx = { .fds = sw_current_fds(SW_FD_SCAN_MAX, &max) };
-	if (ctx.fds)
-		bpf_loop(max, exit_cb, &ctx, 0);
+	struct sw_fd_walk walk = {};
+	sw_walk_current_fds(sw_release_step, &walk, 0);
 }
 
 // Without bpf_loop: the first SW_FD_SCAN_BOUNDED descriptors. Returns 1 when the table has
 // more slots than that (the rest are left to the sweeps).
 int shim_release_last_bound_sockets_bounded(void)
 {
-	__u32 max = 0;
-	struct file **fds = sw_current_fds(SW_FD_SCAN_BOUNDED + 1, &max);
-	if (!fds)
-		return 0;
-#pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < SW_FD_SCAN_BOUNDED; i++) {
-		if (i >= max)
-			break;
-		sw_fd_release_at_exit(fds, i);
-	}
-	return max > SW_FD_SCAN_BOUNDED;
+	struct sw_fd_walk walk = {};
+	return sw_walk_current_fds(sw_release_step, &walk, 1);
 }
 
 // The path argument of the current unlink/rename syscall (x86-64 numbers): the file unlinked

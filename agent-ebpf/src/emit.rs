@@ -1,7 +1,10 @@
 //! Building and submitting events, and counting what is lost on the way.
+//!
+//! A [`Draft`] writes through a raw pointer into its own reserved ring-buffer record: nothing
+//! else sees that memory before [`Draft::submit`], and `Event` is plain integers and arrays.
 use agent_common::{
-    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Owner, PATH_CAP, SUN_PATH_LEN, Tier,
-    flags, slots,
+    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Flavor, Owner, PATH_CAP, SUN_PATH_LEN,
+    Tier, flags,
 };
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -14,32 +17,15 @@ use aya_ebpf::{
 };
 
 use crate::{
-    maps::{AGENT_TGID, COUNTERS, EVENTS, WAKEUP_BYTES},
-    pending::Pending,
-    shim::{self, Dentry, File, Flavor, Sock},
+    counters::{count, count_emitted, count_lost},
+    maps::{EVENTS, WAKEUP_BYTES},
+    record::Pending,
+    shim::{self, Dentry, File, Sock},
+    sockaddr::SUN_PATH_OFFSET,
 };
 
-/// `offsetof(struct sockaddr_un, sun_path)`.
-pub const SUN_PATH_OFFSET: usize = 2;
-
-#[inline(always)]
-pub fn count(counter: Counter) {
-    count_slot(counter as u32);
-}
-
-#[inline(always)]
-fn count_slot(index: u32) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // Per-CPU slot: no other writer while this program runs on this CPU.
-        unsafe { *slot += 1 };
-    }
-}
-
-/// True for the agent's own threads, whose activity is never reported.
-#[inline(always)]
-pub fn is_agent() -> bool {
-    (bpf_get_current_pid_tgid() >> 32) as u32 == AGENT_TGID.load()
-}
+// `sun_path` is read into the front of the event's path.
+const _: () = assert!(SUN_PATH_LEN <= PATH_CAP);
 
 /// An event being built in ring-buffer memory.
 pub struct Draft(RingBufEntry<Event>, EventKind);
@@ -48,11 +34,13 @@ pub struct Draft(RingBufEntry<Event>, EventKind);
 #[inline(always)]
 pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft> {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
-        count_slot(slots::lost(kind));
+        count_lost(kind);
         return None;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is the record just reserved (see the module doc); the helpers take no
+    // arguments.
     unsafe {
         (*ev).kind = kind as u32;
         (*ev).tier = tier as u8;
@@ -85,6 +73,7 @@ impl Draft {
     #[inline(always)]
     pub fn file(&mut self, f: &File) -> &mut Self {
         let ev = self.ev();
+        // SAFETY: our reserved record (module doc).
         unsafe {
             (*ev).file = f.id();
             (*ev).sock_ino = f.sock_ino;
@@ -97,6 +86,7 @@ impl Draft {
     #[inline(always)]
     pub fn pending(&mut self, p: &Pending) -> &mut Self {
         let ev = self.ev();
+        // SAFETY: our reserved record (module doc).
         unsafe {
             (*ev).file = p.file;
             (*ev).dir = p.dir;
@@ -110,42 +100,57 @@ impl Draft {
 
     #[inline(always)]
     pub fn dir(&mut self, d: FileId) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).dir = d };
         self
     }
 
     #[inline(always)]
     pub fn owner(&mut self, o: &Owner) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).owner = *o };
         self
     }
 
     #[inline(always)]
     pub fn flags(&mut self, f: u16) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).flags |= f };
         self
     }
 
     #[inline(always)]
     pub fn ret(&mut self, ret: i64) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).ret = ret as i32 };
         self
     }
 
     #[inline(always)]
     pub fn aux(&mut self, aux: u32) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).aux = aux };
         self
     }
 
     #[inline(always)]
     fn path_buf(&mut self) -> &mut [u8; PATH_CAP] {
+        // SAFETY: our reserved record (module doc); any bytes are a valid `[u8; N]`.
         unsafe { &mut (*self.ev()).path }
+    }
+
+    /// The front of the path, as long as a `sun_path`.
+    #[inline(always)]
+    fn sun_path_buf(&mut self) -> &mut [u8; SUN_PATH_LEN] {
+        let path = self.path_buf().as_mut_ptr();
+        // SAFETY: SUN_PATH_LEN <= PATH_CAP (asserted above), so this is a prefix of `path`.
+        unsafe { &mut *(path as *mut [u8; SUN_PATH_LEN]) }
     }
 
     #[inline(always)]
     fn set_path_len(&mut self, n: usize) {
         let ev = self.ev();
+        // SAFETY: our reserved record (module doc); `path[0]` is in bounds.
         unsafe {
             (*ev).path_len = n as u16;
             if n == 0 || (*ev).path[0] != b'/' {
@@ -157,49 +162,46 @@ impl Draft {
         }
     }
 
-    /// The path a UNIX socket is bound to.
+    /// The length of a path just copied in, or a failed copy counted.
     #[inline(always)]
-    pub fn sun_path_of(&mut self, sk: Sock) -> &mut Self {
-        let buf = unsafe { &mut *(self.path_buf().as_mut_ptr() as *mut [u8; SUN_PATH_LEN]) };
-        match shim::sk_path(sk, buf) {
-            Some(n) => self.set_path_len(n as usize),
+    fn copied(&mut self, len: Option<usize>) -> &mut Self {
+        match len {
+            Some(n) => self.set_path_len(n),
             None => count(Counter::ReadFailed),
         }
         self
     }
 
+    /// The path a UNIX socket is bound to.
+    #[inline(always)]
+    pub fn sun_path_of(&mut self, sk: Sock) -> &mut Self {
+        let n = shim::sk_path(sk, self.sun_path_buf());
+        self.copied(n.map(usize::from))
+    }
+
     /// `sun_path` of a `sockaddr_un` in kernel memory.
     #[inline(always)]
     pub fn kernel_sun_path(&mut self, addr: *const u8) -> &mut Self {
-        let src = addr.wrapping_add(SUN_PATH_OFFSET);
-        let buf = unsafe { &mut *(self.path_buf().as_mut_ptr() as *mut [u8; SUN_PATH_LEN]) };
-        match unsafe { bpf_probe_read_kernel_str_bytes(src, buf) } {
-            Ok(s) => {
-                let n = s.len();
-                self.set_path_len(n)
-            }
-            Err(_) => count(Counter::ReadFailed),
-        }
-        self
+        let (src, buf) = (addr.wrapping_add(SUN_PATH_OFFSET), self.sun_path_buf());
+        // SAFETY: the helper checks `src`, and writes only within `buf`.
+        let n = unsafe { bpf_probe_read_kernel_str_bytes(src, buf) }.map(<[u8]>::len);
+        self.copied(n.ok())
     }
 
     /// A NUL-terminated path in user memory (`sun_path` or a syscall's path argument).
     #[inline(always)]
     pub fn user_path(&mut self, src: *const u8) -> &mut Self {
-        match unsafe { bpf_probe_read_user_str_bytes(src, self.path_buf()) } {
-            Ok(s) => {
-                let n = s.len();
-                self.set_path_len(n)
-            }
-            Err(_) => count(Counter::ReadFailed),
-        }
-        self
+        let buf = self.path_buf();
+        // SAFETY: the helper checks `src`, and writes only within `buf`.
+        let n = unsafe { bpf_probe_read_user_str_bytes(src, buf) }.map(<[u8]>::len);
+        self.copied(n.ok())
     }
 
     /// The path of the file an unlink or rename removes: the syscall's path argument, as the
     /// remover gave it (left empty when the operation came from no syscall: io_uring, nfsd,
     /// overlayfs). The `Bounded` flavor cannot read the syscall's registers (before 5.15):
     /// it gives the file's own name, relative to the event's `dir`, which the agent completes.
+    /// A failed read is not counted: an empty path is expected here.
     #[inline(always)]
     pub fn removed_path(&mut self, flavor: Flavor, dentry: Dentry) -> &mut Self {
         let n = match flavor {
@@ -222,7 +224,7 @@ impl Draft {
         } else {
             BPF_RB_NO_WAKEUP
         };
-        count_slot(slots::emitted(self.1));
+        count_emitted(self.1);
         self.0.submit(wake as u64);
     }
 }

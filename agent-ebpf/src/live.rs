@@ -1,26 +1,27 @@
 //! The table of live sockets (bound to a file), kept on bind, listen and release, and read
 //! at the moment of an unlink or rename to decide liveness and ownership in the kernel.
-use agent_common::{Counter, FileId, LiveSock, Owner, flags};
-use aya_ebpf::helpers::{
-    bpf_get_current_pid_tgid,
-    generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns},
-};
+use agent_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
+use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
 
 use crate::{
-    emit::count,
+    counters::count,
+    current,
     maps::{LIVE, LIVE_NAMES, TRACKED},
-    pending::Pending,
-    shim::{self, Dentry, File, Flavor},
+    record::Pending,
+    shim::{self, Dentry, File},
+    watch,
 };
 
 /// Records a freshly bound socket; returns its owner (the current process).
 #[inline(always)]
 pub fn bound(file: &File, dentry: Dentry) -> Owner {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current::tgid();
     let owner = Owner {
         tgid,
         _pad: 0,
+        // SAFETY: a helper without arguments.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        // SAFETY: a helper without arguments.
         bind_ns: unsafe { bpf_ktime_get_boot_ns() },
     };
     let name_hash = shim::dentry_name_hash(dentry);
@@ -40,23 +41,27 @@ pub fn bound(file: &File, dentry: Dentry) -> Owner {
     owner
 }
 
-/// Marks a live socket as listening; false if it is not in the table.
+/// Marks a live socket as listening; false if it is not in the table (or its entry is
+/// another socket's).
 #[inline(always)]
 pub fn listening(file: &File) -> bool {
-    match LIVE.get_ptr_mut(file.id()) {
-        Some(live) if unsafe { (*live).sock_ino } == file.sock_ino => {
-            unsafe { (*live).flags |= flags::LISTENING };
-            true
-        }
-        _ => false,
+    let Some(live) = LIVE.get_ptr_mut(file.id()) else {
+        return false;
+    };
+    // SAFETY: a value of LIVE found in this run: it stays allocated until the program ends.
+    if unsafe { (*live).sock_ino } != file.sock_ino {
+        return false;
     }
+    // SAFETY: as above; a racing flag update elsewhere only sets the same bit.
+    unsafe { (*live).flags |= flags::LISTENING };
+    true
 }
 
 /// Forgets a released socket; `None` if it was not (or no longer) in the table.
 #[inline(always)]
 pub fn released(file: &File) -> Option<LiveSock> {
     let id = file.id();
-    let live = *unsafe { LIVE.get(id) }?;
+    let live = lookup(&id)?;
     // An entry for another socket means this one's bind was never seen: leave it alone.
     if live.sock_ino != file.sock_ino {
         return None;
@@ -68,6 +73,7 @@ pub fn released(file: &File) -> Option<LiveSock> {
 
 #[inline(always)]
 pub fn lookup(id: &FileId) -> Option<LiveSock> {
+    // SAFETY: the value is copied at once, before any update of the map could free it.
     unsafe { LIVE.get(id) }.copied()
 }
 
@@ -92,11 +98,13 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
             p.sock_ino = live.sock_ino;
             p.owner = live.owner;
             p.flags = flags::LIVE | (live.flags & flags::LISTENING);
-            if shim::current_holds_socket(live.sock_ino, flavor) {
-                p.flags |= flags::HOLDS_FD;
+            match shim::current_holds_socket(live.sock_ino, flavor) {
+                Some(true) => p.flags |= flags::HOLDS_FD,
+                Some(false) => {}
+                None => count(Counter::FdWalkPartial),
             }
         }
-        None if !crate::watch::is_watched(dentry) => return None,
+        None if !watch::is_watched(dentry) => return None,
         None => {}
     }
     Some(p)
@@ -110,10 +118,10 @@ pub fn parent_id(dentry: Dentry) -> FileId {
         .unwrap_or_default()
 }
 
-/// Whether the current task is a tracked process (holds or descends from a live socket's
-/// holder).
+/// Whether process `tgid` is tracked (holds or descends from a live socket's holder).
 #[inline(always)]
 pub fn is_tracked(tgid: u32) -> bool {
+    // SAFETY: only presence is tested; the value is never read.
     unsafe { TRACKED.get(tgid) }.is_some()
 }
 
@@ -132,7 +140,8 @@ pub fn untrack(tgid: u32) {
 #[inline(always)]
 fn add_name(hash: u64) {
     if let Some(n) = LIVE_NAMES.get_ptr_mut(hash) {
-        shim::atomic_add(n, 1);
+        // SAFETY: a value of LIVE_NAMES found in this run.
+        unsafe { shim::atomic_add(n, 1) };
     } else if LIVE_NAMES.insert(hash, 1, 0).is_err() {
         count(Counter::MapFull);
     }
@@ -141,7 +150,8 @@ fn add_name(hash: u64) {
 #[inline(always)]
 fn drop_name(hash: u64) {
     if let Some(n) = LIVE_NAMES.get_ptr_mut(hash)
-        && shim::atomic_add(n, -1) == 0
+        // SAFETY: a value of LIVE_NAMES found in this run.
+        && unsafe { shim::atomic_add(n, -1) } == 0
     {
         let _ = LIVE_NAMES.remove(hash);
     }
@@ -151,5 +161,6 @@ fn drop_name(hash: u64) {
 /// tier's filter for unlinks and renames, which cannot see inodes.
 #[inline(always)]
 pub fn name_is_live(hash: u64) -> bool {
+    // SAFETY: only presence is tested; the value is never read.
     unsafe { LIVE_NAMES.get(hash) }.is_some()
 }

@@ -1,12 +1,23 @@
+//! sockwatch's kernel programs. Each module imports only from the layers below it:
+//! - `programs`: the BPF programs, one module per hook family;
+//! - `emit` (events), `pending` (entry-to-exit state), `live` (the live-socket table),
+//!   `watch` (watched directories);
+//! - `current` (the running task), `counters` (the `COUNTERS` array), `maps` (every map and
+//!   load-time global);
+//! - `record` (`PENDING`'s records), `shim` (the C CO-RE shim), `sockaddr` (`sockaddr_un`).
 #![no_std]
 #![no_main]
 
+mod counters;
+mod current;
 mod emit;
 mod live;
 mod maps;
 mod pending;
 mod programs;
+mod record;
 mod shim;
+mod sockaddr;
 mod watch;
 
 #[cfg(not(test))]

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, RingBuf},
 };
 
-use crate::pending::{Pending, PendingKey};
+use crate::record::{Pending, PendingKey};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);

@@ -23,6 +23,7 @@ pub fn is_watched(file: Dentry) -> bool {
             return false;
         };
         let id = d.id();
+        // SAFETY: only presence is tested; the value is never read.
         if unsafe { WATCHED_DIRS.get(id) }.is_some() {
             return true;
         }
@@ -32,6 +33,7 @@ pub fn is_watched(file: Dentry) -> bool {
                 parent: p.id(),
                 name_hash: shim::dentry_name_hash(dir),
             };
+            // SAFETY: only presence is tested; the value is never read.
             if unsafe { WATCHED_NAMES.get(by_name) }.is_some() {
                 let _ = WATCHED_DIRS.insert(id, 1, 0);
                 return true;

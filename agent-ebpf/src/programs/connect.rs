@@ -8,20 +8,20 @@ use core::ffi::c_void;
 
 use agent_common::{Counter, EventKind, Fidelity, Tier, flags};
 use aya_ebpf::{
-    helpers::bpf_probe_read_kernel,
     macros::{fexit, kprobe, kretprobe, tracepoint},
     programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 
-use super::{bind::is_unix_path, is_err_ptr, tp_arg, tp_ret};
+use super::{is_err_ptr, tp_arg, tp_ret};
 use crate::{
-    emit::{self, SUN_PATH_OFFSET, count},
-    live,
-    pending::{self, Pending, Slot},
-    shim, watch,
+    counters::count,
+    current, emit, live, pending,
+    record::{Pending, Slot},
+    shim,
+    sockaddr::{self, SUN_PATH_OFFSET},
+    watch,
 };
 
-const AF_UNIX: u16 = 1;
 const SOCK_DGRAM: i32 = 2;
 
 /// fentry tier: the target lookup of every connect/sendto by address. Its arity changed
@@ -53,7 +53,7 @@ pub fn conn_dgram_fexit(ctx: FExitContext) -> i32 {
 pub fn conn_sendmsg_fexit(ctx: FExitContext) -> i32 {
     // An int: read as i32, the upper half of the argument slot is not sign-extended.
     let ret: i32 = ctx.arg(3);
-    let addr = shim::msghdr_name(ctx.arg(1));
+    let addr = shim::msghdr_name(ctx.arg(1)) as *const u8;
     if addr.is_null() {
         return 0;
     }
@@ -130,7 +130,7 @@ pub fn sendto_tp_exit(ctx: TracePointContext) -> u32 {
 /// Keeps what the lookup found for the connect's exit to report.
 #[inline(always)]
 fn target_found(sk: u64) {
-    if emit::is_agent() {
+    if current::is_agent() {
         return;
     }
     let mut p = Pending::default();
@@ -146,8 +146,7 @@ fn target_found(sk: u64) {
             }
             match live::lookup(&p.file) {
                 Some(l) => p.owner = l.owner,
-                // Neither live nor watched: its failures are not ours to report.
-                None if !watch::is_watched(shim::sk_dentry(sk)) => p.arg = 1,
+                None if !watch::is_watched(shim::sk_dentry(sk)) => p.arg = Pending::NOT_OURS,
                 None => {}
             }
         }
@@ -155,18 +154,22 @@ fn target_found(sk: u64) {
     pending::stash(Slot::ConnectTarget, &p);
 }
 
+/// Kprobe tier, entry: keeps the kernel copy of the address.
 #[inline(always)]
 fn stash_addr(addr: u64, dgram: u16) {
-    if !emit::is_agent() {
-        pending::stash(
-            Slot::Connect,
-            &Pending {
-                ptr: addr,
-                flags: dgram,
-                ..Default::default()
-            },
-        );
+    if !current::is_agent() {
+        stash_connect(addr, dgram);
     }
+}
+
+/// Keeps a connect's or sendto's address (kernel or user copy) and flags for its exit.
+#[inline(always)]
+fn stash_connect(addr: u64, extra: u16) {
+    let p = Pending {
+        flags: extra,
+        ..Pending::args(addr, 0)
+    };
+    pending::stash(Slot::Connect, &p);
 }
 
 #[inline(always)]
@@ -180,7 +183,7 @@ fn kprobe_finished(ret: i64) {
 #[inline(always)]
 fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
     let target = pending::take(Slot::ConnectTarget, false);
-    if emit::is_agent() || !is_kernel_unix_path(addr) {
+    if current::is_agent() || !sockaddr::is_kernel_unix_path(addr) {
         return;
     }
     if ret >= 0 {
@@ -188,7 +191,7 @@ fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
         return;
     }
     let target = target.unwrap_or_default();
-    if target.arg == 1 {
+    if target.arg == Pending::NOT_OURS {
         return;
     }
     if let Some(mut ev) = emit::reserve(EventKind::Connect, tier, Fidelity::Exact) {
@@ -201,18 +204,8 @@ fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
 }
 
 #[inline(always)]
-fn is_kernel_unix_path(addr: *const u8) -> bool {
-    if addr.is_null() {
-        return false;
-    }
-    let family = unsafe { bpf_probe_read_kernel(addr as *const u16) };
-    let first = unsafe { bpf_probe_read_kernel(addr.wrapping_add(SUN_PATH_OFFSET)) };
-    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
-}
-
-#[inline(always)]
 fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
-    if emit::is_agent() || !is_unix_path(uaddr as *const u8, len) {
+    if current::is_agent() || !sockaddr::is_user_unix_path(uaddr as *const u8, len) {
         return;
     }
     let mut f = extra;
@@ -220,14 +213,7 @@ fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
     if !sk.is_null() && shim::sk_type(sk) == SOCK_DGRAM {
         f |= flags::DGRAM;
     }
-    pending::stash(
-        Slot::Connect,
-        &Pending {
-            ptr: uaddr,
-            flags: f,
-            ..Default::default()
-        },
-    );
+    stash_connect(uaddr, f);
 }
 
 #[inline(always)]

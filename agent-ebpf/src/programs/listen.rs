@@ -9,8 +9,8 @@ use aya_ebpf::{
 
 use super::{tp_arg, tp_ret};
 use crate::{
-    emit, live,
-    pending::{self, Pending, Slot},
+    current, emit, live, pending,
+    record::{Pending, Slot},
     shim::{self, Sock},
 };
 
@@ -18,7 +18,7 @@ use crate::{
 #[fexit(function = "unix_listen")]
 pub fn listen_fexit(ctx: FExitContext) -> i32 {
     let ret: i32 = ctx.arg(2);
-    if ret == 0 && !emit::is_agent() {
+    if ret == 0 && !current::is_agent() {
         let backlog: i32 = ctx.arg(1);
         listening(shim::socket_sk(ctx.arg(0)), backlog as u32, Tier::Fentry);
     }
@@ -27,45 +27,32 @@ pub fn listen_fexit(ctx: FExitContext) -> i32 {
 
 #[kprobe(function = "unix_listen")]
 pub fn listen_kprobe(ctx: ProbeContext) -> u32 {
-    if !emit::is_agent() {
+    if !current::is_agent() {
         let sock: *const c_void = ctx.arg(0).unwrap_or(core::ptr::null());
         let backlog: u64 = ctx.arg(1).unwrap_or(0);
-        pending::stash(
-            Slot::Listen,
-            &Pending {
-                ptr: sock as u64,
-                arg: backlog,
-                ..Default::default()
-            },
-        );
+        pending::stash(Slot::Listen, &Pending::args(sock as u64, backlog));
     }
     0
 }
 
 #[kretprobe(function = "unix_listen")]
 pub fn listen_kretprobe(ctx: RetProbeContext) -> u32 {
-    if let Some(p) = pending::take(Slot::Listen, !emit::is_agent())
+    if let Some(p) = pending::take(Slot::Listen, !current::is_agent())
         && ctx.ret::<i32>() == 0
     {
-        listening(
-            shim::socket_sk(p.ptr as *const c_void),
-            p.arg as u32,
-            Tier::Kprobe,
-        );
+        let sk = shim::socket_sk(p.ptr as *const c_void);
+        listening(sk, p.arg as u32, Tier::Kprobe);
     }
     0
 }
 
+/// Tracepoint tier: `listen(fd, backlog)`; the exit resolves the descriptor.
 #[tracepoint(category = "syscalls", name = "sys_enter_listen")]
 pub fn listen_tp_enter(ctx: TracePointContext) -> u32 {
-    if !emit::is_agent() {
+    if !current::is_agent() {
         pending::stash(
             Slot::Listen,
-            &Pending {
-                arg: tp_arg(&ctx, 0),
-                ptr: tp_arg(&ctx, 1),
-                ..Default::default()
-            },
+            &Pending::args(tp_arg(&ctx, 1), tp_arg(&ctx, 0)),
         );
     }
     0

@@ -1,26 +1,28 @@
-//! One module per hook family; each program's name says hook and tier.
+//! One module per hook family; each program's name says hook and tier (`verifier_insns` is
+//! the loader's measuring aid), `_b` its bounded twin. `removal` is what unlink and rename
+//! share.
 use aya_ebpf::programs::TracePointContext;
 
-/// Defines a program twice, once per [`Flavor`](crate::shim::Flavor): `name / name_b`. The
+/// Defines each program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
 /// loader attaches the `Helpers` one where the kernel has `bpf_loop`, the other elsewhere.
 macro_rules! flavored {
-    (
+    ($(
         $(#[$attr:meta])*
         fn $helpers:ident / $bounded:ident ($ctx:ident : $ty:ty, $flavor:ident) -> $ret:ty $body:block
-    ) => {
+    )+) => {$(
         $(#[$attr])*
         pub fn $helpers($ctx: $ty) -> $ret {
-            let $flavor = $crate::shim::Flavor::Helpers;
+            let $flavor = agent_common::Flavor::Helpers;
             $body
         }
 
         /// Without `bpf_loop` or `bpf_task_pt_regs`, for kernels before 5.17.
         $(#[$attr])*
         pub fn $bounded($ctx: $ty) -> $ret {
-            let $flavor = $crate::shim::Flavor::Bounded;
+            let $flavor = agent_common::Flavor::Bounded;
             $body
         }
-    };
+    )+};
 }
 
 pub mod bind;
@@ -28,6 +30,7 @@ pub mod connect;
 pub mod listen;
 pub mod process;
 pub mod release;
+mod removal;
 pub mod rename;
 pub mod unlink;
 pub mod verifier;
@@ -36,11 +39,14 @@ pub mod verifier;
 /// the arguments as longs from offset 16; an exit record has the return value at 16.
 #[inline(always)]
 pub fn tp_arg(ctx: &TracePointContext, n: usize) -> u64 {
+    // SAFETY: read through bpf_probe_read_kernel: an offset past the record fails, it does
+    // not fault.
     unsafe { ctx.read_at::<u64>(16 + 8 * n) }.unwrap_or(0)
 }
 
 #[inline(always)]
 pub fn tp_ret(ctx: &TracePointContext) -> i64 {
+    // SAFETY: as in `tp_arg`.
     unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
 }
 

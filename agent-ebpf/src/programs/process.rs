@@ -2,23 +2,23 @@
 //! the owner sets the agent keeps.
 use core::ffi::c_void;
 
-use agent_common::{EventKind, Fidelity, Tier};
+use agent_common::{Counter, EventKind, Fidelity, Tier};
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
 
 use super::release::released;
 use crate::{
-    emit, live,
+    counters::count,
+    current, emit, live,
     shim::{self, Sock},
 };
 
 /// `sched_process_fork(parent, child)`, typed: tells a new process from a new thread.
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn fork_tp_btf(ctx: BtfTracePointContext) -> u32 {
-    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let parent = current::tgid();
     if !live::is_tracked(parent) {
         return 0;
     }
@@ -39,10 +39,12 @@ flavored! {
     /// sockets it holds the last reference to are released here, which no close(2) will show.
     #[tracepoint(category = "sched", name = "sched_process_exit")]
     fn exit_tp / exit_tp_b(_ctx: TracePointContext, flavor) -> u32 {
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        let tgid = current::tgid();
         if live::is_tracked(tgid) && shim::current_group_dead() {
             live::untrack(tgid);
-            shim::release_last_bound_sockets(flavor);
+            if !shim::release_last_bound_sockets(flavor) {
+                count(Counter::FdWalkPartial);
+            }
             if let Some(ev) = emit::reserve(EventKind::Exit, Tier::Tracepoint, Fidelity::Exact) {
                 ev.submit();
             }

@@ -5,13 +5,13 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::fexit, programs::FExitContext};
 
-use crate::{emit, maps::VERIFIER_INSNS, shim};
+use crate::{current, maps::VERIFIER_INSNS, shim};
 
 /// `do_check_common(env, subprog)` ends once per checked (sub)program; `insn_processed` is the
 /// running total the verifier reports as "processed N insns".
 #[fexit(function = "do_check_common")]
 pub fn verifier_insns(ctx: FExitContext) -> i32 {
-    if emit::is_agent() {
+    if current::is_agent() {
         let env: *const c_void = ctx.arg(0);
         let n = shim::verifier_insn_processed(env);
         let _ = VERIFIER_INSNS.insert(bpf_get_current_pid_tgid(), n, 0);
