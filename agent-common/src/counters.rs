@@ -12,7 +12,9 @@ named_enum! {
         ReadFailed = 1 => "read_failed",
         /// Successful connects by path: counted, not reported.
         ConnectOk = 2 => "connect_ok",
-        /// Entry/exit pairs whose entry half was missing (attached mid-call, or map full).
+        /// A bind or listen kretprobe found no record of its entry (attached mid-call, or
+        /// `PENDING` full). Only those two count it: their entries record every call, while
+        /// every other entry filters, so an exit without an entry is normal there.
         Unpaired = 3 => "unpaired",
         /// An fd-table walk (owner check at unlink, releases at exit) cut at
         /// [`crate::FD_SCAN_BOUNDED`] descriptors on a kernel without `bpf_loop`: what lies

@@ -218,13 +218,13 @@ impl Draft {
     /// drains on a short timer, so a wakeup per event would only burn CPU.
     #[inline(always)]
     pub fn submit(self) {
-        let backlog = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+        let backlog = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
         let wake = if backlog >= WAKEUP_BYTES.load() {
             BPF_RB_FORCE_WAKEUP
         } else {
             BPF_RB_NO_WAKEUP
         };
         count_emitted(self.1);
-        self.0.submit(wake as u64);
+        self.0.submit(u64::from(wake));
     }
 }

@@ -37,14 +37,14 @@ pub fn conn_tgt_fexit(ctx: FExitContext) -> i32 {
 #[fexit(function = "unix_stream_connect")]
 pub fn conn_stream_fexit(ctx: FExitContext) -> i32 {
     let ret: i32 = ctx.arg(4);
-    finished(ctx.arg(1), ret as i64, 0, Tier::Fentry);
+    finished(ctx.arg(1), i64::from(ret), 0, Tier::Fentry);
     0
 }
 
 #[fexit(function = "unix_dgram_connect")]
 pub fn conn_dgram_fexit(ctx: FExitContext) -> i32 {
     let ret: i32 = ctx.arg(4);
-    finished(ctx.arg(1), ret as i64, flags::DGRAM, Tier::Fentry);
+    finished(ctx.arg(1), i64::from(ret), flags::DGRAM, Tier::Fentry);
     0
 }
 
@@ -80,7 +80,7 @@ pub fn conn_stream_kprobe(ctx: ProbeContext) -> u32 {
 
 #[kretprobe(function = "unix_stream_connect")]
 pub fn conn_stream_kret(ctx: RetProbeContext) -> u32 {
-    kprobe_finished(ctx.ret::<i32>() as i64);
+    kprobe_finished(i64::from(ctx.ret::<i32>()));
     0
 }
 
@@ -92,7 +92,7 @@ pub fn conn_dgram_kprobe(ctx: ProbeContext) -> u32 {
 
 #[kretprobe(function = "unix_dgram_connect")]
 pub fn conn_dgram_kret(ctx: RetProbeContext) -> u32 {
-    kprobe_finished(ctx.ret::<i32>() as i64);
+    kprobe_finished(i64::from(ctx.ret::<i32>()));
     0
 }
 

@@ -63,13 +63,13 @@ pub fn begin(op: Removal, victim: Dentry, extra: impl FnOnce() -> u16, flavor: F
 #[inline(always)]
 pub fn fexit_end(op: Removal, ctx: &FExitContext, nargs: u32, flavor: Flavor) -> i32 {
     let ret = shim::ctx_arg(ctx.as_ptr(), nargs) as i32;
-    end(op, ret as i64, Tier::Fentry, flavor);
+    end(op, i64::from(ret), Tier::Fentry, flavor);
     0
 }
 
 #[inline(always)]
 pub fn kret_end(op: Removal, ctx: &RetProbeContext, flavor: Flavor) -> u32 {
-    end(op, ctx.ret::<i32>() as i64, Tier::Kprobe, flavor);
+    end(op, i64::from(ctx.ret::<i32>()), Tier::Kprobe, flavor);
     0
 }
 

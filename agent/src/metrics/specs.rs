@@ -107,7 +107,7 @@ specs! {
     ORPHAN_AGE: Gauge "sockwatch_orphaned_listener_oldest_age_seconds" ["watch"] "Age of the oldest open orphaned listener (0 when there is none).";
     EVENTS_SUBMITTED: Counter "sockwatch_kernel_events_submitted_total" ["kind"] "Records the kernel side submitted to the ring buffer, by event kind.";
     EVENTS_LOST: Counter "sockwatch_events_lost_total" ["kind"] "Records lost to a full ring buffer, by event kind (the periodic scan repairs the state).";
-    KERNEL_ERRORS: Counter "sockwatch_kernel_errors_total" ["reason"] "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or user memory read failed), unpaired (an exit probe without its entry), fd_walk_partial (an fd-table walk cut at its bound on a kernel without bpf_loop).";
+    KERNEL_ERRORS: Counter "sockwatch_kernel_errors_total" ["reason"] "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or user memory read failed), unpaired (a bind or listen kretprobe without its entry), fd_walk_partial (an fd-table walk cut at its bound on a kernel without bpf_loop).";
     CONNECTS_OK: Counter "sockwatch_connects_ok_total" [] "Successful connects by path (counted in the kernel, not reported).";
     ENGINE_SOCKETS: Gauge "sockwatch_engine_sockets" [] "Socket files the correlation engine tracks (live, orphaned and recently released).";
     ENGINE_LIVE: Gauge "sockwatch_engine_live_sockets" [] "Sockets the engine knows as bound and open.";
