@@ -186,6 +186,7 @@ fn s5_rename_over_is_replaced() {
         "listen-on {}",
         s(&tmp.path().join("svc.sock.new"))
     ));
+    let (dev, ino) = stat_id(&tmp.path().join("svc.sock.new"));
     b.must(&format!(
         "rename {} {}",
         s(&tmp.path().join("svc.sock.new")),
@@ -195,6 +196,12 @@ fn s5_rename_over_is_replaced() {
     assert_eq!(
         (tgid(&v, "actor"), tgid(&v, "victim")),
         (u64::from(b.pid), u64::from(a.pid)),
+        "{v}"
+    );
+    // The file moved into place: B's socket, found in B's view of the path after the rename.
+    assert_eq!(
+        (v["new_file"]["dev"].as_u64(), v["new_file"]["ino"].as_u64()),
+        (Some(dev), Some(ino)),
         "{v}"
     );
     agent.expect_verdict("A orphaned", |v| {
