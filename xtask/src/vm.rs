@@ -23,6 +23,10 @@ use crate::{
 const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
 /// What the guest's tests must be able to attach.
 const GUEST_TIERS: &str = "lsm,fentry,kprobe,tracepoint";
+/// The end-to-end verdict tests, run once per tier (`SOCKWATCH_PROBE_MODE`), so that every
+/// verdict is proven on every tier the guest loads, not only on the one `auto` picks.
+const PER_TIER_TESTS: &[&str] = &["verdicts", "handover", "late_start", "stale_connect"];
+const PER_TIER_MODES: [&str; 4] = ["lsm", "fentry", "kprobe", "tracepoint"];
 /// How long to let the guest power off after its verdict before killing QEMU.
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
 /// The Go daemon's listener the verdict tests drive (a real `net.Listen("unix", …)`). The guest
@@ -166,17 +170,32 @@ verdict=PASS
         ));
     }
     for t in tests {
-        s.push_str(&format!(
-            "echo \"SOCKWATCH-VM-RUN: {t}\"\n\
-             SOCKWATCH_REQUIRE_TIERS={GUEST_TIERS} SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
-             RUST_BACKTRACE=1 /tests/{t} --test-threads=1\n\
-             rc=$?\n\
-             echo \"SOCKWATCH-VM-EXIT: {t} $rc\"\n\
-             [ $rc -eq 0 ] || verdict=FAIL\n"
-        ));
+        if PER_TIER_TESTS.contains(&t.as_str()) {
+            for mode in PER_TIER_MODES {
+                s.push_str(&test_run(
+                    t,
+                    &format!("{t}@{mode}"),
+                    &format!("SOCKWATCH_PROBE_MODE={mode} "),
+                ));
+            }
+        } else {
+            s.push_str(&test_run(t, t, ""));
+        }
     }
     s.push_str(&format!("echo \"{VERDICT}$verdict\"\npoweroff -f\n"));
     s
+}
+
+/// One test binary's run in the guest, labelled `label`, with `env` (`VAR=value `) before it.
+fn test_run(test: &str, label: &str, env: &str) -> String {
+    format!(
+        "echo \"SOCKWATCH-VM-RUN: {label}\"\n\
+         {env}SOCKWATCH_REQUIRE_TIERS={GUEST_TIERS} SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
+         RUST_BACKTRACE=1 /tests/{test} --test-threads=1\n\
+         rc=$?\n\
+         echo \"SOCKWATCH-VM-EXIT: {label} $rc\"\n\
+         [ $rc -eq 0 ] || verdict=FAIL\n"
+    )
 }
 
 /// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, each kernel's
@@ -537,6 +556,13 @@ mod tests {
         }
         assert!(s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/kernel --test-threads=1"));
         assert!(s.contains("/tests/cli --test-threads=1"));
+        let v = init_script(&["verdicts".into()], false);
+        for mode in PER_TIER_MODES {
+            assert!(v.contains(&format!(
+                "SOCKWATCH-VM-RUN: verdicts@{mode}\"\nSOCKWATCH_PROBE_MODE={mode} SOCKWATCH_REQUIRE_TIERS="
+            )), "{v}");
+        }
+        assert_eq!(v.matches("/tests/verdicts --test-threads=1").count(), 4);
         assert!(s.contains("for m in /lib/modules/$(uname -r)/*.ko"));
         assert!(s.contains("export SOCKWATCH_GO_LISTENER=/bin/golistener\n"));
         assert!(!init_script(&[], false).contains("SOCKWATCH_GO_LISTENER"));

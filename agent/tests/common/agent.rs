@@ -53,6 +53,7 @@ impl Agent {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        assert_forced_tier(&agent.log_text());
         agent
     }
 
@@ -163,4 +164,36 @@ pub fn go_listener() -> Option<PathBuf> {
         .status()
         .ok()?;
     status.success().then_some(out)
+}
+
+/// The socket hooks every forced tier must attach (fork and exit have only tracepoints).
+const SOCKET_HOOKS: [&str; 6] = ["bind", "listen", "unlink", "rename", "connect", "release"];
+
+/// Under `SOCKWATCH_PROBE_MODE=<tier>` (the VM suite runs the end-to-end tests once per
+/// tier) every socket hook must be attached on that tier: an agent that fell back to another
+/// tier would let a test pass for a tier it never ran on.
+fn assert_forced_tier(log: &str) {
+    let Ok(mode) = std::env::var("SOCKWATCH_PROBE_MODE") else {
+        return;
+    };
+    if matches!(mode.as_str(), "auto" | "precise") {
+        return;
+    }
+    let attached: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("] attached ").map(|(_, rest)| rest))
+        .collect();
+    for hook in SOCKET_HOOKS {
+        let want = match (mode.as_str(), hook) {
+            ("lsm", "unlink" | "rename") => "lsm",
+            ("lsm", _) => "fentry",
+            (m, _) => m,
+        };
+        let prefix = format!("{hook}: {want}");
+        assert!(
+            attached.iter().any(|l| l.starts_with(&prefix)),
+            "SOCKWATCH_PROBE_MODE={mode}: {hook} is not attached on {want}: {log}"
+        );
+    }
+    eprintln!("agent attached every socket hook on the {mode} tier");
 }
