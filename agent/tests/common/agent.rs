@@ -26,14 +26,30 @@ impl Agent {
 
     /// As [`Agent::start`], with these environment variables set for the agent.
     pub fn start_with_env(dir: &Path, watch: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+        let watch = ["--watch", watch.to_str().expect("utf-8 watch path")];
+        Self::spawn(dir, &[&watch, extra].concat(), env)
+    }
+
+    /// Starts `sockwatch run` with no watch: every path socket on the node is watched.
+    pub fn start_node_wide(dir: &Path, extra: &[&str]) -> Agent {
+        Self::spawn(dir, extra, &[])
+    }
+
+    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         let events = dir.join("events.jsonl");
         let log = dir.join("agent.log");
+        // No sweeps unless the test asks for them: the events alone must give the verdicts.
+        let sweeps: &[&str] = if args.contains(&"--scan-interval-secs") {
+            &[]
+        } else {
+            &["--scan-interval-secs", "0"]
+        };
         let child = Command::new(sockwatch_bin())
-            .args(["run", "--scan-interval-secs", "0", "--events"])
+            .arg("run")
+            .args(sweeps)
+            .arg("--events")
             .arg(&events)
-            .arg("--watch")
-            .arg(watch)
-            .args(extra)
+            .args(args)
             .envs(env.iter().copied())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()

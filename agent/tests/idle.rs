@@ -1,0 +1,126 @@
+//! No false alarm: the agent watching every path socket on the node, with sweeps on, while
+//! healthy daemons start, serve, restart gracefully and hand work to forked workers, raises
+//! no alerting verdict and no alerting metric.
+mod common;
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    time::{Duration, Instant},
+};
+
+use common::{actor::Actor, agent::Agent, *};
+use serde_json::Value;
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    actor::serve();
+}
+
+/// How long the agent runs: a minute on the host (its own daemons' sockets are part of the
+/// test); the guest has only the test's processes, so a shorter run says as much there.
+fn idle_run() -> Duration {
+    if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
+        Duration::from_secs(15)
+    } else {
+        Duration::from_secs(60)
+    }
+}
+
+/// The verdicts that page or warn (`takeover`, `orphan_closed` and the like are not here).
+fn alerting(v: &Value) -> bool {
+    match v["verdict"].as_str() {
+        Some("foreign_unlink" | "stale_connect" | "stale_socket_file") => true,
+        Some("replaced") => v["foreign"] == true,
+        Some("orphan_opened") => v["cause"] != "taken_over",
+        _ => false,
+    }
+}
+
+/// The series the alert rules fire on: each must stay 0.
+const ALERTING_SERIES: [&str; 4] = [
+    "sockwatch_orphaned_listeners",
+    "sockwatch_foreign_unlinks_total",
+    "sockwatch_stale_connects_total",
+    "sockwatch_stale_bind_mounts",
+];
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// One healthy round: a daemon binds, listens and serves a client; a forked worker unlinks
+/// the socket (S6); the daemon closes. Then a daemon that removes its own file on shutdown (S2).
+fn healthy_round(dir: &std::path::Path, round: usize) {
+    let sock = dir.join(format!("d{round}.sock"));
+    let path = sock.to_str().expect("utf-8");
+    let mut daemon = Actor::spawn();
+    let h = daemon.must(&format!("listen-on {path}"));
+    let mut client = Actor::spawn();
+    assert_eq!(client.must(&format!("connect {path}")), "0");
+    daemon.must(&format!("fork-unlink {path}"));
+    daemon.must(&format!("close {h}"));
+    let h = daemon.must(&format!("listen-on {path}"));
+    assert_eq!(client.must(&format!("connect {path}")), "0");
+    daemon.must(&format!("unlink {path}"));
+    daemon.must(&format!("close {h}"));
+}
+
+#[test]
+fn a_node_wide_run_of_healthy_daemons_raises_no_alert() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
+            "tiers are required but not running as root"
+        );
+        eprintln!("SKIP idle: needs root to load eBPF programs");
+        return;
+    }
+    let tmp = tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start_node_wide(
+        tmp.path(),
+        &["--listen", &listen, "--scan-interval-secs", "5"],
+    );
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < idle_run() {
+        healthy_round(tmp.path(), rounds);
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let metrics = Agent::metrics(addr);
+    let binds = agent
+        .lines()
+        .iter()
+        .filter(|l| {
+            l["kind"] == "bind"
+                && l["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(tmp.path().to_str().expect("utf-8")))
+        })
+        .count();
+    let verdicts = agent.stop();
+    assert_eq!(
+        binds,
+        2 * rounds,
+        "the agent saw every bind of the healthy daemons"
+    );
+    let alerts: Vec<&Value> = verdicts.iter().filter(|v| alerting(v)).collect();
+    assert!(
+        alerts.is_empty(),
+        "alerting verdicts on a healthy node: {alerts:#?}"
+    );
+    let exposition = sockwatch_bench::prom::Exposition::parse(&metrics);
+    for series in ALERTING_SERIES {
+        assert_eq!(exposition.sum(series, &[]), 0.0, "{series}:\n{metrics}");
+    }
+    eprintln!(
+        "{rounds} healthy rounds in {:?}, {} verdicts, none alerting",
+        idle_run(),
+        verdicts.len()
+    );
+}
