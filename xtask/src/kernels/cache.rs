@@ -10,8 +10,9 @@ use anyhow::Context as _;
 pub(super) const CACHE: &str = "/var/cache/sockwatch-vm";
 
 /// Modules the guest loads at boot: Debian builds them as modules (`=m`) where a host usually
-/// has them loaded. `unix_diag`: `sockwatch scan` lists UNIX sockets through sock_diag.
-pub const GUEST_MODULES: &[&str] = &["unix_diag"];
+/// has them loaded. `unix_diag`: `sockwatch scan` lists UNIX sockets through sock_diag;
+/// `overlay`: the overlayfs test (S19) mounts a container-style rootfs.
+pub const GUEST_MODULES: &[&str] = &["unix_diag", "overlay"];
 
 #[derive(Clone, Debug)]
 pub struct Kernel {
