@@ -19,6 +19,7 @@ use super::{
     model::{MountTable, ScannedSocket, Snapshot, System},
     mounts::{self, MountInfo},
     procfd::Holder,
+    procfs,
     stat::Stat,
 };
 
@@ -114,8 +115,9 @@ impl<'a> Ctx<'a> {
     fn resolve(&self, view: u32, path: &[u8]) -> Resolved {
         // Absolute paths resolve the same for every process of a mount namespace (unless
         // chrooted: rare for socket daemons); relative ones depend on each cwd.
+        // A path through a descriptor is the process's own, like a relative one.
         let key = match (path.first(), self.mntns_of.get(&view).copied().flatten()) {
-            (Some(b'/'), Some(ns)) => (ns, path.to_vec()),
+            (Some(b'/'), Some(ns)) if procfs::fd_path(path).is_none() => (ns, path.to_vec()),
             _ => (u64::from(view) | 1 << 63, path.to_vec()),
         };
         if let Some(r) = self.resolved.borrow().get(&key) {
@@ -224,24 +226,43 @@ fn path_sockets<'a>(cx: &Ctx<'a>) -> Vec<PathSock<'a>> {
     path_socks
 }
 
-/// Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files.
-fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), Stat> {
+/// A socket file found by path: in which view (None: the agent's walk), and at which path.
+#[derive(Clone, Debug)]
+struct Found {
+    st: Stat,
+    view: Option<u32>,
+    path: Vec<u8>,
+}
+
+/// Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files, and the
+/// files of binds through a descriptor. A descriptor path is no place to find a file by.
+fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), Found> {
     let mut seen = HashMap::new();
-    for st in path_socks
+    let by_path = path_socks
         .iter()
-        .flat_map(PathSock::found)
-        .map(|(_, st)| st)
-        .filter(Stat::is_socket)
-        .chain(snap.watch_files.iter().map(|(_, st)| *st))
-    {
-        seen.insert((st.dev, st.ino as u32), st);
+        .filter(|p| procfs::fd_path(p.path).is_none())
+        .flat_map(|p| {
+            p.found().map(|(v, st)| Found {
+                st,
+                view: Some(v),
+                path: p.path.to_vec(),
+            })
+        })
+        .filter(|f| f.st.is_socket());
+    let walked = snap.watch_files.iter().map(|(path, st)| Found {
+        st: *st,
+        view: None,
+        path: path.as_os_str().as_bytes().to_vec(),
+    });
+    for f in by_path.chain(walked) {
+        seen.insert((f.st.dev, f.st.ino as u32), f);
     }
     seen
 }
 
 /// Pass 2: is the socket's file linked, moved, replaced or unlinked? An orphaned listener in
 /// scope is a finding.
-fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &mut Analysis) {
+fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Found>, out: &mut Analysis) {
     let s = p.s;
     let mut scanned = ScannedSocket {
         sock_ino: s.sock_ino.into(),
@@ -253,15 +274,20 @@ fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &
         state: s.state,
         holders: cx.holders(&p.holders),
         file_linked: None,
+        dir: None,
     };
     let Some(vfs) = s.vfs else {
         out.unresolved += 1;
         out.sockets.push(scanned);
         return;
     };
-    let (linked, cause) = match link_state(p, vfs, seen) {
-        LinkState::Linked(st) => {
-            scanned.file = Some(st.id());
+    let (linked, cause) = match link_state(cx, p, vfs, seen) {
+        LinkState::Linked(found) => {
+            scanned.file = Some(found.st.id());
+            if procfs::fd_path(p.path).is_some() {
+                scanned.path = lossy(&found.path);
+            }
+            scanned.dir = dir_of(cx, &found);
             (Some(true), None)
         }
         LinkState::Orphaned(view, cause) => (Some(false), Some((view, cause))),
@@ -292,21 +318,36 @@ fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &
 
 enum LinkState {
     /// The path (or another scanned path, after a rename) leads to the socket's file.
-    Linked(Stat),
+    Linked(Found),
     /// In this view the path leads elsewhere, or nowhere.
     Orphaned(u32, OrphanCause),
     /// No view could tell.
     Unknown,
 }
 
-fn link_state(p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Stat>) -> LinkState {
+fn link_state(cx: &Ctx, p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Found>) -> LinkState {
+    let fd = procfs::fd_path(p.path);
     let same = p
         .found()
-        .map(|(_, st)| st)
-        .find(|st| vfs.matches(st.dev, st.ino));
-    let moved = seen.get(&(vfs.dev, vfs.ino32)).copied();
-    if let Some(st) = same.or(moved) {
-        return LinkState::Linked(st);
+        .find(|(_, st)| vfs.matches(st.dev, st.ino))
+        .and_then(|(v, st)| {
+            let path = match fd {
+                Some(f) => procfs::fd_path_target(&cx.sys.fd_target(v, f.fd)?, f.rest)?,
+                None => p.path.to_vec(),
+            };
+            Some(Found {
+                st,
+                view: Some(v),
+                path,
+            })
+        });
+    let moved = || seen.get(&(vfs.dev, vfs.ino32)).cloned();
+    if let Some(found) = same.or_else(moved) {
+        return LinkState::Linked(found);
+    }
+    if fd.is_some() {
+        // The binder's descriptor is closed or reused since: its path proves nothing.
+        return LinkState::Unknown;
     }
     if let Some((v, now)) = p.found().next() {
         return LinkState::Orphaned(v, OrphanCause::Replaced { now: now.id() });
@@ -315,6 +356,17 @@ fn link_state(p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Stat>) -> Lin
         Some((v, _)) => LinkState::Orphaned(*v, OrphanCause::Unlinked),
         None => LinkState::Unknown,
     }
+}
+
+/// The directory a found file is in, as the kernel identifies an event's `dir`.
+fn dir_of(cx: &Ctx, found: &Found) -> Option<(FileId, String)> {
+    if !found.path.starts_with(b"/") {
+        return None;
+    }
+    let parent = os_path(&found.path).parent()?;
+    let st = cx.sys.stat(found.view, parent).ok()?;
+    st.is_dir()
+        .then(|| (st.id(), parent.to_string_lossy().into_owned()))
 }
 
 fn orphaned_listener(
@@ -373,7 +425,11 @@ fn stale_candidates(snap: &Snapshot, path_socks: &[PathSock]) -> BTreeMap<(u64, 
             *st,
         ));
     }
-    for p in path_socks {
+    // A descriptor path leads wherever that descriptor number points now: no candidate.
+    for p in path_socks
+        .iter()
+        .filter(|p| procfs::fd_path(p.path).is_none())
+    {
         for (v, st) in p.found().filter(|(_, st)| st.is_socket()) {
             candidates
                 .entry((st.dev, st.ino))

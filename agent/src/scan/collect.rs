@@ -37,9 +37,14 @@ impl ProcSystem {
         }
     }
 
-    /// The path that reaches `path` as process `view` sees it.
+    /// The path that reaches `path` as process `view` sees it; a path through its own
+    /// descriptor ([`procfs::FdPath`]) through that process's descriptor.
     pub fn view_path(&self, view: u32, path: &Path) -> PathBuf {
         let bytes = path.as_os_str().as_bytes();
+        if let Some(f) = procfs::fd_path(bytes) {
+            return procfs::pid_path(&self.proc_root, view, &format!("fd/{}", f.fd))
+                .join(OsStr::from_bytes(f.rest));
+        }
         match bytes.strip_prefix(b"/") {
             Some(rel) => {
                 procfs::pid_path(&self.proc_root, view, "root").join(OsStr::from_bytes(rel))
@@ -64,6 +69,15 @@ impl System for ProcSystem {
             .entry(tgid)
             .or_insert_with(|| procfd::read_holder(&self.proc_root, tgid, self.cgroup2.as_deref()))
             .clone()
+    }
+
+    fn fd_target(&self, tgid: u32, fd: u32) -> Option<Vec<u8>> {
+        procfs::read_link_bytes(&procfs::pid_path(
+            &self.proc_root,
+            tgid,
+            &format!("fd/{fd}"),
+        ))
+        .ok()
     }
 }
 

@@ -1,7 +1,9 @@
 //! [`analyze`] against a fake system: every finding and every non-finding, without root.
 use std::{
     collections::HashMap,
+    ffi::OsStr,
     io,
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
 };
 
@@ -23,6 +25,8 @@ struct Fake {
     ns_of: HashMap<Option<u32>, &'static str>,
     files: HashMap<(&'static str, PathBuf), Stat>,
     denied: Vec<u32>,
+    /// (tgid, fd) -> link target.
+    fds: HashMap<(u32, u32), &'static str>,
 }
 
 impl Fake {
@@ -44,6 +48,10 @@ impl System for Fake {
         if view.is_some_and(|v| self.denied.contains(&v)) {
             return Err(io::Error::from_raw_os_error(libc::EACCES));
         }
+        if let (Some(v), Some(f)) = (view, procfs::fd_path(path.as_os_str().as_bytes())) {
+            let dir = self.fds.get(&(v, f.fd)).ok_or(io::ErrorKind::NotFound)?;
+            return self.stat(view, &Path::new(dir).join(OsStr::from_bytes(f.rest)));
+        }
         let ns = self.ns_of.get(&view).copied().unwrap_or("host");
         self.files
             .get(&(ns, path.to_path_buf()))
@@ -53,6 +61,10 @@ impl System for Fake {
 
     fn holder(&self, tgid: u32) -> Option<Holder> {
         Some(holder(tgid))
+    }
+
+    fn fd_target(&self, tgid: u32, fd: u32) -> Option<Vec<u8>> {
+        self.fds.get(&(tgid, fd)).map(|t| t.as_bytes().to_vec())
     }
 }
 
@@ -114,7 +126,9 @@ fn snap(sockets: Vec<DiagSocket>, processes: Vec<Process>) -> Snapshot {
 #[test]
 fn linked_listener_on_inode64_is_clean_and_keeps_64_bits() {
     // tmpfs inode64: the file is 0x1_0000_0042, sock_diag says 0x42.
-    let fake = Fake::default().file("host", "/run/a.sock", sock(0x1_0000_0042));
+    let fake = Fake::default()
+        .file("host", "/run/a.sock", sock(0x1_0000_0042))
+        .dir("host", "/run", 7);
     let a = analyze(
         &snap(
             vec![listener(500, "/run/a.sock", 0x42)],
@@ -138,6 +152,7 @@ fn linked_listener_on_inode64_is_clean_and_keeps_64_bits() {
             state: 10,
             holders: vec![holder(10)],
             file_linked: Some(true),
+            dir: Some((FileId { dev: DEV, ino: 7 }, "/run".into())),
         }]
     );
     assert!(a.sockets[0].same_file(FileId {
@@ -466,4 +481,77 @@ fn confirm_drops_races() {
     assert_eq!(kept, f, "still listening, still unserved");
     f.confirm(&[listener(501, "/b", 2)]);
     assert!(f.is_empty(), "{f:?}");
+}
+
+/// S18: conmon binds `/proc/self/fd/N/attach`. The string names a file only through the
+/// binder's descriptor N, which conmon closes at once: never evidence of an orphan.
+fn conmon(fds: &[((u32, u32), &'static str)]) -> Fake {
+    let mut fake = Fake::default()
+        .file("host", "/var/run/ctr/userdata/attach", sock(0x1_0000_0042))
+        .dir("host", "/var/run/ctr/userdata", 9)
+        .file("host", "/other/attach", sock(0x77));
+    fake.fds = fds.iter().copied().collect();
+    fake
+}
+
+fn conmon_snap() -> Snapshot {
+    snap(
+        vec![listener(500, "/proc/self/fd/13/attach", 0x42)],
+        vec![proc_(10, 100, &[500])],
+    )
+}
+
+#[test]
+fn bind_through_an_open_descriptor_is_linked_at_its_real_path() {
+    let a = analyze(
+        &conmon_snap(),
+        &conmon(&[((10, 13), "/var/run/ctr/userdata")]),
+    );
+    assert!(a.findings.is_empty(), "{:?}", a.findings);
+    let s = &a.sockets[0];
+    assert_eq!(s.path, "/var/run/ctr/userdata/attach");
+    assert_eq!(s.file_linked, Some(true));
+    assert_eq!(
+        (s.file, s.ino_low32),
+        (
+            Some(FileId {
+                dev: DEV,
+                ino: 0x1_0000_0042
+            }),
+            false
+        )
+    );
+    assert_eq!(
+        s.dir,
+        Some((FileId { dev: DEV, ino: 9 }, "/var/run/ctr/userdata".into()))
+    );
+}
+
+#[test]
+fn bind_through_a_closed_or_reused_descriptor_is_no_orphan() {
+    // Closed, or reused for a directory holding another socket of that name.
+    for fds in [&[][..], &[((10, 13), "/other")]] {
+        let a = analyze(&conmon_snap(), &conmon(fds));
+        assert!(a.findings.is_empty(), "{fds:?}: {:?}", a.findings);
+        assert_eq!(a.sockets[0].file_linked, None, "{fds:?}");
+        assert_eq!(a.unresolved, 1);
+        assert_eq!(a.sockets[0].path, "/proc/self/fd/13/attach");
+    }
+}
+
+#[test]
+fn bind_through_a_closed_descriptor_is_found_by_the_walk() {
+    let mut snap = conmon_snap();
+    snap.watch_files = vec![(
+        PathBuf::from("/var/run/ctr/userdata/attach"),
+        sock(0x1_0000_0042),
+    )];
+    let a = analyze(&snap, &conmon(&[]));
+    assert!(a.findings.is_empty(), "{:?}", a.findings);
+    let s = &a.sockets[0];
+    assert_eq!(
+        (s.path.as_str(), s.file_linked),
+        ("/var/run/ctr/userdata/attach", Some(true))
+    );
+    assert_eq!(s.dir.as_ref().map(|d| d.0.ino), Some(9));
 }

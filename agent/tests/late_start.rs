@@ -1,0 +1,186 @@
+//! The real agent started (or restarted) while sockets live, then their files removed by a
+//! path relative to the remover's working directory (S17); and binds through a directory
+//! descriptor, conmon's `/proc/self/fd/N/attach` (S18). Each on every tier this kernel
+//! loads (`--probe-mode`), the tracepoint tier included: it sees only paths, so a relative
+//! one resolves only through the directory identities the startup scan taught the agent.
+mod common;
+
+use std::{
+    ffi::CString,
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+};
+
+use agent_common::Tier;
+use common::{actor::Actor, agent::Agent, *};
+use serde_json::Value;
+use sockwatch::kernel::probes::ProbeMode;
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    actor::serve();
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().expect("utf-8").to_string()
+}
+
+fn c(p: impl AsRef<[u8]>) -> CString {
+    CString::new(p.as_ref()).expect("no NUL")
+}
+
+fn tgid(v: &Value, who: &str) -> u64 {
+    v[who]["tgid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {who}.tgid in {v}"))
+}
+
+/// The modes whose probes this kernel loads (others skip, saying why; a required tier that
+/// does not load fails).
+fn loadable(test: &str) -> Vec<(ProbeMode, Tier)> {
+    modes()
+        .into_iter()
+        .filter(|(mode, tier)| load(&format!("{test} ({})", mode.name()), *mode, *tier).is_some())
+        .collect()
+}
+
+fn start(dir: &Path, watch: &Path, mode: ProbeMode) -> Agent {
+    Agent::start(dir, watch, &["--probe-mode", mode.name()])
+}
+
+/// Forks a child that runs `act` (raw syscalls only: this process has threads) and exits
+/// with its errno; returns the child's pid once it has exited successfully.
+fn child(act: impl FnOnce() -> i32) -> u32 {
+    // SAFETY: the child makes only async-signal-safe calls on memory prepared before the
+    // fork, then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let rc = act();
+        // SAFETY: _exit(2) takes no pointers and never returns.
+        unsafe { libc::_exit(rc) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer; the pid is our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child {pid}: errno");
+    pid as u32
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+}
+
+/// `cd dir && unlink name`, by a process of its own.
+fn relative_unlink(dir: &Path, name: &str) -> u32 {
+    let (dir, name) = (c(dir.as_os_str().as_bytes()), c(name));
+    child(|| {
+        // SAFETY: NUL-terminated strings that outlive the calls.
+        unsafe {
+            if libc::chdir(dir.as_ptr()) != 0 || libc::unlink(name.as_ptr()) != 0 {
+                return errno();
+            }
+        }
+        0
+    })
+}
+
+/// `cd dir && touch from && mv from to`, by a process of its own.
+fn relative_rename_over(dir: &Path, from: &str, to: &str) -> u32 {
+    let (dir, from, to) = (c(dir.as_os_str().as_bytes()), c(from), c(to));
+    child(|| {
+        // SAFETY: NUL-terminated strings that outlive the calls.
+        unsafe {
+            if libc::chdir(dir.as_ptr()) != 0 {
+                return errno();
+            }
+            let fd = libc::open(from.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
+            if fd < 0 {
+                return errno();
+            }
+            libc::close(fd);
+            if libc::rename(from.as_ptr(), to.as_ptr()) != 0 {
+                return errno();
+            }
+        }
+        0
+    })
+}
+
+/// A listener in `tmp/multus`, bound before any agent runs: (actor, socket path, dev, ino).
+fn listener(tmp: &Path) -> (Actor, PathBuf, u64, u64) {
+    let dir = tmp.join("multus");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let sock = dir.join("multus.sock");
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", s(&sock)));
+    let (dev, ino) = stat_id(&sock);
+    (a, sock, dev, ino)
+}
+
+/// The one verdict of this kind the agent wrote, by `actor` against `victim`'s `ino`.
+fn only_verdict(agent: Agent, kind: &str, actor: u32, victim: u32, file: (u64, u64)) -> Value {
+    let v = agent.expect_verdict(kind, |v| v["verdict"] == kind);
+    assert_eq!(tgid(&v, "actor"), u64::from(actor), "{v}");
+    assert_eq!(tgid(&v, "victim"), u64::from(victim), "{v}");
+    assert_eq!(
+        (&v["file"]["dev"], &v["file"]["ino"]),
+        (&file.0.into(), &file.1.into()),
+        "{v}"
+    );
+    let all = agent.stop();
+    let n = all.iter().filter(|v| v["verdict"] == kind).count();
+    assert_eq!(n, 1, "exactly one {kind}: {all:#?}");
+    v
+}
+
+/// S17: A listens, then the agent starts, then B runs `cd multus && rm multus.sock`.
+#[test]
+fn relative_unlink_after_a_late_start_is_a_foreign_unlink() {
+    for (mode, _) in loadable("late_start_unlink") {
+        let tmp = tempdir();
+        let (a, sock, dev, ino) = listener(tmp.path());
+        let agent = start(tmp.path(), tmp.path(), mode);
+        let b = relative_unlink(sock.parent().expect("dir"), "multus.sock");
+        let v = only_verdict(agent, "foreign_unlink", b, a.pid, (dev, ino));
+        assert_eq!(v["path"], s(&sock), "{}: made absolute: {v}", mode.name());
+        assert_eq!(v["listening"], true, "{v}");
+    }
+}
+
+/// S17, restart: an agent sees A's bind and stops; the next one starts from its scan alone.
+#[test]
+fn relative_unlink_after_a_restart_is_a_foreign_unlink() {
+    for (mode, _) in loadable("late_start_restart") {
+        let tmp = tempdir();
+        let runs = [tmp.path().join("run1"), tmp.path().join("run2")];
+        runs.iter()
+            .for_each(|r| std::fs::create_dir(r).expect("mkdir"));
+        let first = start(&runs[0], tmp.path(), mode);
+        let (a, sock, dev, ino) = listener(tmp.path());
+        first.expect_line("A's bind", |l| l["kind"] == "bind" && l["path"] == s(&sock));
+        let lines = first.stop();
+        assert!(
+            lines.is_empty(),
+            "no verdict before the restart: {lines:#?}"
+        );
+        let agent = start(&runs[1], tmp.path(), mode);
+        let b = relative_unlink(sock.parent().expect("dir"), "multus.sock");
+        only_verdict(agent, "foreign_unlink", b, a.pid, (dev, ino));
+    }
+}
+
+/// S17 with a rename: B runs `cd multus && touch x && mv x multus.sock` after a late start.
+#[test]
+fn relative_rename_over_after_a_late_start_is_replaced() {
+    for (mode, _) in loadable("late_start_rename") {
+        let tmp = tempdir();
+        let (a, sock, dev, ino) = listener(tmp.path());
+        let agent = start(tmp.path(), tmp.path(), mode);
+        let b = relative_rename_over(sock.parent().expect("dir"), "x", "multus.sock");
+        let v = only_verdict(agent, "replaced", b, a.pid, (dev, ino));
+        assert_eq!(v["path"], s(&sock), "{}: made absolute: {v}", mode.name());
+        assert_eq!(v["foreign"], true, "{v}");
+    }
+}
