@@ -119,9 +119,15 @@ fn listener(tmp: &Path) -> (Actor, PathBuf, u64, u64) {
     (a, sock, dev, ino)
 }
 
+/// Is the verdict about a path below `dir` (the agent reconciles the whole node's sockets)?
+fn under(v: &Value, dir: &Path) -> bool {
+    v["path"].as_str().is_some_and(|p| p.starts_with(&s(dir)))
+}
+
 /// The one verdict of this kind the agent wrote, by `actor` against `victim`'s `ino`.
 fn only_verdict(agent: Agent, kind: &str, actor: u32, victim: u32, file: (u64, u64)) -> Value {
-    let v = agent.expect_verdict(kind, |v| v["verdict"] == kind);
+    let file_json = serde_json::json!({"dev": file.0, "ino": file.1});
+    let v = agent.expect_verdict(kind, |v| v["verdict"] == kind && v["file"] == file_json);
     assert_eq!(tgid(&v, "actor"), u64::from(actor), "{v}");
     assert_eq!(tgid(&v, "victim"), u64::from(victim), "{v}");
     assert_eq!(
@@ -130,7 +136,10 @@ fn only_verdict(agent: Agent, kind: &str, actor: u32, victim: u32, file: (u64, u
         "{v}"
     );
     let all = agent.stop();
-    let n = all.iter().filter(|v| v["verdict"] == kind).count();
+    let n = all
+        .iter()
+        .filter(|v| v["verdict"] == kind && v["file"] == file_json)
+        .count();
     assert_eq!(n, 1, "exactly one {kind}: {all:#?}");
     v
 }
@@ -160,7 +169,11 @@ fn relative_unlink_after_a_restart_is_a_foreign_unlink() {
         let first = start(&runs[0], tmp.path(), mode);
         let (a, sock, dev, ino) = listener(tmp.path());
         first.expect_line("A's bind", |l| l["kind"] == "bind" && l["path"] == s(&sock));
-        let lines = first.stop();
+        let lines: Vec<Value> = first
+            .stop()
+            .into_iter()
+            .filter(|v| under(v, tmp.path()))
+            .collect();
         assert!(
             lines.is_empty(),
             "no verdict before the restart: {lines:#?}"
@@ -182,5 +195,117 @@ fn relative_rename_over_after_a_late_start_is_replaced() {
         let v = only_verdict(agent, "replaced", b, a.pid, (dev, ino));
         assert_eq!(v["path"], s(&sock), "{}: made absolute: {v}", mode.name());
         assert_eq!(v["foreign"], true, "{v}");
+    }
+}
+
+/// A child holding a listener bound as conmon binds, `/proc/self/fd/N/attach` through its
+/// descriptor N of `dir` (opened before the fork: the child allocates nothing); killed on drop.
+struct DirfdListener {
+    pid: i32,
+}
+
+impl DirfdListener {
+    fn bind(dir: &Path, name: &str) -> Self {
+        let dc = c(dir.as_os_str().as_bytes());
+        // SAFETY: a valid C string; the result is checked.
+        let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
+        assert!(dfd >= 0, "open {dir:?}: errno {}", errno());
+        let path = format!("/proc/self/fd/{dfd}/{name}");
+        // SAFETY: all-zero is a valid sockaddr_un.
+        let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, b) in sa.sun_path.iter_mut().zip(path.bytes()) {
+            *d = b as libc::c_char;
+        }
+        let mut ready = [0; 2];
+        // SAFETY: room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: the child makes raw syscalls on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: raw syscalls on valid memory; the child pauses until killed.
+            unsafe {
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                let ok = fd >= 0
+                    && libc::bind(fd, (&raw const sa).cast(), len) == 0
+                    && libc::listen(fd, 8) == 0;
+                libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        let mut ok = [0u8];
+        // SAFETY: our pipe's read end and a one-byte buffer.
+        let n = unsafe { libc::read(ready[0], ok.as_mut_ptr().cast(), 1) };
+        assert_eq!(n, 1, "the child reports");
+        // SAFETY: descriptors of ours, not used again.
+        unsafe {
+            libc::close(dfd);
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        let l = DirfdListener { pid };
+        assert_eq!(ok[0], 1, "bind {path} + listen failed in the child");
+        l
+    }
+}
+
+impl Drop for DirfdListener {
+    fn drop(&mut self) {
+        // SAFETY: our own child; waitpid reaps it.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// S18: a conmon-style bind, seen by the agent (bound while it runs) or only by its startup
+/// scan (bound before): the real path, no orphan, and a foreign unlink by that path is
+/// reported against the binder with the file's inode.
+#[test]
+fn bind_through_a_directory_descriptor_has_its_real_path() {
+    for (mode, _) in loadable("late_start_dirfd") {
+        for bound_first in [false, true] {
+            let tmp = tempdir();
+            let dir = tmp.path().join("userdata");
+            std::fs::create_dir(&dir).expect("mkdir");
+            let real = dir.join("attach");
+            let early = bound_first.then(|| DirfdListener::bind(&dir, "attach"));
+            let agent = start(tmp.path(), tmp.path(), mode);
+            let binder = early.unwrap_or_else(|| {
+                let l = DirfdListener::bind(&dir, "attach");
+                let bind = agent.expect_line("the bind", |l| l["kind"] == "bind");
+                assert_eq!(bind["path"], s(&real), "{}: {bind}", mode.name());
+                l
+            });
+            let file = stat_id(&real);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let ours: Vec<Value> = agent
+                .verdicts()
+                .into_iter()
+                .filter(|v| under(v, tmp.path()))
+                .collect();
+            assert_eq!(ours, Vec::<Value>::new(), "quiet while it listens");
+            let real_c = c(real.as_os_str().as_bytes());
+            // SAFETY: a NUL-terminated string that outlives the call.
+            let remover = child(|| unsafe {
+                if libc::unlink(real_c.as_ptr()) == 0 {
+                    0
+                } else {
+                    errno()
+                }
+            });
+            let v = only_verdict(agent, "foreign_unlink", remover, binder.pid as u32, file);
+            assert_eq!(
+                v["path"],
+                s(&real),
+                "{} bound_first {bound_first}: {v}",
+                mode.name()
+            );
+        }
     }
 }

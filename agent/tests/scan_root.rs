@@ -783,3 +783,90 @@ fn unprivileged_says_what_it_could_not_read() {
     );
     assert!(err.contains("incomplete (see warnings)"), "{err}");
 }
+
+/// A listener child bound as conmon binds: through its descriptor `dfd` of `dir` (inherited:
+/// opened before the fork, so the child allocates nothing), `/proc/self/fd/DFD/NAME`. It
+/// closes the descriptor after listening when `close_dir`, as conmon does.
+fn dirfd_listener(comm: &CStr, dir: &Path, name: &str, close_dir: bool) -> (Child, u64) {
+    let dc = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; the result is checked.
+    let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
+    assert!(dfd >= 0, "open {dir:?}: errno {}", errno());
+    let a = addr(Path::new(&format!("/proc/self/fd/{dfd}/{name}")));
+    let child = Child::fork(comm, true, || {
+        bind_sock(&a, true)?;
+        // SAFETY: the child's own copy of the inherited descriptor.
+        if close_dir && unsafe { libc::close(dfd) } != 0 {
+            return Err(("close", errno()));
+        }
+        Ok(())
+    });
+    // SAFETY: the parent's copy, not used again.
+    unsafe { libc::close(dfd) };
+    let sock = sockets_of(child.tgid());
+    assert_eq!(sock.len(), 1, "one socket in {comm:?}");
+    (child, sock[0])
+}
+
+/// S18: a bind through a directory descriptor (conmon's `/proc/self/fd/N/attach`) is a live,
+/// reachable listener: no orphan from `sockwatch scan`, whether the descriptor is still
+/// open (the file is found through it, at its real path) or closed (found by the walk of the
+/// watched directory; without a watch its state is unknown, never an orphan).
+#[test]
+fn bind_through_a_directory_descriptor_is_no_orphan() {
+    let _s = serial();
+    for close_dir in [false, true] {
+        let d = tmpdir();
+        let dir = d.path().join("userdata");
+        fs::create_dir(&dir).unwrap();
+        let (_c, sock_ino) = dirfd_listener(c"sw-conmon", &dir, "attach", close_dir);
+        let real = dir.join("attach");
+        let file = file_id(&real);
+        let dir_id = file_id(&dir);
+
+        let (code, j) = json_scan(d.path());
+        assert_eq!(code, 0, "close_dir {close_dir}: {j}");
+        assert_eq!(j["counts"]["orphaned_listeners"], 0, "{j}");
+        let r = scan_watching(d.path());
+        let s = r
+            .sockets
+            .iter()
+            .find(|s| s.sock_ino == sock_ino)
+            .expect("scanned");
+        assert_eq!(s.path, path_str(&real), "close_dir {close_dir}");
+        assert_eq!(
+            (s.file, s.ino_low32, s.file_linked),
+            (Some(file), false, Some(true))
+        );
+        assert_eq!(s.dir, Some((dir_id, path_str(&dir))));
+
+        // The whole node, by the binary and the library: whatever else it finds, not this.
+        let (_, out, err) = run_bin(&["--format", "json"]);
+        let j: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+        let orphans = j["findings"]["orphaned_listeners"]
+            .as_array()
+            .expect("list");
+        assert!(
+            !orphans.iter().any(|o| o["sock_ino"] == sock_ino),
+            "close_dir {close_dir}: {orphans:#?}"
+        );
+        let whole_node = scan::scan(&ScanOptions::default()).expect("scan");
+        assert!(
+            !whole_node
+                .findings
+                .orphaned_listeners
+                .iter()
+                .any(|o| o.sock_ino == sock_ino),
+            "close_dir {close_dir}: {:#?}",
+            whole_node.findings.orphaned_listeners
+        );
+        let s = whole_node
+            .sockets
+            .iter()
+            .find(|s| s.sock_ino == sock_ino)
+            .expect("scanned");
+        let want = if close_dir { None } else { Some(true) };
+        assert_eq!(s.file_linked, want, "close_dir {close_dir}: {s:?}");
+    }
+}
