@@ -198,14 +198,46 @@ fn relative_rename_over_after_a_late_start_is_replaced() {
     }
 }
 
-/// A child holding a listener bound as conmon binds, `/proc/self/fd/N/attach` through its
-/// descriptor N of `dir` (opened before the fork: the child allocates nothing); killed on drop.
-struct DirfdListener {
+/// A forked child that runs `setup` (raw syscalls only: this process has threads), reports
+/// whether it succeeded, and then stays until killed (on drop).
+struct Staying {
     pid: i32,
 }
 
-impl DirfdListener {
-    fn bind(dir: &Path, name: &str) -> Self {
+impl Staying {
+    fn fork(what: &str, setup: impl FnOnce() -> bool) -> Self {
+        let mut ready = [0; 2];
+        // SAFETY: room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: the child makes raw syscalls on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let ok = setup();
+            // SAFETY: a one-byte write to our pipe, then pause until killed.
+            unsafe {
+                libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        let child = Staying { pid };
+        let mut ok = [0u8];
+        // SAFETY: our pipe's read end and a one-byte buffer.
+        let n = unsafe { libc::read(ready[0], ok.as_mut_ptr().cast(), 1) };
+        // SAFETY: descriptors of ours, not used again.
+        unsafe {
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        assert_eq!((n, ok[0]), (1, 1), "{what} failed in the child");
+        child
+    }
+
+    /// A listener bound as conmon binds, `/proc/self/fd/N/NAME` through its descriptor N of
+    /// `dir` (opened before the fork: the child allocates nothing).
+    fn dirfd_listener(dir: &Path, name: &str) -> Self {
         let dc = c(dir.as_os_str().as_bytes());
         // SAFETY: a valid C string; the result is checked.
         let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
@@ -217,43 +249,42 @@ impl DirfdListener {
         for (d, b) in sa.sun_path.iter_mut().zip(path.bytes()) {
             *d = b as libc::c_char;
         }
-        let mut ready = [0; 2];
-        // SAFETY: room for two descriptors.
-        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
-        // SAFETY: the child makes raw syscalls on memory prepared before the fork.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork");
-        if pid == 0 {
-            // SAFETY: raw syscalls on valid memory; the child pauses until killed.
-            unsafe {
-                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
-                let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-                let ok = fd >= 0
-                    && libc::bind(fd, (&raw const sa).cast(), len) == 0
-                    && libc::listen(fd, 8) == 0;
-                libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
-                loop {
-                    libc::pause();
-                }
-            }
-        }
-        let mut ok = [0u8];
-        // SAFETY: our pipe's read end and a one-byte buffer.
-        let n = unsafe { libc::read(ready[0], ok.as_mut_ptr().cast(), 1) };
-        assert_eq!(n, 1, "the child reports");
-        // SAFETY: descriptors of ours, not used again.
-        unsafe {
-            libc::close(dfd);
-            libc::close(ready[0]);
-            libc::close(ready[1]);
-        }
-        let l = DirfdListener { pid };
-        assert_eq!(ok[0], 1, "bind {path} + listen failed in the child");
-        l
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: raw syscalls on an address prepared before the fork.
+        let child = Staying::fork(&format!("bind {path} + listen"), || unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            fd >= 0 && libc::bind(fd, (&raw const sa).cast(), len) == 0 && libc::listen(fd, 8) == 0
+        });
+        // SAFETY: the parent's copy, not used again.
+        unsafe { libc::close(dfd) };
+        child
+    }
+
+    /// In a mount namespace of its own (the whole process's, private propagation), `src`
+    /// bind-mounted onto `dst`.
+    fn bind_mounter(src: &Path, dst: &Path) -> Self {
+        let (root, s, d) = (
+            c("/"),
+            c(src.as_os_str().as_bytes()),
+            c(dst.as_os_str().as_bytes()),
+        );
+        let null = std::ptr::null();
+        // SAFETY: raw syscalls with C strings prepared before the fork.
+        Staying::fork("unshare + bind mount", || unsafe {
+            libc::unshare(libc::CLONE_NEWNS) == 0
+                && libc::mount(
+                    null,
+                    root.as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    null.cast(),
+                ) == 0
+                && libc::mount(s.as_ptr(), d.as_ptr(), null, libc::MS_BIND, null.cast()) == 0
+        })
     }
 }
 
-impl Drop for DirfdListener {
+impl Drop for Staying {
     fn drop(&mut self) {
         // SAFETY: our own child; waitpid reaps it.
         unsafe {
@@ -274,10 +305,10 @@ fn bind_through_a_directory_descriptor_has_its_real_path() {
             let dir = tmp.path().join("userdata");
             std::fs::create_dir(&dir).expect("mkdir");
             let real = dir.join("attach");
-            let early = bound_first.then(|| DirfdListener::bind(&dir, "attach"));
+            let early = bound_first.then(|| Staying::dirfd_listener(&dir, "attach"));
             let agent = start(tmp.path(), tmp.path(), mode);
             let binder = early.unwrap_or_else(|| {
-                let l = DirfdListener::bind(&dir, "attach");
+                let l = Staying::dirfd_listener(&dir, "attach");
                 let bind = agent.expect_line("the bind", |l| l["kind"] == "bind");
                 assert_eq!(bind["path"], s(&real), "{}: {bind}", mode.name());
                 l
@@ -308,4 +339,40 @@ fn bind_through_a_directory_descriptor_has_its_real_path() {
             );
         }
     }
+}
+
+/// Item 7 in the agent: its startup scan finds a live socket file bind-mounted into another
+/// mount namespace, logs the risk and exports it by watch.
+#[test]
+fn the_agent_exports_a_socket_file_mount() {
+    if !is_root() {
+        eprintln!("SKIP socket_file_mount in the agent: needs root");
+        return;
+    }
+    let tmp = tempdir();
+    let (_a, sock, _, _) = listener(tmp.path());
+    let target = tmp.path().join("mounted.sock");
+    std::fs::write(&target, b"").expect("mount point");
+    // A process of its own: the actor's `bind-mount` unshares one thread only.
+    let client = Staying::bind_mounter(&sock, &target);
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let agent = Agent::start(tmp.path(), tmp.path(), &["--listen", &addr.to_string()]);
+    let watch = tmp
+        .path()
+        .file_name()
+        .expect("name")
+        .to_str()
+        .expect("utf-8");
+    let metrics = Agent::metrics(addr);
+    let want = format!("sockwatch_socket_file_mounts{{watch=\"{watch}\"}} 1");
+    assert!(metrics.lines().any(|l| l == want), "{want} in:\n{metrics}");
+    let log = agent.log_text();
+    let mntns = std::fs::read_link(format!("/proc/{}/ns/mnt", client.pid)).expect("ns");
+    let ns = mntns.to_string_lossy();
+    let ns = ns.trim_start_matches("mnt:[").trim_end_matches(']');
+    let said = format!("at {} in mount ns {ns} (pid {})", s(&target), client.pid);
+    assert!(log.contains(&said), "{said} in:\n{log}");
+    agent.stop();
 }

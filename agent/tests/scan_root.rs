@@ -870,3 +870,116 @@ fn bind_through_a_directory_descriptor_is_no_orphan() {
         assert_eq!(s.file_linked, want, "close_dir {close_dir}: {s:?}");
     }
 }
+
+/// A child in its own mount namespace (private propagation) that bind-mounts `src` onto
+/// `dst` (both prepared by the caller: a file onto a file, a directory onto a directory).
+fn mounter(comm: &CStr, src: &Path, dst: &Path) -> Child {
+    let (root, slash) = (c"none", c"/");
+    let (s, d) = (
+        CString::new(src.as_os_str().as_bytes()).unwrap(),
+        CString::new(dst.as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: the closure runs in the forked child and makes raw syscalls with valid C strings only.
+    Child::fork(comm, true, || unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(("unshare", errno()));
+        }
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        if libc::mount(
+            root.as_ptr(),
+            slash.as_ptr(),
+            std::ptr::null(),
+            private,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(("make-rprivate", errno()));
+        }
+        let bind = libc::MS_BIND;
+        if libc::mount(
+            s.as_ptr(),
+            d.as_ptr(),
+            std::ptr::null(),
+            bind,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(("bind mount", errno()));
+        }
+        Ok(())
+    })
+}
+
+fn mntns_of(pid: u32) -> u64 {
+    let link = fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    procfd::parse_bracket_link(link.as_os_str().as_bytes(), b"mnt").unwrap()
+}
+
+/// Item 7 (seed 000 before it happens): a live socket file bind-mounted into another mount
+/// namespace is a `socket_file_mount` risk, naming the namespace, the pid holding it, source
+/// and target; a bind mount of the socket's directory is not. A risk leaves the exit at 0.
+#[test]
+fn socket_file_mount_is_a_risk_and_a_directory_mount_is_not() {
+    if !is_root() {
+        eprintln!("SKIP socket_file_mount: needs root for a private mount namespace");
+        return;
+    }
+    let _s = serial();
+    let d = tmpdir();
+    let dir = d.path().join("run");
+    fs::create_dir(&dir).unwrap();
+    let p = dir.join("x.sock");
+    let (q, qdir) = (d.path().join("q.sock"), d.path().join("qdir"));
+    fs::write(&q, b"").unwrap();
+    fs::create_dir(&qdir).unwrap();
+    let (_a, sock_ino) = listener(c"sw-daemon", &p);
+    let file_mount = mounter(c"sw-filemnt", &p, &q);
+    let dir_mount = mounter(c"sw-dirmnt", &dir, &qdir);
+    let through = PathBuf::from(format!("/proc/{}/root{}", dir_mount.tgid(), qdir.display()));
+    assert_eq!(
+        file_id(&through.join("x.sock")),
+        file_id(&p),
+        "the directory mount works"
+    );
+
+    let r = scan_watching(d.path());
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.findings.socket_file_mounts.len(), 1, "{:#?}", r.findings);
+    let m = &r.findings.socket_file_mounts[0];
+    let own_mounts = mounts::parse_mountinfo(&fs::read("/proc/self/mountinfo").unwrap()).unwrap();
+    let (maj, min, inside) =
+        mounts::fs_location(&own_mounts, &fs::canonicalize(&dir).unwrap()).unwrap();
+    assert_eq!(m.mount_point, path_str(&q));
+    assert_eq!(
+        m.source,
+        format!("{}/x.sock", String::from_utf8_lossy(&inside))
+    );
+    assert_eq!(m.source_dev, format!("{maj}:{min}"));
+    assert_eq!(m.file, file_id(&p));
+    assert_eq!(m.mntns, mntns_of(file_mount.tgid()));
+    assert_eq!(m.pid, file_mount.tgid());
+    assert_eq!(m.served_by, Some(sock_ino));
+    assert_eq!(
+        (m.process_count, m.processes[0].comm.as_str()),
+        (1, "sw-filemnt")
+    );
+    assert_eq!(m.watch, Some(0));
+
+    let (code, j) = json_scan(d.path());
+    assert_eq!(code, 0, "a risk is not a failure: {j}");
+    let m = &j["findings"]["socket_file_mounts"][0];
+    assert_eq!(m["mntns"], mntns_of(file_mount.tgid()));
+    assert_eq!(m["pid"], file_mount.tgid());
+    assert_eq!(m["mount_point"], path_str(&q));
+    assert!(m["fix"].as_str().unwrap().contains("directory"), "{m}");
+    assert_eq!(j["counts"]["socket_file_mounts"], 1);
+    let (code, out, _) = run_bin(&["--watch", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!(
+            "socket-file-mount  {}  live socket file",
+            path_str(&q)
+        )),
+        "{out}"
+    );
+}

@@ -14,7 +14,8 @@ use agent_common::FileId;
 use super::{
     diag::{DiagSocket, VfsId},
     findings::{
-        Findings, OrphanCause, OrphanedListener, StaleBindMount, StaleCause, StaleSocketFile,
+        Findings, OrphanCause, OrphanedListener, SOCKET_FILE_MOUNT_FIX, SocketFileMount,
+        StaleBindMount, StaleCause, StaleSocketFile,
     },
     model::{MountTable, ScannedSocket, Snapshot, System},
     mounts::{self, MountInfo},
@@ -141,19 +142,24 @@ impl<'a> Ctx<'a> {
         tgids.iter().filter_map(|&t| self.sys.holder(t)).collect()
     }
 
-    /// Is `path`, as `view` sees it, at or below a watched path? By identity of its
+    /// Is `path`, as `view` sees it, at or below a watched path (or is nothing watched)?
+    fn in_scope(&self, view: Option<u32>, path: &[u8]) -> bool {
+        self.snap.watched.is_empty() || self.watch_index(view, path).is_some()
+    }
+
+    /// Which watched path `path`, as `view` sees it, is at or below: by identity of its
     /// ancestors (so a pod's `/run/x` matches the host's `/var/lib/x`), else by string when
     /// the view is the agent's own.
-    fn in_scope(&self, view: Option<u32>, path: &[u8]) -> bool {
+    fn watch_index(&self, view: Option<u32>, path: &[u8]) -> Option<usize> {
         let w = &self.snap.watched;
         if w.is_empty() {
-            return true;
+            return None;
         }
         for anc in os_path(path).ancestors() {
             if let Ok(st) = self.sys.stat(view, anc)
-                && w.iter().any(|w| w.id == st.id())
+                && let Some(i) = w.iter().position(|w| w.id == st.id())
             {
-                return true;
+                return Some(i);
             }
         }
         let own = match view {
@@ -163,9 +169,9 @@ impl<'a> Ctx<'a> {
                     && self.mntns_of.get(&v).copied().flatten() == self.snap.own_mntns
             }
         };
-        own && w
-            .iter()
-            .any(|w| mounts::is_under(path, w.path.as_os_str().as_bytes()))
+        w.iter()
+            .position(|w| mounts::is_under(path, w.path.as_os_str().as_bytes()))
+            .filter(|_| own)
     }
 }
 
@@ -179,7 +185,7 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
         check_socket(&cx, p, &seen, &mut out);
     }
     stale_socket_files(&cx, &path_socks, &mut out);
-    stale_bind_mounts(&cx, &mut out);
+    bind_mounts(&cx, &mut out);
     sort(&mut out);
     out
 }
@@ -458,8 +464,9 @@ fn not_listening(cx: &Ctx, on: &[&DiagSocket]) -> (StaleCause, Vec<Holder>) {
     (StaleCause::NotListening { sock_inos }, cx.holders(&tgids))
 }
 
-/// Stale bind mounts: a mounted socket file whose source is deleted.
-fn stale_bind_mounts(cx: &Ctx, out: &mut Analysis) {
+/// Bind mounts of socket files: stale when the source is deleted (S3), a risk while it is
+/// live (the next restart of its daemon makes it stale).
+fn bind_mounts(cx: &Ctx, out: &mut Analysis) {
     let snap = cx.snap;
     for t in &snap.mount_tables {
         for m in &t.mounts {
@@ -469,26 +476,32 @@ fn stale_bind_mounts(cx: &Ctx, out: &mut Analysis) {
             let Ok(st) = cx.sys.stat(Some(t.pid), os_path(&m.mount_point)) else {
                 continue;
             };
-            if !st.is_socket() || !(m.root_deleted || st.nlink == 0) {
+            if !st.is_socket() {
                 continue;
             }
-            let from_watched = snap.watched.iter().any(|w| {
+            let from_watched = snap.watched.iter().position(|w| {
                 w.fs.as_ref().is_some_and(|(maj, min, inside)| {
                     (*maj, *min) == (m.major, m.minor) && mounts::is_under(&m.root, inside)
                 })
             });
-            if !from_watched && !cx.in_scope(Some(t.pid), &m.mount_point) {
+            let watch = from_watched.or_else(|| cx.watch_index(Some(t.pid), &m.mount_point));
+            if watch.is_none() && !snap.watched.is_empty() {
                 out.outside_watch += 1;
                 continue;
             }
-            out.findings
-                .stale_bind_mounts
-                .push(stale_bind_mount(cx, t, m, &st));
+            let mount = mount_of(cx, t, m, &st);
+            if m.root_deleted || st.nlink == 0 {
+                out.findings.stale_bind_mounts.push(mount);
+            } else {
+                out.findings
+                    .socket_file_mounts
+                    .push(socket_file_mount(mount, t.pid, watch));
+            }
         }
     }
 }
 
-fn stale_bind_mount(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> StaleBindMount {
+fn mount_of(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> StaleBindMount {
     let pids: Vec<u32> = cx
         .snap
         .processes
@@ -514,6 +527,24 @@ fn stale_bind_mount(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> Stale
     }
 }
 
+/// The same mount, live: the workload of `pid` is filled in by the caller (it reads /proc).
+fn socket_file_mount(m: StaleBindMount, pid: u32, watch: Option<usize>) -> SocketFileMount {
+    SocketFileMount {
+        mount_point: m.mount_point,
+        source: m.source,
+        source_dev: m.source_dev,
+        file: m.file,
+        mntns: m.mntns,
+        pid,
+        served_by: m.served_by,
+        workload: None,
+        processes: m.processes,
+        process_count: m.process_count,
+        fix: SOCKET_FILE_MOUNT_FIX,
+        watch,
+    }
+}
+
 /// Findings and sockets in a stable order.
 fn sort(out: &mut Analysis) {
     let f = &mut out.findings;
@@ -521,6 +552,8 @@ fn sort(out: &mut Analysis) {
         .sort_by(|a, b| (&a.path, a.sock_ino).cmp(&(&b.path, b.sock_ino)));
     f.stale_socket_files.sort_by(|a, b| a.path.cmp(&b.path));
     f.stale_bind_mounts
+        .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
+    f.socket_file_mounts
         .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
     out.sockets.sort_by_key(|s| s.sock_ino);
 }

@@ -9,6 +9,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::attribution::{Attributor, DEFAULT_CAPACITY, DEFAULT_PODS_LOG_ROOT};
+
 use super::{
     analyze::{Analysis, analyze},
     diag::{self, DiagSocket, NetNs, NsDump},
@@ -139,6 +141,14 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
     if !analysis.findings.is_empty() {
         let again = dump_all(own_net, &others)?;
         analysis.findings.confirm(&merged(&again));
+    }
+    let mut attributor = Attributor::new(
+        proc_root.clone(),
+        DEFAULT_PODS_LOG_ROOT.into(),
+        DEFAULT_CAPACITY,
+    );
+    for m in &mut analysis.findings.socket_file_mounts {
+        m.workload = attributor.workload(m.pid);
     }
     tally.analysis(&snap, &analysis);
     Ok(tally.report(analysis, &table.stats))
@@ -341,6 +351,7 @@ impl Tally {
         c.orphaned_listeners = analysis.findings.orphaned_listeners.len();
         c.stale_socket_files = analysis.findings.stale_socket_files.len();
         c.stale_bind_mounts = analysis.findings.stale_bind_mounts.len();
+        c.socket_file_mounts = analysis.findings.socket_file_mounts.len();
     }
 
     fn report(self, analysis: Analysis, ps: &ProcStats) -> ScanReport {

@@ -168,6 +168,8 @@ pub struct Counts {
     pub orphaned_listeners: usize,
     pub stale_socket_files: usize,
     pub stale_bind_mounts: usize,
+    /// Risks: live socket files bind-mounted into a mount namespace.
+    pub socket_file_mounts: usize,
     /// Findings outside the watched paths, left out.
     pub outside_watch: usize,
     pub sockets: usize,

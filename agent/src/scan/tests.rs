@@ -358,7 +358,8 @@ fn stale_bind_mounts() {
         .ns(Some(30), "pod")
         .file("pod", "/var/run/m.sock", stat(S_IFSOCK, 7, 0))
         .file("pod", "/etc/hosts", stat(0o100644, 5, 0))
-        .file("pod", "/var/run/live.sock", sock(8));
+        .file("pod", "/var/run/live.sock", sock(8))
+        .dir("pod", "/var/run/dir", 9);
     let mut s = snap(vec![], vec![proc_(30, 200, &[]), proc_(31, 200, &[])]);
     s.mount_tables = vec![MountTable {
         mntns: 200,
@@ -368,8 +369,10 @@ fn stale_bind_mounts() {
             bind_mount("/run/m.sock", true, "/var/run/m.sock"),
             // A deleted regular file: not ours.
             bind_mount("/etc/hosts", true, "/etc/hosts"),
-            // A live socket file: fine.
+            // A live socket file: a risk, not a stale mount.
             bind_mount("/run/live.sock", false, "/var/run/live.sock"),
+            // A directory: what the fix says to mount instead.
+            bind_mount("/run/dir", false, "/var/run/dir"),
         ],
     }];
     let expected = StaleBindMount {
@@ -385,6 +388,24 @@ fn stale_bind_mounts() {
     };
     let a = analyze(&s, &fake);
     assert_eq!(a.findings.stale_bind_mounts, vec![expected.clone()]);
+    assert_eq!(
+        a.findings.socket_file_mounts,
+        vec![SocketFileMount {
+            mount_point: "/var/run/live.sock".into(),
+            source: "/run/live.sock".into(),
+            source_dev: "254:0".into(),
+            file: FileId { dev: DEV, ino: 8 },
+            mntns: 200,
+            pid: 30,
+            served_by: None,
+            workload: None,
+            processes: vec![holder(30), holder(31)],
+            process_count: 2,
+            fix: SOCKET_FILE_MOUNT_FIX,
+            watch: None,
+        }]
+    );
+    assert_eq!(a.findings.len(), 1, "a risk is not counted as wrong");
     // The old listener still runs (orphaned on the host): the mount still works, for now.
     s.sockets = vec![listener(500, "/run/m.sock", 7)];
     s.processes.push(proc_(10, 100, &[500]));
@@ -424,13 +445,32 @@ fn watched_scope_by_identity_and_by_filesystem_place() {
     s.mount_tables = vec![MountTable {
         mntns: 200,
         pid: 30,
-        mounts: vec![MountInfo {
-            major: 0,
-            minor: 45,
-            ..bind_mount("/multus/m.sock", true, "/var/run/c.sock")
-        }],
+        mounts: vec![
+            MountInfo {
+                major: 0,
+                minor: 45,
+                ..bind_mount("/multus/m.sock", true, "/var/run/c.sock")
+            },
+            MountInfo {
+                major: 0,
+                minor: 45,
+                ..bind_mount("/multus/live.sock", false, "/var/run/l.sock")
+            },
+        ],
     }];
+    let fake = fake.file("pod", "/var/run/l.sock", sock(11));
     let a = analyze(&s, &fake);
+    let watches: Vec<_> = a
+        .findings
+        .socket_file_mounts
+        .iter()
+        .map(|m| m.watch)
+        .collect();
+    assert_eq!(
+        watches,
+        vec![Some(0)],
+        "a live file mount from the watched directory"
+    );
     let paths: Vec<&str> = a
         .findings
         .orphaned_listeners
@@ -455,6 +495,7 @@ fn watched_scope_by_identity_and_by_filesystem_place() {
 #[test]
 fn confirm_drops_races() {
     let mut f = Findings {
+        socket_file_mounts: vec![],
         orphaned_listeners: vec![OrphanedListener {
             path: "/a".into(),
             sock_ino: 500,
