@@ -90,7 +90,7 @@ mod tests {
     use super::*;
     use crate::events::decode::EventFlags;
 
-    fn ev(kind: EventKind, path: &str, dir: u64) -> KernelEvent {
+    pub(super) fn ev(kind: EventKind, path: &str, dir: u64) -> KernelEvent {
         KernelEvent {
             kind,
             tier: Tier::Tracepoint,
@@ -148,5 +148,40 @@ mod tests {
             d.resolve(&conmon).as_deref(),
             Some("/var/run/ctr/userdata/attach")
         );
+    }
+}
+
+#[cfg(test)]
+mod through_fd {
+    use std::os::{fd::AsRawFd as _, unix::fs::MetadataExt as _};
+
+    use agent_common::{EventKind, FileId};
+
+    use super::{KnownDirs, tests::ev};
+
+    #[test]
+    fn the_binders_descriptor_gives_the_path_when_it_leads_to_the_bound_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::File::open(tmp.path()).expect("open");
+        let m = dir.metadata().expect("stat");
+        let mut bind = ev(
+            EventKind::Bind,
+            &format!("/proc/self/fd/{}/a.sock", dir.as_raw_fd()),
+            0,
+        );
+        bind.tgid = std::process::id();
+        bind.dir = Some(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        });
+        let mut d = KnownDirs::default();
+        let want = tmp.path().join("a.sock");
+        assert_eq!(d.resolve(&bind).as_deref(), want.to_str());
+        // Another directory's identity: the descriptor proves nothing.
+        bind.dir = Some(FileId {
+            dev: m.dev(),
+            ino: m.ino() + 1,
+        });
+        assert_eq!(KnownDirs::default().resolve(&bind), None);
     }
 }
