@@ -236,8 +236,9 @@ impl Staying {
     }
 
     /// A listener bound as conmon binds, `/proc/self/fd/N/NAME` through its descriptor N of
-    /// `dir` (opened before the fork: the child allocates nothing).
-    fn dirfd_listener(dir: &Path, name: &str) -> Self {
+    /// `dir` (opened before the fork: the child allocates nothing); closed after the listen
+    /// when `close`, as conmon does.
+    fn dirfd_listener(dir: &Path, name: &str, close: bool) -> Self {
         let dc = c(dir.as_os_str().as_bytes());
         // SAFETY: a valid C string; the result is checked.
         let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
@@ -253,7 +254,10 @@ impl Staying {
         // SAFETY: raw syscalls on an address prepared before the fork.
         let child = Staying::fork(&format!("bind {path} + listen"), || unsafe {
             let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
-            fd >= 0 && libc::bind(fd, (&raw const sa).cast(), len) == 0 && libc::listen(fd, 8) == 0
+            fd >= 0
+                && libc::bind(fd, (&raw const sa).cast(), len) == 0
+                && libc::listen(fd, 8) == 0
+                && (!close || libc::close(dfd) == 0)
         });
         // SAFETY: the parent's copy, not used again.
         unsafe { libc::close(dfd) };
@@ -300,15 +304,18 @@ impl Drop for Staying {
 #[test]
 fn bind_through_a_directory_descriptor_has_its_real_path() {
     for (mode, _) in loadable("late_start_dirfd") {
-        for bound_first in [false, true] {
+        // Bound while the agent runs (resolved at the event, through the descriptor), or
+        // before it starts (by its scan: through the descriptor, or, once conmon-like the
+        // binder closed it, by the walk of the watched directory).
+        for (bound_first, close) in [(false, false), (true, false), (true, true)] {
             let tmp = tempdir();
             let dir = tmp.path().join("userdata");
             std::fs::create_dir(&dir).expect("mkdir");
             let real = dir.join("attach");
-            let early = bound_first.then(|| Staying::dirfd_listener(&dir, "attach"));
+            let early = bound_first.then(|| Staying::dirfd_listener(&dir, "attach", close));
             let agent = start(tmp.path(), tmp.path(), mode);
             let binder = early.unwrap_or_else(|| {
-                let l = Staying::dirfd_listener(&dir, "attach");
+                let l = Staying::dirfd_listener(&dir, "attach", false);
                 let bind = agent.expect_line("the bind", |l| l["kind"] == "bind");
                 assert_eq!(bind["path"], s(&real), "{}: {bind}", mode.name());
                 l
@@ -334,7 +341,7 @@ fn bind_through_a_directory_descriptor_has_its_real_path() {
             assert_eq!(
                 v["path"],
                 s(&real),
-                "{} bound_first {bound_first}: {v}",
+                "{} bound_first {bound_first} close {close}: {v}",
                 mode.name()
             );
         }

@@ -5,7 +5,7 @@
 //! (`/proc/self/fd/N/name`, conmon's) are made absolute here as well.
 use std::{collections::HashMap, os::unix::fs::MetadataExt as _, path::Path};
 
-use agent_common::{EventKind, FileId};
+use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
     events::KernelEvent,
@@ -39,7 +39,13 @@ impl KnownDirs {
             return None;
         }
         let parent = self.dirs.get(&dir)?;
-        Some(format!("{}/{}", parent.trim_end_matches('/'), ev.path))
+        // An exact tier's `dir` holds the file itself; a path-only one's is where the
+        // relative path starts (the working directory or the `dirfd`).
+        let rest = match ev.fidelity {
+            Fidelity::Exact => ev.path.rsplit('/').next().unwrap_or(&ev.path),
+            _ => &ev.path,
+        };
+        Some(format!("{}/{rest}", parent.trim_end_matches('/')))
     }
 
     /// Learns that directory `dir` is at absolute path `path` (from a scan).
@@ -85,7 +91,7 @@ impl KnownDirs {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::{Fidelity, Tier};
+    use agent_common::Tier;
 
     use super::*;
     use crate::events::decode::EventFlags;
@@ -131,6 +137,20 @@ mod tests {
             Some("/run/multus/multus.sock")
         );
         assert_eq!(d.resolve(&ev(EventKind::Unlink, "/abs", 8)), None);
+        // `cd /run && rm multus/multus.sock`: path-only, from the working directory...
+        d.learn_dir(FileId { dev: 5, ino: 1 }, "/run");
+        assert_eq!(
+            d.resolve(&ev(EventKind::Unlink, "multus/multus.sock", 1))
+                .as_deref(),
+            Some("/run/multus/multus.sock")
+        );
+        // ...exact, from the file's own directory.
+        let mut exact = ev(EventKind::Unlink, "multus/multus.sock", 8);
+        exact.fidelity = Fidelity::Exact;
+        assert_eq!(
+            d.resolve(&exact).as_deref(),
+            Some("/run/multus/multus.sock")
+        );
     }
 
     #[test]
