@@ -24,8 +24,9 @@ pub enum Command {
     /// Print, per hook, which tiers this kernel supports and which one `run` would attach.
     Check(CheckArgs),
     /// One-shot audit of the node without eBPF: orphaned listeners, stale socket files and
-    /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo. Exit status 0:
-    /// clean, 1: problems found, 2: error.
+    /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo; and the risk of
+    /// live socket files bind-mounted into other mount namespaces. Exit status 0: clean (risks
+    /// alone included), 1: problems found, 2: error.
     Scan(ScanArgs),
     /// Run a recorded event log (JSON lines, as `run` writes them) through the correlation
     /// engine again and print its verdicts.

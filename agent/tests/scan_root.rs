@@ -783,3 +783,203 @@ fn unprivileged_says_what_it_could_not_read() {
     );
     assert!(err.contains("incomplete (see warnings)"), "{err}");
 }
+
+/// A listener child bound as conmon binds: through its descriptor `dfd` of `dir` (inherited:
+/// opened before the fork, so the child allocates nothing), `/proc/self/fd/DFD/NAME`. It
+/// closes the descriptor after listening when `close_dir`, as conmon does.
+fn dirfd_listener(comm: &CStr, dir: &Path, name: &str, close_dir: bool) -> (Child, u64) {
+    let dc = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; the result is checked.
+    let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
+    assert!(dfd >= 0, "open {dir:?}: errno {}", errno());
+    let a = addr(Path::new(&format!("/proc/self/fd/{dfd}/{name}")));
+    let child = Child::fork(comm, true, || {
+        bind_sock(&a, true)?;
+        // SAFETY: the child's own copy of the inherited descriptor.
+        if close_dir && unsafe { libc::close(dfd) } != 0 {
+            return Err(("close", errno()));
+        }
+        Ok(())
+    });
+    // SAFETY: the parent's copy, not used again.
+    unsafe { libc::close(dfd) };
+    let sock = sockets_of(child.tgid());
+    assert_eq!(sock.len(), 1, "one socket in {comm:?}");
+    (child, sock[0])
+}
+
+/// S18: a bind through a directory descriptor (conmon's `/proc/self/fd/N/attach`) is a live,
+/// reachable listener: no orphan from `sockwatch scan`, whether the descriptor is still
+/// open (the file is found through it, at its real path) or closed (found by the walk of the
+/// watched directory; without a watch its state is unknown, never an orphan).
+#[test]
+fn bind_through_a_directory_descriptor_is_no_orphan() {
+    let _s = serial();
+    for close_dir in [false, true] {
+        let d = tmpdir();
+        let dir = d.path().join("userdata");
+        fs::create_dir(&dir).unwrap();
+        let (_c, sock_ino) = dirfd_listener(c"sw-conmon", &dir, "attach", close_dir);
+        let real = dir.join("attach");
+        let file = file_id(&real);
+        let dir_id = file_id(&dir);
+
+        let (code, j) = json_scan(d.path());
+        assert_eq!(code, 0, "close_dir {close_dir}: {j}");
+        assert_eq!(j["counts"]["orphaned_listeners"], 0, "{j}");
+        let r = scan_watching(d.path());
+        let s = r
+            .sockets
+            .iter()
+            .find(|s| s.sock_ino == sock_ino)
+            .expect("scanned");
+        assert_eq!(s.path, path_str(&real), "close_dir {close_dir}");
+        assert_eq!(
+            (s.file, s.ino_low32, s.file_linked),
+            (Some(file), false, Some(true))
+        );
+        assert_eq!(s.dir, Some((dir_id, path_str(&dir))));
+
+        // The whole node, by the binary and the library: whatever else it finds, not this.
+        let (_, out, err) = run_bin(&["--format", "json"]);
+        let j: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+        let orphans = j["findings"]["orphaned_listeners"]
+            .as_array()
+            .expect("list");
+        assert!(
+            !orphans.iter().any(|o| o["sock_ino"] == sock_ino),
+            "close_dir {close_dir}: {orphans:#?}"
+        );
+        let whole_node = scan::scan(&ScanOptions::default()).expect("scan");
+        assert!(
+            !whole_node
+                .findings
+                .orphaned_listeners
+                .iter()
+                .any(|o| o.sock_ino == sock_ino),
+            "close_dir {close_dir}: {:#?}",
+            whole_node.findings.orphaned_listeners
+        );
+        let s = whole_node
+            .sockets
+            .iter()
+            .find(|s| s.sock_ino == sock_ino)
+            .expect("scanned");
+        let want = if close_dir { None } else { Some(true) };
+        assert_eq!(s.file_linked, want, "close_dir {close_dir}: {s:?}");
+    }
+}
+
+/// A child in its own mount namespace (private propagation) that bind-mounts `src` onto
+/// `dst` (both prepared by the caller: a file onto a file, a directory onto a directory).
+fn mounter(comm: &CStr, src: &Path, dst: &Path) -> Child {
+    let (root, slash) = (c"none", c"/");
+    let (s, d) = (
+        CString::new(src.as_os_str().as_bytes()).unwrap(),
+        CString::new(dst.as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: the closure runs in the forked child and makes raw syscalls with valid C strings only.
+    Child::fork(comm, true, || unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(("unshare", errno()));
+        }
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        if libc::mount(
+            root.as_ptr(),
+            slash.as_ptr(),
+            std::ptr::null(),
+            private,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(("make-rprivate", errno()));
+        }
+        let bind = libc::MS_BIND;
+        if libc::mount(
+            s.as_ptr(),
+            d.as_ptr(),
+            std::ptr::null(),
+            bind,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(("bind mount", errno()));
+        }
+        Ok(())
+    })
+}
+
+fn mntns_of(pid: u32) -> u64 {
+    let link = fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    procfd::parse_bracket_link(link.as_os_str().as_bytes(), b"mnt").unwrap()
+}
+
+/// Item 7 (seed 000 before it happens): a live socket file bind-mounted into another mount
+/// namespace is a `socket_file_mount` risk, naming the namespace, the pid holding it, source
+/// and target; a bind mount of the socket's directory is not. A risk leaves the exit at 0.
+#[test]
+fn socket_file_mount_is_a_risk_and_a_directory_mount_is_not() {
+    if !is_root() {
+        eprintln!("SKIP socket_file_mount: needs root for a private mount namespace");
+        return;
+    }
+    let _s = serial();
+    let d = tmpdir();
+    let dir = d.path().join("run");
+    fs::create_dir(&dir).unwrap();
+    let p = dir.join("x.sock");
+    let (q, qdir) = (d.path().join("q.sock"), d.path().join("qdir"));
+    fs::write(&q, b"").unwrap();
+    fs::create_dir(&qdir).unwrap();
+    let (_a, sock_ino) = listener(c"sw-daemon", &p);
+    let file_mount = mounter(c"sw-filemnt", &p, &q);
+    let dir_mount = mounter(c"sw-dirmnt", &dir, &qdir);
+    let through = PathBuf::from(format!("/proc/{}/root{}", dir_mount.tgid(), qdir.display()));
+    assert_eq!(
+        file_id(&through.join("x.sock")),
+        file_id(&p),
+        "the directory mount works"
+    );
+
+    let r = scan_watching(d.path());
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert_eq!(r.findings.socket_file_mounts.len(), 1, "{:#?}", r.findings);
+    let m = &r.findings.socket_file_mounts[0];
+    let own_mounts = mounts::parse_mountinfo(&fs::read("/proc/self/mountinfo").unwrap()).unwrap();
+    let (maj, min, inside) =
+        mounts::fs_location(&own_mounts, &fs::canonicalize(&dir).unwrap()).unwrap();
+    assert_eq!(m.mount_point, path_str(&q));
+    assert_eq!(
+        m.source,
+        format!("{}/x.sock", String::from_utf8_lossy(&inside))
+    );
+    assert_eq!(m.source_dev, format!("{maj}:{min}"));
+    assert_eq!(m.file, file_id(&p));
+    assert_eq!(m.mntns, mntns_of(file_mount.tgid()));
+    assert_eq!(m.pid, file_mount.tgid());
+    assert_eq!(m.served_by, Some(sock_ino));
+    assert_eq!(
+        (m.process_count, m.processes[0].comm.as_str()),
+        (1, "sw-filemnt")
+    );
+    assert_eq!(m.watch, Some(0));
+
+    let (code, j) = json_scan(d.path());
+    assert_eq!(code, 0, "a risk is not a failure: {j}");
+    let m = &j["findings"]["socket_file_mounts"][0];
+    assert_eq!(m["mntns"], mntns_of(file_mount.tgid()));
+    assert_eq!(m["pid"], file_mount.tgid());
+    assert_eq!(m["mount_point"], path_str(&q));
+    assert!(m["fix"].as_str().unwrap().contains("directory"), "{m}");
+    assert_eq!(j["counts"]["socket_file_mounts"], 1);
+    let (code, out, _) = run_bin(&["--watch", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!(
+            "socket-file-mount  {}  live socket file",
+            path_str(&q)
+        )),
+        "{out}"
+    );
+}

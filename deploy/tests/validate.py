@@ -36,6 +36,7 @@ ALERTS = {
     "SockwatchForeignUnlink",
     "SockwatchStaleConnects",
     "SockwatchStaleBindMount",
+    "SockwatchSocketFileMount",
     "SockwatchLosingEvents",
     "SockwatchProbesDegraded",
     "SockwatchHookMissing",

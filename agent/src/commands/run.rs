@@ -69,7 +69,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         watch: config.watches.iter().map(|w| w.path.clone()).collect(),
         ..Default::default()
     };
-    startup_scan(&mut pipeline, &metrics, &scan_opts)?;
+    startup_scan(&mut pipeline, &metrics, &config, &scan_opts)?;
 
     let shared = Arc::new(Shared {
         metrics,
@@ -93,7 +93,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             let metrics = shared.metrics.clone();
             tokio::spawn(sweep_periodically(
                 scan_opts,
-                config.scan_interval,
+                config.clone(),
                 metrics,
                 sweep_tx,
             ));
@@ -162,6 +162,7 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
 fn startup_scan(
     pipeline: &mut Pipeline,
     metrics: &Metrics,
+    config: &Config,
     opts: &ScanOptions,
 ) -> anyhow::Result<()> {
     let started = reconcile::boot_ns();
@@ -175,9 +176,20 @@ fn startup_scan(
     };
     let seeded = pipeline.reconcile(started, &report)?;
     pipeline.flush()?;
-    record_scan(metrics, Scan::Startup, clock.elapsed(), &report);
+    record_scan(metrics, config, Scan::Startup, clock.elapsed(), &report);
     for w in &report.warnings {
         log::warn!("startup scan could not see everything: {w}");
+    }
+    for m in &report.findings.socket_file_mounts {
+        log::info!(
+            "risk: live socket file {} bind-mounted at {} in mount ns {} (pid {}): stale after \
+             its daemon restarts; {}",
+            m.source,
+            m.mount_point,
+            m.mntns,
+            m.pid,
+            m.fix
+        );
     }
     log::info!(
         "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
@@ -201,7 +213,13 @@ async fn serve_http(addr: std::net::SocketAddr, api: Arc<dyn Api>) -> anyhow::Re
     Ok(())
 }
 
-fn record_scan(metrics: &Metrics, kind: Scan, took: Duration, report: &ScanReport) {
+fn record_scan(
+    metrics: &Metrics,
+    config: &Config,
+    kind: Scan,
+    took: Duration,
+    report: &ScanReport,
+) {
     let f = &report.findings;
     metrics.scan(
         kind,
@@ -209,6 +227,12 @@ fn record_scan(metrics: &Metrics, kind: Scan, took: Duration, report: &ScanRepor
         f.stale_bind_mounts.len(),
         f.stale_socket_files.len(),
     );
+    // The scan's watches are the configured ones, in order.
+    metrics.socket_file_mounts(f.socket_file_mounts.iter().map(|m| {
+        m.watch
+            .and_then(|i| config.watches.get(i))
+            .map_or("", |w| w.name.as_str())
+    }));
 }
 
 /// What the HTTP endpoint reads: everything behind locks held only briefly. The metrics
@@ -271,11 +295,11 @@ impl Api for Shared {
 /// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag).
 async fn sweep_periodically(
     opts: ScanOptions,
-    every: Duration,
+    config: Arc<Config>,
     metrics: Arc<Metrics>,
     tx: tokio::sync::mpsc::Sender<Sweep>,
 ) {
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval(config.scan_interval);
     tick.tick().await; // the startup scan just ran
     loop {
         tick.tick().await;
@@ -284,7 +308,7 @@ async fn sweep_periodically(
         let clock = Instant::now();
         match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
             Ok(Ok(report)) => {
-                record_scan(&metrics, Scan::Periodic, clock.elapsed(), &report);
+                record_scan(&metrics, &config, Scan::Periodic, clock.elapsed(), &report);
                 if tx.send((started, report)).await.is_err() {
                     return;
                 }

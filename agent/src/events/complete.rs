@@ -40,6 +40,11 @@ impl Completer {
         }
     }
 
+    /// Learns that directory `dir` is at absolute path `path` (from a scan).
+    pub fn learn_dir(&mut self, dir: FileId, path: &str) {
+        self.dirs.learn_dir(dir, path);
+    }
+
     /// The one completion step; `live` looks a file up in the kernel's live table.
     pub fn complete(&mut self, mut ev: KernelEvent, live: Option<LiveLookup>) -> EventLine {
         if let Some(path) = self.dirs.resolve(&ev) {

@@ -1,4 +1,6 @@
 //! Counters pushed on the event path: events, verdicts, connect errors, decode errors, scans.
+use std::collections::BTreeMap;
+
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 
 use super::{
@@ -32,6 +34,7 @@ pub(super) struct HotCounters {
     scan_duration: HistogramVec,
     found_stale_bind_mounts: IntGaugeVec,
     found_stale_socket_files: IntGaugeVec,
+    found_socket_file_mounts: IntGaugeVec,
 }
 
 impl HotCounters {
@@ -56,6 +59,7 @@ impl HotCounters {
             scan_duration: registered(registry, histogram),
             found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
             found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES),
+            found_socket_file_mounts: gauge(registry, &SOCKET_FILE_MOUNTS),
         };
         hot.init_series();
         hot
@@ -92,6 +96,7 @@ impl HotCounters {
                 .with_label_values(&[kind.label(), watch]);
         }
         self.stale_socket_files.with_label_values(&[watch]);
+        self.found_socket_file_mounts.with_label_values(&[watch]);
     }
 }
 
@@ -142,6 +147,22 @@ impl Metrics {
                 hot.stale_socket_files.with_label_values(&[watch]).inc();
             }
             Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } => {}
+        }
+    }
+
+    /// The live socket files the last scan found bind-mounted, one watch name (or "") per
+    /// mount: every admitted watch's series is set, 0 when it has none.
+    pub fn socket_file_mounts<'a>(&self, watches: impl IntoIterator<Item = &'a str>) {
+        let mut per: BTreeMap<String, i64> =
+            self.watches.all().into_iter().map(|w| (w, 0)).collect();
+        for w in watches {
+            *per.entry(self.watch_label(w)).or_default() += 1;
+        }
+        for (watch, n) in per {
+            self.hot
+                .found_socket_file_mounts
+                .with_label_values(&[watch.as_str()])
+                .set(n);
         }
     }
 

@@ -140,8 +140,8 @@ impl Pipeline {
     }
 
     /// Applies a reconciliation scan begun at `ts_ns` (boot clock): the engine learns the
-    /// kernel's current view, and the kernel's live table gets the sockets it never saw
-    /// bound. Returns how many were seeded.
+    /// kernel's current view, the kernel's live table gets the sockets it never saw bound,
+    /// and completion the directories of every socket found. Returns how many were seeded.
     pub fn reconcile(&mut self, ts_ns: u64, report: &ScanReport) -> io::Result<usize> {
         let mut seeded = 0;
         if let Some(live) = &mut self.live {
@@ -155,6 +155,9 @@ impl Pipeline {
                     Err(e) => log::warn!("seeding the kernel's live table: {e}"),
                 }
             }
+        }
+        for (dir, path) in reconcile::dirs(report) {
+            self.completer.learn_dir(dir, path);
         }
         self.input(&Input::Scan(reconcile::snapshot(report, ts_ns)))?;
         Ok(seeded)

@@ -71,6 +71,16 @@ pub fn live_entry(s: &ScannedSocket, ts_ns: u64) -> Option<(agent_common::FileId
     ))
 }
 
+/// Each socket directory the scan found: identity and absolute path, so relative removals
+/// resolve after a late start.
+pub fn dirs(report: &ScanReport) -> impl Iterator<Item = (agent_common::FileId, &str)> {
+    report
+        .sockets
+        .iter()
+        .filter_map(|s| s.dir.as_ref())
+        .map(|(id, path)| (*id, path.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use agent_common::FileId;
@@ -97,6 +107,7 @@ mod tests {
                 cgroup_id: Some(42),
             }],
             file_linked: Some(false),
+            dir: None,
         }
     }
 
@@ -138,6 +149,17 @@ mod tests {
             })
         );
         assert_eq!(snap.sockets[0].file_linked, Some(false));
+        assert_eq!(dirs(&report).count(), 0);
+        let mut linked = scanned();
+        linked.dir = Some((FileId { dev: 5, ino: 3 }, "/run/multus".into()));
+        let report = ScanReport {
+            sockets: vec![scanned(), linked],
+            ..report
+        };
+        assert_eq!(
+            dirs(&report).collect::<Vec<_>>(),
+            vec![(FileId { dev: 5, ino: 3 }, "/run/multus")]
+        );
     }
 
     #[test]

@@ -14,11 +14,13 @@ use agent_common::FileId;
 use super::{
     diag::{DiagSocket, VfsId},
     findings::{
-        Findings, OrphanCause, OrphanedListener, StaleBindMount, StaleCause, StaleSocketFile,
+        Findings, OrphanCause, OrphanedListener, SOCKET_FILE_MOUNT_FIX, SocketFileMount,
+        StaleBindMount, StaleCause, StaleSocketFile,
     },
     model::{MountTable, ScannedSocket, Snapshot, System},
     mounts::{self, MountInfo},
     procfd::Holder,
+    procfs,
     stat::Stat,
 };
 
@@ -114,8 +116,9 @@ impl<'a> Ctx<'a> {
     fn resolve(&self, view: u32, path: &[u8]) -> Resolved {
         // Absolute paths resolve the same for every process of a mount namespace (unless
         // chrooted: rare for socket daemons); relative ones depend on each cwd.
+        // A path through a descriptor is the process's own, like a relative one.
         let key = match (path.first(), self.mntns_of.get(&view).copied().flatten()) {
-            (Some(b'/'), Some(ns)) => (ns, path.to_vec()),
+            (Some(b'/'), Some(ns)) if procfs::fd_path(path).is_none() => (ns, path.to_vec()),
             _ => (u64::from(view) | 1 << 63, path.to_vec()),
         };
         if let Some(r) = self.resolved.borrow().get(&key) {
@@ -139,19 +142,24 @@ impl<'a> Ctx<'a> {
         tgids.iter().filter_map(|&t| self.sys.holder(t)).collect()
     }
 
-    /// Is `path`, as `view` sees it, at or below a watched path? By identity of its
+    /// Is `path`, as `view` sees it, at or below a watched path (or is nothing watched)?
+    fn in_scope(&self, view: Option<u32>, path: &[u8]) -> bool {
+        self.snap.watched.is_empty() || self.watch_index(view, path).is_some()
+    }
+
+    /// Which watched path `path`, as `view` sees it, is at or below: by identity of its
     /// ancestors (so a pod's `/run/x` matches the host's `/var/lib/x`), else by string when
     /// the view is the agent's own.
-    fn in_scope(&self, view: Option<u32>, path: &[u8]) -> bool {
+    fn watch_index(&self, view: Option<u32>, path: &[u8]) -> Option<usize> {
         let w = &self.snap.watched;
         if w.is_empty() {
-            return true;
+            return None;
         }
         for anc in os_path(path).ancestors() {
             if let Ok(st) = self.sys.stat(view, anc)
-                && w.iter().any(|w| w.id == st.id())
+                && let Some(i) = w.iter().position(|w| w.id == st.id())
             {
-                return true;
+                return Some(i);
             }
         }
         let own = match view {
@@ -161,9 +169,9 @@ impl<'a> Ctx<'a> {
                     && self.mntns_of.get(&v).copied().flatten() == self.snap.own_mntns
             }
         };
-        own && w
-            .iter()
-            .any(|w| mounts::is_under(path, w.path.as_os_str().as_bytes()))
+        w.iter()
+            .position(|w| mounts::is_under(path, w.path.as_os_str().as_bytes()))
+            .filter(|_| own)
     }
 }
 
@@ -177,7 +185,7 @@ pub fn analyze(snap: &Snapshot, sys: &dyn System) -> Analysis {
         check_socket(&cx, p, &seen, &mut out);
     }
     stale_socket_files(&cx, &path_socks, &mut out);
-    stale_bind_mounts(&cx, &mut out);
+    bind_mounts(&cx, &mut out);
     sort(&mut out);
     out
 }
@@ -224,24 +232,43 @@ fn path_sockets<'a>(cx: &Ctx<'a>) -> Vec<PathSock<'a>> {
     path_socks
 }
 
-/// Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files.
-fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), Stat> {
+/// A socket file found by path: in which view (None: the agent's walk), and at which path.
+#[derive(Clone, Debug)]
+struct Found {
+    st: Stat,
+    view: Option<u32>,
+    path: Vec<u8>,
+}
+
+/// Every socket file seen by path, by (dev, low 32 inode bits): finds renamed files, and the
+/// files of binds through a descriptor. A descriptor path is no place to find a file by.
+fn seen_files(path_socks: &[PathSock], snap: &Snapshot) -> HashMap<(u64, u32), Found> {
     let mut seen = HashMap::new();
-    for st in path_socks
+    let by_path = path_socks
         .iter()
-        .flat_map(PathSock::found)
-        .map(|(_, st)| st)
-        .filter(Stat::is_socket)
-        .chain(snap.watch_files.iter().map(|(_, st)| *st))
-    {
-        seen.insert((st.dev, st.ino as u32), st);
+        .filter(|p| procfs::fd_path(p.path).is_none())
+        .flat_map(|p| {
+            p.found().map(|(v, st)| Found {
+                st,
+                view: Some(v),
+                path: p.path.to_vec(),
+            })
+        })
+        .filter(|f| f.st.is_socket());
+    let walked = snap.watch_files.iter().map(|(path, st)| Found {
+        st: *st,
+        view: None,
+        path: path.as_os_str().as_bytes().to_vec(),
+    });
+    for f in by_path.chain(walked) {
+        seen.insert((f.st.dev, f.st.ino as u32), f);
     }
     seen
 }
 
 /// Pass 2: is the socket's file linked, moved, replaced or unlinked? An orphaned listener in
 /// scope is a finding.
-fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &mut Analysis) {
+fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Found>, out: &mut Analysis) {
     let s = p.s;
     let mut scanned = ScannedSocket {
         sock_ino: s.sock_ino.into(),
@@ -253,15 +280,20 @@ fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &
         state: s.state,
         holders: cx.holders(&p.holders),
         file_linked: None,
+        dir: None,
     };
     let Some(vfs) = s.vfs else {
         out.unresolved += 1;
         out.sockets.push(scanned);
         return;
     };
-    let (linked, cause) = match link_state(p, vfs, seen) {
-        LinkState::Linked(st) => {
-            scanned.file = Some(st.id());
+    let (linked, cause) = match link_state(cx, p, vfs, seen) {
+        LinkState::Linked(found) => {
+            scanned.file = Some(found.st.id());
+            if procfs::fd_path(p.path).is_some() {
+                scanned.path = lossy(&found.path);
+            }
+            scanned.dir = dir_of(cx, &found);
             (Some(true), None)
         }
         LinkState::Orphaned(view, cause) => (Some(false), Some((view, cause))),
@@ -292,21 +324,36 @@ fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Stat>, out: &
 
 enum LinkState {
     /// The path (or another scanned path, after a rename) leads to the socket's file.
-    Linked(Stat),
+    Linked(Found),
     /// In this view the path leads elsewhere, or nowhere.
     Orphaned(u32, OrphanCause),
     /// No view could tell.
     Unknown,
 }
 
-fn link_state(p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Stat>) -> LinkState {
+fn link_state(cx: &Ctx, p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Found>) -> LinkState {
+    let fd = procfs::fd_path(p.path);
     let same = p
         .found()
-        .map(|(_, st)| st)
-        .find(|st| vfs.matches(st.dev, st.ino));
-    let moved = seen.get(&(vfs.dev, vfs.ino32)).copied();
-    if let Some(st) = same.or(moved) {
-        return LinkState::Linked(st);
+        .find(|(_, st)| vfs.matches(st.dev, st.ino))
+        .and_then(|(v, st)| {
+            let path = match fd {
+                Some(f) => procfs::fd_path_target(&cx.sys.fd_target(v, f.fd)?, f.rest)?,
+                None => p.path.to_vec(),
+            };
+            Some(Found {
+                st,
+                view: Some(v),
+                path,
+            })
+        });
+    let moved = || seen.get(&(vfs.dev, vfs.ino32)).cloned();
+    if let Some(found) = same.or_else(moved) {
+        return LinkState::Linked(found);
+    }
+    if fd.is_some() {
+        // The binder's descriptor is closed or reused since: its path proves nothing.
+        return LinkState::Unknown;
     }
     if let Some((v, now)) = p.found().next() {
         return LinkState::Orphaned(v, OrphanCause::Replaced { now: now.id() });
@@ -315,6 +362,17 @@ fn link_state(p: &PathSock, vfs: VfsId, seen: &HashMap<(u64, u32), Stat>) -> Lin
         Some((v, _)) => LinkState::Orphaned(*v, OrphanCause::Unlinked),
         None => LinkState::Unknown,
     }
+}
+
+/// The directory a found file is in, as the kernel identifies an event's `dir`.
+fn dir_of(cx: &Ctx, found: &Found) -> Option<(FileId, String)> {
+    if !found.path.starts_with(b"/") {
+        return None;
+    }
+    let parent = os_path(&found.path).parent()?;
+    let st = cx.sys.stat(found.view, parent).ok()?;
+    st.is_dir()
+        .then(|| (st.id(), parent.to_string_lossy().into_owned()))
 }
 
 fn orphaned_listener(
@@ -373,7 +431,11 @@ fn stale_candidates(snap: &Snapshot, path_socks: &[PathSock]) -> BTreeMap<(u64, 
             *st,
         ));
     }
-    for p in path_socks {
+    // A descriptor path leads wherever that descriptor number points now: no candidate.
+    for p in path_socks
+        .iter()
+        .filter(|p| procfs::fd_path(p.path).is_none())
+    {
         for (v, st) in p.found().filter(|(_, st)| st.is_socket()) {
             candidates
                 .entry((st.dev, st.ino))
@@ -402,8 +464,9 @@ fn not_listening(cx: &Ctx, on: &[&DiagSocket]) -> (StaleCause, Vec<Holder>) {
     (StaleCause::NotListening { sock_inos }, cx.holders(&tgids))
 }
 
-/// Stale bind mounts: a mounted socket file whose source is deleted.
-fn stale_bind_mounts(cx: &Ctx, out: &mut Analysis) {
+/// Bind mounts of socket files: stale when the source is deleted (S3), a risk while it is
+/// live (the next restart of its daemon makes it stale).
+fn bind_mounts(cx: &Ctx, out: &mut Analysis) {
     let snap = cx.snap;
     for t in &snap.mount_tables {
         for m in &t.mounts {
@@ -413,26 +476,32 @@ fn stale_bind_mounts(cx: &Ctx, out: &mut Analysis) {
             let Ok(st) = cx.sys.stat(Some(t.pid), os_path(&m.mount_point)) else {
                 continue;
             };
-            if !st.is_socket() || !(m.root_deleted || st.nlink == 0) {
+            if !st.is_socket() {
                 continue;
             }
-            let from_watched = snap.watched.iter().any(|w| {
+            let from_watched = snap.watched.iter().position(|w| {
                 w.fs.as_ref().is_some_and(|(maj, min, inside)| {
                     (*maj, *min) == (m.major, m.minor) && mounts::is_under(&m.root, inside)
                 })
             });
-            if !from_watched && !cx.in_scope(Some(t.pid), &m.mount_point) {
+            let watch = from_watched.or_else(|| cx.watch_index(Some(t.pid), &m.mount_point));
+            if watch.is_none() && !snap.watched.is_empty() {
                 out.outside_watch += 1;
                 continue;
             }
-            out.findings
-                .stale_bind_mounts
-                .push(stale_bind_mount(cx, t, m, &st));
+            let mount = mount_of(cx, t, m, &st);
+            if m.root_deleted || st.nlink == 0 {
+                out.findings.stale_bind_mounts.push(mount);
+            } else {
+                out.findings
+                    .socket_file_mounts
+                    .push(socket_file_mount(mount, t.pid, watch));
+            }
         }
     }
 }
 
-fn stale_bind_mount(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> StaleBindMount {
+fn mount_of(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> StaleBindMount {
     let pids: Vec<u32> = cx
         .snap
         .processes
@@ -458,6 +527,24 @@ fn stale_bind_mount(cx: &Ctx, t: &MountTable, m: &MountInfo, st: &Stat) -> Stale
     }
 }
 
+/// The same mount, live: the workload of `pid` is filled in by the caller (it reads /proc).
+fn socket_file_mount(m: StaleBindMount, pid: u32, watch: Option<usize>) -> SocketFileMount {
+    SocketFileMount {
+        mount_point: m.mount_point,
+        source: m.source,
+        source_dev: m.source_dev,
+        file: m.file,
+        mntns: m.mntns,
+        pid,
+        served_by: m.served_by,
+        workload: None,
+        processes: m.processes,
+        process_count: m.process_count,
+        fix: SOCKET_FILE_MOUNT_FIX,
+        watch,
+    }
+}
+
 /// Findings and sockets in a stable order.
 fn sort(out: &mut Analysis) {
     let f = &mut out.findings;
@@ -465,6 +552,8 @@ fn sort(out: &mut Analysis) {
         .sort_by(|a, b| (&a.path, a.sock_ino).cmp(&(&b.path, b.sock_ino)));
     f.stale_socket_files.sort_by(|a, b| a.path.cmp(&b.path));
     f.stale_bind_mounts
+        .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
+    f.socket_file_mounts
         .sort_by(|a, b| (a.mntns, &a.mount_point).cmp(&(b.mntns, &b.mount_point)));
     out.sockets.sort_by_key(|s| s.sock_ino);
 }

@@ -9,6 +9,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::attribution::{Attributor, DEFAULT_CAPACITY, DEFAULT_PODS_LOG_ROOT};
+
 use super::{
     analyze::{Analysis, analyze},
     diag::{self, DiagSocket, NetNs, NsDump},
@@ -37,9 +39,14 @@ impl ProcSystem {
         }
     }
 
-    /// The path that reaches `path` as process `view` sees it.
+    /// The path that reaches `path` as process `view` sees it; a path through its own
+    /// descriptor ([`procfs::FdPath`]) through that process's descriptor.
     pub fn view_path(&self, view: u32, path: &Path) -> PathBuf {
         let bytes = path.as_os_str().as_bytes();
+        if let Some(f) = procfs::fd_path(bytes) {
+            return procfs::pid_path(&self.proc_root, view, &format!("fd/{}", f.fd))
+                .join(OsStr::from_bytes(f.rest));
+        }
         match bytes.strip_prefix(b"/") {
             Some(rel) => {
                 procfs::pid_path(&self.proc_root, view, "root").join(OsStr::from_bytes(rel))
@@ -64,6 +71,15 @@ impl System for ProcSystem {
             .entry(tgid)
             .or_insert_with(|| procfd::read_holder(&self.proc_root, tgid, self.cgroup2.as_deref()))
             .clone()
+    }
+
+    fn fd_target(&self, tgid: u32, fd: u32) -> Option<Vec<u8>> {
+        procfs::read_link_bytes(&procfs::pid_path(
+            &self.proc_root,
+            tgid,
+            &format!("fd/{fd}"),
+        ))
+        .ok()
     }
 }
 
@@ -125,6 +141,14 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
     if !analysis.findings.is_empty() {
         let again = dump_all(own_net, &others)?;
         analysis.findings.confirm(&merged(&again));
+    }
+    let mut attributor = Attributor::new(
+        proc_root.clone(),
+        DEFAULT_PODS_LOG_ROOT.into(),
+        DEFAULT_CAPACITY,
+    );
+    for m in &mut analysis.findings.socket_file_mounts {
+        m.workload = attributor.workload(m.pid);
     }
     tally.analysis(&snap, &analysis);
     Ok(tally.report(analysis, &table.stats))
@@ -327,6 +351,7 @@ impl Tally {
         c.orphaned_listeners = analysis.findings.orphaned_listeners.len();
         c.stale_socket_files = analysis.findings.stale_socket_files.len();
         c.stale_bind_mounts = analysis.findings.stale_bind_mounts.len();
+        c.socket_file_mounts = analysis.findings.socket_file_mounts.len();
     }
 
     fn report(self, analysis: Analysis, ps: &ProcStats) -> ScanReport {

@@ -1,8 +1,15 @@
-//! What the scan reports as wrong: orphaned listeners, stale socket files, stale bind mounts.
+//! What the scan reports as wrong: orphaned listeners, stale socket files, stale bind mounts;
+//! and as a risk: live socket files bind-mounted into a mount namespace.
 use agent_common::FileId;
 use serde::Serialize;
 
 use super::{diag::DiagSocket, procfd::Holder};
+use crate::engine::Workload;
+
+/// What to do about a [`SocketFileMount`].
+pub const SOCKET_FILE_MOUNT_FIX: &str = "mount the socket's directory (a hostPath of type \
+    Directory, --volume /run/dir:...), not the socket file: a file mount keeps this inode, \
+    and the daemon's next restart binds a new one";
 
 /// Serialize a [`FileId`] as `{"dev": .., "ino": ..}`.
 mod file_id {
@@ -99,15 +106,48 @@ pub struct StaleBindMount {
     pub process_count: usize,
 }
 
-/// Everything the scan found wrong.
+/// A risk, not yet a failure: a live socket file (its source not deleted) bind-mounted in
+/// some mount namespace. That namespace keeps this inode, so once the daemon restarts and
+/// binds a new one its connects there are refused (S3, seed 000).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SocketFileMount {
+    /// Where it is mounted (the target), in the namespace's own view.
+    pub mount_point: String,
+    /// The mounted file: its path inside its filesystem (mountinfo `root`).
+    pub source: String,
+    /// The source filesystem's device as mountinfo gives it, `major:minor`.
+    pub source_dev: String,
+    #[serde(with = "file_id")]
+    pub file: FileId,
+    /// Mount namespace id (nsfs inode).
+    pub mntns: u64,
+    /// The process whose mount table shows the mount (one that holds the namespace).
+    pub pid: u32,
+    /// The socket serving the file now, if any.
+    pub served_by: Option<u64>,
+    /// The pid's container and pod, where its cgroup names them.
+    pub workload: Option<Workload>,
+    /// Processes in that mount namespace (at most 16 named; see `process_count`).
+    pub processes: Vec<Holder>,
+    pub process_count: usize,
+    pub fix: &'static str,
+    /// Index of the watched path it lies under (in [`super::ScanOptions::watch`]).
+    #[serde(skip)]
+    pub watch: Option<usize>,
+}
+
+/// Everything the scan found wrong, and the risks it saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Findings {
     pub orphaned_listeners: Vec<OrphanedListener>,
     pub stale_socket_files: Vec<StaleSocketFile>,
     pub stale_bind_mounts: Vec<StaleBindMount>,
+    /// Risks: not counted by [`Self::len`] (nothing fails yet).
+    pub socket_file_mounts: Vec<SocketFileMount>,
 }
 
 impl Findings {
+    /// What is wrong now; risks are not counted.
     pub fn len(&self) -> usize {
         self.orphaned_listeners.len() + self.stale_socket_files.len() + self.stale_bind_mounts.len()
     }

@@ -10,7 +10,9 @@
 //! - orphaned listener: a listening socket whose path no longer leads to its file — unlinked,
 //!   or replaced by another file (S1, S5, S10);
 //! - stale socket file: a socket file no socket serves: connects to it are refused (S4);
-//! - stale bind mount: a socket file bind-mounted somewhere whose source was deleted (S3).
+//! - stale bind mount: a socket file bind-mounted somewhere whose source was deleted (S3);
+//! - risk, socket file mount: a live socket file bind-mounted somewhere: it becomes a stale
+//!   bind mount at its daemon's next restart (seed 000). Not counted as wrong (exit 0).
 //!
 //! Network namespaces: sock_diag answers per namespace. The scan dumps the agent's own and,
 //! with CAP_SYS_ADMIN, every other namespace a process is in (one `setns` per namespace in a
@@ -22,6 +24,10 @@
 //! `/run/multus` matches the host's `/var/run/multus`; a bind mount is in scope when its mount
 //! point is, or when its source lies in a watched directory's filesystem below it. The exit
 //! status of `sockwatch scan` then reflects only what the operator asked about.
+//!
+//! Binds through a descriptor (`/proc/self/fd/N/name`, conmon's) are resolved through the
+//! holder's own descriptor N when it still leads to the socket's file (by identity), or found
+//! by the walk; otherwise their state is unknown, never an orphan.
 //!
 //! Known limits:
 //! - `UNIX_DIAG_VFS` carries only the low 32 bits of the file's inode number. A file still
@@ -56,7 +62,8 @@ pub use agent_common::FileId;
 pub use analyze::{Analysis, analyze};
 pub use collect::{ProcSystem, scan};
 pub use findings::{
-    Findings, OrphanCause, OrphanedListener, StaleBindMount, StaleCause, StaleSocketFile,
+    Findings, OrphanCause, OrphanedListener, SOCKET_FILE_MOUNT_FIX, SocketFileMount,
+    StaleBindMount, StaleCause, StaleSocketFile,
 };
 pub use model::{
     Counts, Limits, MountTable, ScanError, ScanOptions, ScanReport, ScannedSocket, Snapshot,

@@ -26,6 +26,9 @@ pub trait System {
     fn stat(&self, view: Option<u32>, path: &Path) -> io::Result<Stat>;
     /// Name and cgroup of a process; None if it is gone.
     fn holder(&self, tgid: u32) -> Option<Holder>;
+    /// Where descriptor `fd` of process `tgid` points (its `/proc` link target); None if
+    /// it is closed or unreadable.
+    fn fd_target(&self, tgid: u32, fd: u32) -> Option<Vec<u8>>;
 }
 
 /// One path-bound socket as the scan saw it: the snapshot a correlation engine starts from.
@@ -38,7 +41,8 @@ pub struct ScannedSocket {
     pub file: Option<FileId>,
     /// `file.ino` holds only the low 32 bits (see [`Self::same_file`]).
     pub ino_low32: bool,
-    /// As passed to `bind` (absolute, or relative to the binder's cwd then).
+    /// As passed to `bind` (absolute, or relative to the binder's cwd then); a bind through
+    /// a descriptor (`/proc/self/fd/N/name`) as the absolute path it stood for, once found.
     pub path: String,
     pub listening: bool,
     /// `SOCK_STREAM` 1, `SOCK_DGRAM` 2, `SOCK_SEQPACKET` 5.
@@ -49,6 +53,9 @@ pub struct ScannedSocket {
     /// Does `path` still lead to `file` (or does the file live on under another scanned
     /// path, after a rename)? None: could not be checked (no readable holder).
     pub file_linked: Option<bool>,
+    /// The directory the file was found in (device and inode, as the kernel names an
+    /// event's `dir`) and its absolute path there: what relative removals are resolved by.
+    pub dir: Option<(FileId, String)>,
 }
 
 impl ScannedSocket {
@@ -161,6 +168,8 @@ pub struct Counts {
     pub orphaned_listeners: usize,
     pub stale_socket_files: usize,
     pub stale_bind_mounts: usize,
+    /// Risks: live socket files bind-mounted into a mount namespace.
+    pub socket_file_mounts: usize,
     /// Findings outside the watched paths, left out.
     pub outside_watch: usize,
     pub sockets: usize,

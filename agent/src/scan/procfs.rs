@@ -96,9 +96,88 @@ pub fn parse_cgroup(text: &str) -> (String, bool) {
     }
 }
 
+/// A path that starts at one of the caller's own descriptors: `/proc/self/fd/N/REST`,
+/// `/proc/thread-self/fd/N/REST` or `/dev/fd/N/REST` (how conmon binds: `bind` has no `at`
+/// form). The string names a file only in its caller's descriptor table, at that moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdPath<'a> {
+    pub fd: u32,
+    /// Below the descriptor's directory; never empty.
+    pub rest: &'a [u8],
+}
+
+/// `path` as an [`FdPath`], if it is one.
+pub fn fd_path(path: &[u8]) -> Option<FdPath<'_>> {
+    let after = [
+        &b"/proc/self/fd/"[..],
+        b"/proc/thread-self/fd/",
+        b"/dev/fd/",
+    ]
+    .iter()
+    .find_map(|p| path.strip_prefix(*p))?;
+    let (digits, rest) = after.split_at(after.iter().position(|&b| b == b'/')?);
+    let rest = &rest[rest.iter().take_while(|&&b| b == b'/').count()..];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) || rest.is_empty() {
+        return None;
+    }
+    let fd = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(FdPath { fd, rest })
+}
+
+/// The absolute path an [`FdPath`] stands for, from the descriptor's link target (as its
+/// process sees it): `None` when the target is no path (a socket, a deleted directory).
+pub fn fd_path_target(target: &[u8], rest: &[u8]) -> Option<Vec<u8>> {
+    if !target.starts_with(b"/") || target.ends_with(b" (deleted)") {
+        return None;
+    }
+    let mut out = target.to_vec();
+    if !out.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fd_paths_are_recognised_and_made_absolute() {
+        assert_eq!(
+            fd_path(b"/proc/self/fd/13/attach"),
+            Some(FdPath {
+                fd: 13,
+                rest: b"attach"
+            })
+        );
+        assert_eq!(
+            fd_path(b"/proc/thread-self/fd/4/notify/notify.sock"),
+            Some(FdPath {
+                fd: 4,
+                rest: b"notify/notify.sock"
+            })
+        );
+        assert_eq!(fd_path(b"/dev/fd/7//x").map(|f| f.rest), Some(&b"x"[..]));
+        for not in [
+            &b"/proc/self/fd/13"[..],
+            b"/proc/self/fd/13/",
+            b"/proc/self/fd/x/a",
+            b"/proc/self/fd//a",
+            b"/proc/42/fd/3/a",
+            b"/run/proc/self/fd/3/a",
+            b"attach",
+        ] {
+            assert_eq!(fd_path(not), None, "{}", String::from_utf8_lossy(not));
+        }
+        assert_eq!(
+            fd_path_target(b"/var/run/ctr/userdata", b"attach"),
+            Some(b"/var/run/ctr/userdata/attach".to_vec())
+        );
+        assert_eq!(fd_path_target(b"/", b"a"), Some(b"/a".to_vec()));
+        assert_eq!(fd_path_target(b"/gone (deleted)", b"a"), None);
+        assert_eq!(fd_path_target(b"socket:[5]", b"a"), None);
+    }
 
     #[test]
     fn cgroup_lines_keep_colons_in_paths_and_skip_short_lines() {

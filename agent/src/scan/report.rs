@@ -7,7 +7,7 @@ use serde::Serialize;
 use agent_common::FileId;
 
 use super::{
-    findings::{Findings, OrphanCause, StaleBindMount, StaleCause},
+    findings::{Findings, OrphanCause, SocketFileMount, StaleBindMount, StaleCause},
     model::{Counts, ScanReport},
     procfd::Holder,
 };
@@ -91,7 +91,36 @@ fn bind_mount_line(m: &StaleBindMount) -> String {
     )
 }
 
-/// One line per finding.
+fn socket_file_mount_line(m: &SocketFileMount) -> String {
+    let pod = m
+        .workload
+        .as_ref()
+        .and_then(|w| {
+            Some(format!(
+                " pod {}/{}",
+                w.namespace.as_deref()?,
+                w.pod_name.as_deref()?
+            ))
+        })
+        .unwrap_or_default();
+    let serving = match m.served_by {
+        Some(s) => format!("served by socket:[{s}] now"),
+        None => "not served now".into(),
+    };
+    format!(
+        "socket-file-mount  {}  live socket file {} on {} is bind-mounted here; {}; {serving}; \
+         mount ns {} (pid {}{pod}); at the daemon's next restart connects here are refused: {}",
+        m.mount_point,
+        m.source,
+        m.source_dev,
+        file(&m.file, false),
+        m.mntns,
+        m.pid,
+        m.fix,
+    )
+}
+
+/// One line per finding, then one per risk.
 pub fn write_table(r: &ScanReport, out: &mut dyn Write) -> io::Result<()> {
     for o in &r.findings.orphaned_listeners {
         let how = match o.cause {
@@ -134,6 +163,9 @@ pub fn write_table(r: &ScanReport, out: &mut dyn Write) -> io::Result<()> {
     for m in &r.findings.stale_bind_mounts {
         writeln!(out, "{}", bind_mount_line(m))?;
     }
+    for m in &r.findings.socket_file_mounts {
+        writeln!(out, "{}", socket_file_mount_line(m))?;
+    }
     Ok(())
 }
 
@@ -147,6 +179,12 @@ pub fn summary(r: &ScanReport) -> String {
         c.stale_socket_files,
         c.stale_bind_mounts
     );
+    if c.socket_file_mounts > 0 {
+        s += &format!(
+            "; risks: {} live socket files bind-mounted (stale after their daemon restarts)",
+            c.socket_file_mounts
+        );
+    }
     if c.outside_watch > 0 {
         s += &format!(
             "; {} more outside the watched paths not shown",
@@ -167,7 +205,7 @@ pub fn summary(r: &ScanReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::{OrphanedListener, StaleSocketFile};
+    use crate::scan::{OrphanedListener, SocketFileMount, StaleSocketFile};
 
     fn holder() -> Holder {
         Holder {
@@ -215,6 +253,24 @@ mod tests {
                 processes: vec![holder()],
                 process_count: 3,
             }],
+            socket_file_mounts: vec![SocketFileMount {
+                mount_point: "/var/run/x.sock".into(),
+                source: "/run/x/x.sock".into(),
+                source_dev: "0:45".into(),
+                file: FileId { dev: 45, ino: 11 },
+                mntns: 4026532001,
+                pid: 42,
+                served_by: Some(1235),
+                workload: Some(crate::engine::Workload {
+                    namespace: Some("kube-system".into()),
+                    pod_name: Some("client-1".into()),
+                    ..Default::default()
+                }),
+                processes: vec![holder()],
+                process_count: 1,
+                fix: crate::scan::SOCKET_FILE_MOUNT_FIX,
+                watch: Some(0),
+            }],
         };
         ScanReport {
             sockets: vec![],
@@ -222,6 +278,7 @@ mod tests {
                 orphaned_listeners: 1,
                 stale_socket_files: 1,
                 stale_bind_mounts: 1,
+                socket_file_mounts: 1,
                 ..Default::default()
             },
             findings,
@@ -246,8 +303,15 @@ mod tests {
                 "stale-bind-mount   /var/run/multus.sock  source /run/multus/multus.sock on 0:45 \
                  was deleted; dev 0:45 ino 10; nothing listens: connects are refused; mount ns \
                  4026532000 (3 processes: 42 multus (/kubepods/pod1) and 2 more)",
+                "socket-file-mount  /var/run/x.sock  live socket file /run/x/x.sock on 0:45 is \
+                 bind-mounted here; dev 0:45 ino 11; served by socket:[1235] now; mount ns \
+                 4026532001 (pid 42 pod kube-system/client-1); at the daemon's next restart \
+                 connects here are refused: mount the socket's directory (a hostPath of type \
+                 Directory, --volume /run/dir:...), not the socket file: a file mount keeps \
+                 this inode, and the daemon's next restart binds a new one",
             ]
         );
+        assert!(summary(&report()).contains("; risks: 1 live socket files bind-mounted"));
         assert!(summary(&report()).starts_with("3 findings (1 orphaned listeners"));
         assert!(summary(&report()).ends_with("incomplete (see warnings)"));
     }
@@ -270,6 +334,19 @@ mod tests {
             serde_json::Value::Null
         );
         assert_eq!(j["counts"]["stale_bind_mounts"], 1);
+        let m = &j["findings"]["socket_file_mounts"][0];
+        assert_eq!(
+            (&m["mntns"], &m["pid"]),
+            (&4026532001u64.into(), &42.into())
+        );
+        assert_eq!(m["workload"]["pod_name"], "client-1");
+        assert!(
+            m["fix"]
+                .as_str()
+                .unwrap()
+                .starts_with("mount the socket's directory")
+        );
+        assert!(m.get("watch").is_none(), "internal");
         assert_eq!(j["complete"], false);
         assert_eq!(j["warnings"].as_array().unwrap().len(), 1);
         let mut line = Vec::new();

@@ -1,7 +1,9 @@
 //! [`analyze`] against a fake system: every finding and every non-finding, without root.
 use std::{
     collections::HashMap,
+    ffi::OsStr,
     io,
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
 };
 
@@ -23,6 +25,8 @@ struct Fake {
     ns_of: HashMap<Option<u32>, &'static str>,
     files: HashMap<(&'static str, PathBuf), Stat>,
     denied: Vec<u32>,
+    /// (tgid, fd) -> link target.
+    fds: HashMap<(u32, u32), &'static str>,
 }
 
 impl Fake {
@@ -44,6 +48,10 @@ impl System for Fake {
         if view.is_some_and(|v| self.denied.contains(&v)) {
             return Err(io::Error::from_raw_os_error(libc::EACCES));
         }
+        if let (Some(v), Some(f)) = (view, procfs::fd_path(path.as_os_str().as_bytes())) {
+            let dir = self.fds.get(&(v, f.fd)).ok_or(io::ErrorKind::NotFound)?;
+            return self.stat(view, &Path::new(dir).join(OsStr::from_bytes(f.rest)));
+        }
         let ns = self.ns_of.get(&view).copied().unwrap_or("host");
         self.files
             .get(&(ns, path.to_path_buf()))
@@ -53,6 +61,10 @@ impl System for Fake {
 
     fn holder(&self, tgid: u32) -> Option<Holder> {
         Some(holder(tgid))
+    }
+
+    fn fd_target(&self, tgid: u32, fd: u32) -> Option<Vec<u8>> {
+        self.fds.get(&(tgid, fd)).map(|t| t.as_bytes().to_vec())
     }
 }
 
@@ -114,7 +126,9 @@ fn snap(sockets: Vec<DiagSocket>, processes: Vec<Process>) -> Snapshot {
 #[test]
 fn linked_listener_on_inode64_is_clean_and_keeps_64_bits() {
     // tmpfs inode64: the file is 0x1_0000_0042, sock_diag says 0x42.
-    let fake = Fake::default().file("host", "/run/a.sock", sock(0x1_0000_0042));
+    let fake = Fake::default()
+        .file("host", "/run/a.sock", sock(0x1_0000_0042))
+        .dir("host", "/run", 7);
     let a = analyze(
         &snap(
             vec![listener(500, "/run/a.sock", 0x42)],
@@ -138,6 +152,7 @@ fn linked_listener_on_inode64_is_clean_and_keeps_64_bits() {
             state: 10,
             holders: vec![holder(10)],
             file_linked: Some(true),
+            dir: Some((FileId { dev: DEV, ino: 7 }, "/run".into())),
         }]
     );
     assert!(a.sockets[0].same_file(FileId {
@@ -343,7 +358,8 @@ fn stale_bind_mounts() {
         .ns(Some(30), "pod")
         .file("pod", "/var/run/m.sock", stat(S_IFSOCK, 7, 0))
         .file("pod", "/etc/hosts", stat(0o100644, 5, 0))
-        .file("pod", "/var/run/live.sock", sock(8));
+        .file("pod", "/var/run/live.sock", sock(8))
+        .dir("pod", "/var/run/dir", 9);
     let mut s = snap(vec![], vec![proc_(30, 200, &[]), proc_(31, 200, &[])]);
     s.mount_tables = vec![MountTable {
         mntns: 200,
@@ -353,8 +369,10 @@ fn stale_bind_mounts() {
             bind_mount("/run/m.sock", true, "/var/run/m.sock"),
             // A deleted regular file: not ours.
             bind_mount("/etc/hosts", true, "/etc/hosts"),
-            // A live socket file: fine.
+            // A live socket file: a risk, not a stale mount.
             bind_mount("/run/live.sock", false, "/var/run/live.sock"),
+            // A directory: what the fix says to mount instead.
+            bind_mount("/run/dir", false, "/var/run/dir"),
         ],
     }];
     let expected = StaleBindMount {
@@ -370,6 +388,24 @@ fn stale_bind_mounts() {
     };
     let a = analyze(&s, &fake);
     assert_eq!(a.findings.stale_bind_mounts, vec![expected.clone()]);
+    assert_eq!(
+        a.findings.socket_file_mounts,
+        vec![SocketFileMount {
+            mount_point: "/var/run/live.sock".into(),
+            source: "/run/live.sock".into(),
+            source_dev: "254:0".into(),
+            file: FileId { dev: DEV, ino: 8 },
+            mntns: 200,
+            pid: 30,
+            served_by: None,
+            workload: None,
+            processes: vec![holder(30), holder(31)],
+            process_count: 2,
+            fix: SOCKET_FILE_MOUNT_FIX,
+            watch: None,
+        }]
+    );
+    assert_eq!(a.findings.len(), 1, "a risk is not counted as wrong");
     // The old listener still runs (orphaned on the host): the mount still works, for now.
     s.sockets = vec![listener(500, "/run/m.sock", 7)];
     s.processes.push(proc_(10, 100, &[500]));
@@ -409,13 +445,32 @@ fn watched_scope_by_identity_and_by_filesystem_place() {
     s.mount_tables = vec![MountTable {
         mntns: 200,
         pid: 30,
-        mounts: vec![MountInfo {
-            major: 0,
-            minor: 45,
-            ..bind_mount("/multus/m.sock", true, "/var/run/c.sock")
-        }],
+        mounts: vec![
+            MountInfo {
+                major: 0,
+                minor: 45,
+                ..bind_mount("/multus/m.sock", true, "/var/run/c.sock")
+            },
+            MountInfo {
+                major: 0,
+                minor: 45,
+                ..bind_mount("/multus/live.sock", false, "/var/run/l.sock")
+            },
+        ],
     }];
+    let fake = fake.file("pod", "/var/run/l.sock", sock(11));
     let a = analyze(&s, &fake);
+    let watches: Vec<_> = a
+        .findings
+        .socket_file_mounts
+        .iter()
+        .map(|m| m.watch)
+        .collect();
+    assert_eq!(
+        watches,
+        vec![Some(0)],
+        "a live file mount from the watched directory"
+    );
     let paths: Vec<&str> = a
         .findings
         .orphaned_listeners
@@ -440,6 +495,7 @@ fn watched_scope_by_identity_and_by_filesystem_place() {
 #[test]
 fn confirm_drops_races() {
     let mut f = Findings {
+        socket_file_mounts: vec![],
         orphaned_listeners: vec![OrphanedListener {
             path: "/a".into(),
             sock_ino: 500,
@@ -466,4 +522,77 @@ fn confirm_drops_races() {
     assert_eq!(kept, f, "still listening, still unserved");
     f.confirm(&[listener(501, "/b", 2)]);
     assert!(f.is_empty(), "{f:?}");
+}
+
+/// S18: conmon binds `/proc/self/fd/N/attach`. The string names a file only through the
+/// binder's descriptor N, which conmon closes at once: never evidence of an orphan.
+fn conmon(fds: &[((u32, u32), &'static str)]) -> Fake {
+    let mut fake = Fake::default()
+        .file("host", "/var/run/ctr/userdata/attach", sock(0x1_0000_0042))
+        .dir("host", "/var/run/ctr/userdata", 9)
+        .file("host", "/other/attach", sock(0x77));
+    fake.fds = fds.iter().copied().collect();
+    fake
+}
+
+fn conmon_snap() -> Snapshot {
+    snap(
+        vec![listener(500, "/proc/self/fd/13/attach", 0x42)],
+        vec![proc_(10, 100, &[500])],
+    )
+}
+
+#[test]
+fn bind_through_an_open_descriptor_is_linked_at_its_real_path() {
+    let a = analyze(
+        &conmon_snap(),
+        &conmon(&[((10, 13), "/var/run/ctr/userdata")]),
+    );
+    assert!(a.findings.is_empty(), "{:?}", a.findings);
+    let s = &a.sockets[0];
+    assert_eq!(s.path, "/var/run/ctr/userdata/attach");
+    assert_eq!(s.file_linked, Some(true));
+    assert_eq!(
+        (s.file, s.ino_low32),
+        (
+            Some(FileId {
+                dev: DEV,
+                ino: 0x1_0000_0042
+            }),
+            false
+        )
+    );
+    assert_eq!(
+        s.dir,
+        Some((FileId { dev: DEV, ino: 9 }, "/var/run/ctr/userdata".into()))
+    );
+}
+
+#[test]
+fn bind_through_a_closed_or_reused_descriptor_is_no_orphan() {
+    // Closed, or reused for a directory holding another socket of that name.
+    for fds in [&[][..], &[((10, 13), "/other")]] {
+        let a = analyze(&conmon_snap(), &conmon(fds));
+        assert!(a.findings.is_empty(), "{fds:?}: {:?}", a.findings);
+        assert_eq!(a.sockets[0].file_linked, None, "{fds:?}");
+        assert_eq!(a.unresolved, 1);
+        assert_eq!(a.sockets[0].path, "/proc/self/fd/13/attach");
+    }
+}
+
+#[test]
+fn bind_through_a_closed_descriptor_is_found_by_the_walk() {
+    let mut snap = conmon_snap();
+    snap.watch_files = vec![(
+        PathBuf::from("/var/run/ctr/userdata/attach"),
+        sock(0x1_0000_0042),
+    )];
+    let a = analyze(&snap, &conmon(&[]));
+    assert!(a.findings.is_empty(), "{:?}", a.findings);
+    let s = &a.sockets[0];
+    assert_eq!(
+        (s.path.as_str(), s.file_linked),
+        ("/var/run/ctr/userdata/attach", Some(true))
+    );
+    assert_eq!(s.dir.as_ref().map(|d| d.0.ino), Some(9));
 }

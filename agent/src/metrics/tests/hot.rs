@@ -266,3 +266,33 @@ fn scans_by_kind_and_what_the_last_one_found() {
         ],
     );
 }
+
+#[test]
+fn socket_file_mounts_by_watch_with_every_watch_at_zero() {
+    let m = Metrics::new();
+    m.watches(["multus", "kubelet"]);
+    let t = m.render();
+    assert_eq!(
+        value(&t, r#"sockwatch_socket_file_mounts{watch="kubelet"}"#),
+        Some(0.0),
+        "{t}"
+    );
+    m.socket_file_mounts(["multus", "multus", ""]);
+    assert_values(
+        &m.render(),
+        &[
+            (r#"sockwatch_socket_file_mounts{watch="multus"}"#, 2.0),
+            (r#"sockwatch_socket_file_mounts{watch="none"}"#, 1.0),
+            (r#"sockwatch_socket_file_mounts{watch="kubelet"}"#, 0.0),
+        ],
+    );
+    m.socket_file_mounts([]);
+    assert_eq!(
+        value(
+            &m.render(),
+            r#"sockwatch_socket_file_mounts{watch="multus"}"#
+        ),
+        Some(0.0),
+        "a later scan without them"
+    );
+}
