@@ -136,6 +136,7 @@ fn flags_override_the_file() {
             listen: Some("127.0.0.1:9469".parse().expect("addr")),
             scan_interval: Some(Duration::from_secs(5)),
             drain_interval: None,
+            takeover_window: Some(Duration::from_millis(300)),
             require_all_hooks: true,
         })
         .expect("valid");
@@ -143,6 +144,7 @@ fn flags_override_the_file() {
     assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(merged.scan_interval, Duration::from_secs(5));
     assert_eq!(merged.drain_interval, DEFAULT_DRAIN_INTERVAL);
+    assert_eq!(merged.takeover_window, Duration::from_millis(300));
     assert!(merged.require_all_hooks && !file.require_all_hooks);
     // Nothing set: the file stands.
     assert_eq!(
