@@ -107,9 +107,15 @@ impl Pipeline {
         self.observer = Some((metrics, config));
     }
 
-    /// Time passed (boot clock): removals whose takeover window ended are decided.
+    /// Time passed (boot clock): removals whose takeover window ended are decided, and their
+    /// verdicts flushed (no drained event flushes them).
     pub fn tick(&mut self, ts_ns: u64) -> io::Result<()> {
-        self.input(&Input::Tick { ts_ns })
+        let verdicts = self.engine.apply(&Input::Tick { ts_ns });
+        if verdicts.is_empty() {
+            return Ok(());
+        }
+        self.emit(verdicts)?;
+        self.flush()
     }
 
     /// The input is over (a replay's end, the agent stopping): removals still waiting for a
