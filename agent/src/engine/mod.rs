@@ -8,6 +8,10 @@
 //! Sockets are known by their file's [`FileId`] (S13, S14); paths are display only, plus an
 //! index of the paths that currently resolve to each file for the path-only tier.
 //!
+//! A foreign unlink waits up to the takeover window for its remover's bind at the same path
+//! (`takeover.rs`); time passes only with the inputs' timestamps ([`Input::Tick`] when nothing
+//! else happens), and [`Engine::flush`] decides what still waits at the end of the input.
+//!
 //! What the engine assumes of its inputs (the adapter's side of the contract):
 //! - `Exit` means the whole thread group is gone. It may come before the `Release` of the
 //!   sockets the process held (the kernel closes files after the exit tracepoint): the engine

@@ -64,12 +64,16 @@ impl PendingRemovals {
     }
 }
 
+/// The root cgroup's id on cgroup v2: every process outside a service or container shares it,
+/// so it says nothing about who belongs together.
+const ROOT_CGROUP: u64 = 1;
+
 /// How a successor relates to the remover, when close enough for a takeover.
 fn successor_relation(remover: &Proc, successor: &Proc) -> Option<Relation> {
     if remover.tgid == successor.tgid {
         return Some(Relation::SameProcess);
     }
-    if remover.cgroup_id != 0 && remover.cgroup_id == successor.cgroup_id {
+    if remover.cgroup_id > ROOT_CGROUP && remover.cgroup_id == successor.cgroup_id {
         return Some(Relation::SameCgroup);
     }
     let pod = |p: &Proc| p.workload.as_ref().and_then(|w| w.pod_uid.clone());

@@ -206,6 +206,24 @@ fn takeover_by_the_removers_cgroup_or_pod() {
         e.apply(&bind(T0 + 5, &sidecar, fid(F2), 22, P))[0],
         takeover(&sidecar, Relation::SamePod, T0 + 5)
     );
+    // Host processes in the root cgroup do not belong together: no takeover by chance.
+    let in_root = |tgid| Proc {
+        tgid,
+        pid: tgid,
+        comm: "host".into(),
+        cgroup_id: 1,
+        workload: None,
+    };
+    let mut e = windowed();
+    a_listens(&mut e);
+    quiet(
+        &mut e,
+        &[
+            unlink_exact(T0, &in_root(500), P, fid(F1), live(a().tgid, 11, false)),
+            bind(T0 + 5, &in_root(501), fid(F2), 22, P),
+        ],
+    );
+    assert_eq!(e.stats().pending_removals, 1);
 }
 
 /// Nobody binds P again: the foreign unlink is reported with its own time once the window
