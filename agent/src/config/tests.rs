@@ -11,6 +11,7 @@ fn full_file() {
 listen = "127.0.0.1:9469"
 scan_interval = "30s"
 drain_interval = "20ms"
+takeover_window = "500ms"
 require_all_hooks = true
 
 [[watches]]
@@ -25,6 +26,7 @@ path = "/var/run/crio"
     assert_eq!(c.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(c.scan_interval, Duration::from_secs(30));
     assert_eq!(c.drain_interval, Duration::from_millis(20));
+    assert_eq!(c.takeover_window, Duration::from_millis(500));
     assert!(c.require_all_hooks);
     assert_eq!(
         c.watches,
@@ -80,6 +82,10 @@ fn errors_name_the_field_and_the_problem() {
         (
             "drain_interval = \"5s\"\n",
             "config /etc/sockwatch.toml: drain_interval: 5s is out of range",
+        ),
+        (
+            "takeover_window = \"2m\"\n",
+            "config /etc/sockwatch.toml: takeover_window: 120s is out of range: must be between 0ns and 60s",
         ),
         (
             "[[watches]]\nname = \"a\"\npath = \"/run/a\"\n[[watches]]\nname = \"a\"\npath = \"/run/b\"\n",
@@ -269,4 +275,11 @@ fn deploy_example_config_parses() {
         c.watch_names().collect::<Vec<_>>(),
         ["multus", "device-plugins"]
     );
+}
+
+#[test]
+fn the_takeover_window_defaults_to_3s_and_may_be_zero() {
+    assert_eq!(Config::default().takeover_window, Duration::from_secs(3));
+    let c = parse_str("takeover_window = \"0s\"\n").expect("zero is allowed");
+    assert!(c.takeover_window.is_zero());
 }

@@ -170,6 +170,41 @@ mod tests {
         );
     }
 
+    /// A live pipeline's tick past the window decides the waiting removal, and writes it out
+    /// although no event followed.
+    #[test]
+    fn a_tick_past_the_window_writes_the_foreign_unlink() {
+        let buf = Shared::default();
+        let mut p = Pipeline::replay(
+            Engine::new(Limits::default())
+                .expect("engine")
+                .with_takeover_window(100),
+            JsonLines::new(Box::new(buf.clone())),
+        );
+        for line in [A_BINDS, A_LISTENS, B_UNLINKS] {
+            p.line(&serde_json::from_str(line).expect("event"))
+                .expect("applies");
+        }
+        p.tick(103).expect("tick");
+        assert!(
+            buf.0.lock().expect("lock").is_empty(),
+            "decided within the window"
+        );
+        p.tick(104).expect("tick");
+        let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+        let kinds: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("json")["verdict"].to_string()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [r#""foreign_unlink""#, r#""orphan_opened""#],
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_bad_line_is_named() {
         let (r, _) = run(&[A_BINDS, "{not json"].join("\n"));
