@@ -223,7 +223,7 @@ impl Engine {
         self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
         match how {
             // A foreign unlink may be a successor's takeover: it waits for a bind, unless the
-            // remover is a stale owner whose own listener at this path was taken over (S1).
+            // remover is a stale owner whose own listener at this path lost its file (S1).
             How::Unlink if self.pending.window_ns > 0 && !self.lost_own_listener(&facts) => {
                 self.hold_removal(facts, out);
             }
@@ -330,7 +330,7 @@ impl Engine {
 }
 
 /// What a removal of a live socket's file is reported with.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(super) struct RemovalFacts {
     pub ts_ns: u64,
     pub actor: Proc,
