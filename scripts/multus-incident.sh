@@ -62,10 +62,12 @@ def who(p):
 for line in sys.stdin:
     v = json.loads(line)
     k = v["verdict"]
-    if k == "foreign_unlink":
+    if k == "takeover":
+        print("  TAKEOVER: %s removed the live socket %s of %s and bound a new one there %d ms later (%s)" % (who(v["remover"]), v["path"], who(v["predecessor"]), v["gap_ns"] // 1000000, v["relation"]))
+    elif k == "foreign_unlink":
         print("  FOREIGN UNLINK: %s deleted the live socket %s of %s (%s)" % (who(v["actor"]), v["path"], who(v["victim"]), v["relation"]))
     elif k == "orphan_opened":
-        print("  ORPHANED LISTENER: %s listens on a socket nobody can reach" % who(v["owner"]))
+        print("  ORPHANED LISTENER: %s listens on a socket nobody can reach (%s)" % (who(v["owner"]), v["cause"]))
     else:
         print("  %s: %s" % (k, line.strip()))
 PY

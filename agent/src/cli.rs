@@ -40,6 +40,9 @@ pub enum Command {
 pub struct ReplayArgs {
     /// The event log; `-` is stdin.
     pub file: PathBuf,
+    /// The takeover window the recording agent ran with (its `--takeover-window`).
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = config::parse_takeover_window, env = "SOCKWATCH_TAKEOVER_WINDOW")]
+    pub takeover_window: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +76,12 @@ pub struct RunArgs {
     /// How often to drain the ring buffer when the kernel has not woken the agent. Default 10.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
     pub drain_interval_ms: Option<u64>,
+    /// How long a live socket's file removed by a process outside its owner set waits for
+    /// that process (or its cgroup or pod) to bind the path again: a takeover, not a foreign
+    /// unlink. Such foreign unlinks are reported this late (a stale owner's at once);
+    /// `0s` reports every one at once. Default 3s, at most 60s.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_takeover_window, env = "SOCKWATCH_TAKEOVER_WINDOW")]
+    pub takeover_window: Option<std::time::Duration>,
     /// Exit 2 when any hook gets no probe tier, instead of running without it (config key
     /// `require_all_hooks`).
     #[arg(long, env = "SOCKWATCH_REQUIRE_ALL_HOOKS")]
@@ -159,6 +168,7 @@ mod tests {
             panic!("not replay")
         };
         assert_eq!(a.file, PathBuf::from("/tmp/log.jsonl"));
+        assert_eq!(a.takeover_window, std::time::Duration::from_secs(3));
         assert!(parse(&["replay"]).is_err());
     }
 
@@ -202,6 +212,20 @@ mod tests {
         };
         assert_eq!(a.probe_mode, ProbeMode::Precise);
         assert_eq!(a.events, PathBuf::from("/tmp/e.jsonl"));
+        let Command::Run(a) = parse(&["run", "--takeover-window", "300ms"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            a.takeover_window,
+            Some(std::time::Duration::from_millis(300))
+        );
+        let e = parse(&["run", "--takeover-window", "2m"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--takeover-window"), "{e}");
     }
 
     #[test]

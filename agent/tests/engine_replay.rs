@@ -1,5 +1,5 @@
 //! Replaying a recorded JSON-lines log through the engine's public API, as `sockwatch replay`
-//! would: S1's Multus incident as the kernel tier records it.
+//! would: S1's Multus incident as the kernel tier records it (default takeover window).
 use sockwatch::engine::{CloseReason, Engine, Input, Limits, Relation, Verdict};
 
 const LOG: &str = r#"
@@ -25,13 +25,13 @@ fn replay(log: &str) -> Vec<Verdict> {
 }
 
 #[test]
-fn the_multus_incident_replays_into_both_foreign_unlinks_and_the_orphan_lifecycle() {
+fn the_multus_incident_replays_into_a_takeover_a_foreign_unlink_and_the_orphan_lifecycle() {
     let verdicts = replay(LOG);
     let names: Vec<_> = verdicts.iter().map(Verdict::name).collect();
     assert_eq!(
         names,
         [
-            "foreign_unlink",
+            "takeover",
             "orphan_opened",
             "foreign_unlink",
             "orphan_opened",
@@ -39,6 +39,12 @@ fn the_multus_incident_replays_into_both_foreign_unlinks_and_the_orphan_lifecycl
             "orphan_closed"
         ]
     );
+    // B re-bound the path it removed 100 ns later: a takeover, naming both generations.
+    assert!(matches!(
+        &verdicts[0],
+        Verdict::Takeover { remover, predecessor, successor, gap_ns: 100, old_sock_ino: 11, new_sock_ino: 22, .. }
+            if (remover.tgid, predecessor.tgid, successor.tgid) == (200, 100, 200)
+    ));
     let pairs: Vec<_> = verdicts
         .iter()
         .filter_map(|v| match v {
@@ -51,13 +57,8 @@ fn the_multus_incident_replays_into_both_foreign_unlinks_and_the_orphan_lifecycl
             _ => None,
         })
         .collect();
-    assert_eq!(
-        pairs,
-        [
-            (200, 100, Relation::SameWorkloadOtherPod),
-            (100, 200, Relation::SameWorkloadOtherPod)
-        ]
-    );
+    // A's unlink-on-close of B's socket is the incident.
+    assert_eq!(pairs, [(100, 200, Relation::SameWorkloadOtherPod)]);
     assert!(matches!(
         verdicts.last(),
         Some(Verdict::OrphanClosed {

@@ -1,16 +1,20 @@
 //! End to end against a real Prometheus (Debian's `prometheus`), as root: the agent runs with
 //! the DaemonSet's command line and the ConfigMap's configuration, Prometheus scrapes it every
 //! second with the PrometheusRule's rules loaded (as they ship: production `for:` durations),
-//! and scenario S1 happens for real. Then:
-//! - SockwatchOrphanedListener and SockwatchForeignUnlink reach `firing` in `ALERTS`;
+//! and scenarios S22 and S1 happen for real. Then:
+//! - S22 (a Go daemon with the seed's fix rolled over by a Go successor: a takeover) puts no
+//!   alert of its watch in `ALERTS`, neither pending nor firing;
+//! - after S1, SockwatchOrphanedListener and SockwatchForeignUnlink reach `firing`;
 //! - every PromQL expression of every dashboard returns data from that Prometheus.
 //!
 //! What differs from the pod: the binary is the one cargo built, `--listen` is a free
 //! loopback port instead of 0.0.0.0:9469, `--config` is a copy of the ConfigMap's
-//! `sockwatch.toml`; the DaemonSet's hostPath mounts are checked to be the host paths
+//! `sockwatch.toml` plus one watch per scenario (so each scenario's alerts carry its own
+//! `watch` label, and activity elsewhere on the node is not mistaken for it); the DaemonSet's
+//! hostPath mounts are checked to be the host paths
 //! themselves (so the agent sees here what it sees in the pod).
 //!
-//! Takes about 90 s: the orphaned-listener alert holds for one minute before it fires.
+//! Takes about 100 s: the orphaned-listener alert holds for one minute before it fires.
 mod common;
 
 use std::{
@@ -287,6 +291,84 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// Every alert of the watch `s22` in `ALERTS`, pending or firing, as (name, state).
+fn alerts(prom: SocketAddr) -> BTreeSet<(String, String)> {
+    query(prom, r#"ALERTS{watch="s22"}"#)
+        .iter()
+        .filter_map(|a| {
+            let m = &a["metric"];
+            Some((
+                m["alertname"].as_str()?.to_string(),
+                m["alertstate"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// A Go listener (agent/tests/go/golistener.go) with `flags` on `sock`, once it listens.
+fn go_listen(go: &Path, flags: &[&str], sock: &Path) -> Reaped {
+    use std::io::BufRead as _;
+    let mut child = Command::new(go)
+        .args(flags)
+        .arg(sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("go listener");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "listening");
+    Reaped(child, "golistener")
+}
+
+/// S22 under Prometheus, in the watch `s22`: the fixed Go daemon is rolled over by a Go
+/// successor (os.RemoveAll of the socket's directory, then listen); the old one gets SIGTERM
+/// and exits. Returns the successor, still listening. Fails if any alert of the watch appears,
+/// pending or firing, while the takeover is counted and scraped.
+fn s22_alerts_nothing(prom: SocketAddr, agent: SocketAddr, watched: &Path) -> Reaped {
+    let go = common::agent::go_listener().expect(
+        "the Go listener: install Go (deploy/check.sh does not) or set SOCKWATCH_GO_LISTENER",
+    );
+    let dir = watched.join("daemon");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let sock = dir.join("s22.sock");
+    let old = go_listen(&go, &["-keep"], &sock);
+    let new = go_listen(&go, &["-keep", "-rmdir"], &sock);
+    drop(old); // SIGTERM: the fixed Close leaves the path alone, and the process exits
+    assert!(
+        sock.exists(),
+        "the successor's socket survives the old daemon's exit"
+    );
+    wait_until(
+        "Prometheus has scraped the takeover",
+        Duration::from_secs(30),
+        || {
+            (!query(prom, r#"sum(sockwatch_takeovers_total{watch="s22"}) > 0"#).is_empty())
+                .then_some(())
+        },
+    );
+    // Several evaluations after the takeover was scraped: no alert, not even pending.
+    for _ in 0..10 {
+        let raised = alerts(prom);
+        assert!(
+            raised.is_empty(),
+            "S22 (a takeover) raised {raised:?}\nagent metrics:\n{}",
+            http_get(agent, "/metrics").unwrap_or_default().1
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let foreign = query(
+        prom,
+        r#"sum(sockwatch_foreign_unlinks_total{watch="s22"}) > 0"#,
+    );
+    assert!(
+        foreign.is_empty(),
+        "S22 counted a foreign unlink: {foreign:?}"
+    );
+    new
+}
+
 fn firing(prom: SocketAddr) -> BTreeSet<String> {
     query(prom, r#"ALERTS{alertstate="firing"}"#)
         .iter()
@@ -319,7 +401,19 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
     let (container, pod) = daemonset();
     check_mounts(&container, &pod);
     let config = tmp.path().join("sockwatch.toml");
-    std::fs::write(&config, configmap_toml()).expect("write config");
+    let (s22_watch, s1_watch) = (
+        tmp.path().join("run").join("s22"),
+        tmp.path().join("run").join("s1"),
+    );
+    for dir in [&s22_watch, &s1_watch] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    let watches = format!(
+        "\n[[watches]]\nname = \"s22\"\npath = \"{}\"\n\n[[watches]]\nname = \"multus\"\npath = \"{}\"\n",
+        s(&s22_watch),
+        s(&s1_watch)
+    );
+    std::fs::write(&config, configmap_toml() + &watches).expect("write config");
     let agent_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let mut args: Vec<String> = container["args"]
         .as_array()
@@ -413,9 +507,12 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
     );
     eprintln!("prometheus scraping after {:?}", started.elapsed());
 
+    let s22_successor = s22_alerts_nothing(prom_addr, agent_addr, &s22_watch);
+    eprintln!("S22 alerted nothing, after {:?}", started.elapsed());
+
     // S1: A listens on P; its successor B removes P's directory, re-creates it and listens on
-    // P; A closes its listener and unlinks P, by then B's socket.
-    let dir = tmp.path().join("run").join("multus");
+    // P (a takeover); A closes its listener and unlinks P, by then B's socket (the incident).
+    let dir = s1_watch.join("multus");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let sock = dir.join("multus.sock");
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
@@ -505,4 +602,5 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
     drop((a, b));
     drop(prom);
     drop(agent);
+    drop(s22_successor);
 }

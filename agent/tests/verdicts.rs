@@ -39,8 +39,13 @@ fn root(test: &str) -> bool {
     is_root()
 }
 
-/// S1: B removes A's live socket with its directory and re-creates it; A's shutdown then
-/// unlinks B's. Two foreign unlinks, each naming both parties, and B's orphaned listener.
+fn file_is(v: &Value, key: &str, (dev, ino): (u64, u64)) -> bool {
+    v[key]["dev"].as_u64() == Some(dev) && v[key]["ino"].as_u64() == Some(ino)
+}
+
+/// S1: B removes A's live socket with its directory, re-creates it and listens: a takeover.
+/// A's shutdown then unlinks B's socket: the stale owner's foreign unlink, reported at once
+/// (not after the takeover window), and B's listener orphaned until B exits.
 #[test]
 fn s1_rolling_restart() {
     if !root("s1") {
@@ -50,50 +55,119 @@ fn s1_rolling_restart() {
     let dir = tmp.path().join("multus");
     std::fs::create_dir(&dir).expect("mkdir");
     let sock = dir.join("multus.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    // A long window, so that "at once" is told from "after the window" even in a slow guest.
+    let agent = Agent::start(tmp.path(), tmp.path(), &["--takeover-window", "10s"]);
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
+    let a_file = stat_id(&sock);
     b.must(&format!("rmtree {}", s(&dir)));
     b.must(&format!("mkdir {}", s(&dir)));
     b.must(&format!("listen-on {}", s(&sock)));
-    a.must(&format!("unlink {}", s(&sock)));
+    let b_file = stat_id(&sock);
 
-    let by_b = agent.expect_verdict("B's foreign unlink", |v| {
-        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(b.pid)
+    let t = agent.expect_verdict("B's takeover", |v| is(v, "takeover"));
+    assert_eq!(
+        (
+            tgid(&t, "remover"),
+            tgid(&t, "predecessor"),
+            tgid(&t, "successor")
+        ),
+        (u64::from(b.pid), u64::from(a.pid), u64::from(b.pid)),
+        "{t}"
+    );
+    assert!(
+        file_is(&t, "old_file", a_file) && file_is(&t, "new_file", b_file),
+        "{t}"
+    );
+    assert_eq!(t["successor_relation"], "same_process", "{t}");
+    let a_orphan = agent.expect_verdict("A taken over", |v| {
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(a.pid)
     });
-    assert_eq!(tgid(&by_b, "victim"), u64::from(a.pid), "{by_b}");
-    assert_eq!(by_b["listening"], true);
+    assert_eq!(a_orphan["cause"], "taken_over", "{a_orphan}");
+    assert_eq!(tgid(&a_orphan, "successor"), u64::from(b.pid), "{a_orphan}");
+
+    let unlinked = std::time::Instant::now();
+    a.must(&format!("unlink {}", s(&sock)));
     let by_a = agent.expect_verdict("A's foreign unlink", |v| {
         is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(a.pid)
     });
+    let latency = unlinked.elapsed();
+    assert!(
+        latency < std::time::Duration::from_secs(5),
+        "the stale owner's unlink waited {latency:?}, as if for a takeover (10 s window)"
+    );
     assert_eq!(tgid(&by_a, "victim"), u64::from(b.pid), "{by_a}");
     assert_eq!(by_a["path"], s(&sock));
+    assert!(file_is(&by_a, "file", b_file), "{by_a}");
     let orphan = agent.expect_verdict("B orphaned", |v| {
         is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid)
     });
+    assert_eq!(orphan["cause"], "unlinked", "{orphan}");
     assert_eq!(orphan["file"]["ino"], by_a["file"]["ino"]);
     drop(b); // B exits: its orphan closes
     agent.expect_verdict("B's orphan closed", |v| {
         is(v, "orphan_closed") && v["file"] == orphan["file"]
     });
     let verdicts = agent.stop();
-    let foreign = verdicts.iter().filter(|v| is(v, "foreign_unlink")).count();
-    assert_eq!(foreign, 2, "exactly two foreign unlinks: {verdicts:#?}");
+    let count = |name| verdicts.iter().filter(|v| is(v, name)).count();
+    assert_eq!(
+        (count("takeover"), count("foreign_unlink")),
+        (1, 1),
+        "one takeover, one foreign unlink: {verdicts:#?}"
+    );
+}
+
+/// A Go listener (agent/tests/go/golistener.go) on `sock` with `flags`, once it listens.
+fn go_listen(
+    go: &Path,
+    flags: &[&str],
+    sock: &Path,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(go)
+        .args(flags)
+        .arg(sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("go listener");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "listening");
+    (child, out)
+}
+
+/// SIGTERM to a Go listener; it closes its listener and exits cleanly.
+fn go_stop(child: &mut std::process::Child, out: &mut BufReader<std::process::ChildStdout>) {
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "closed");
+    assert!(child.wait().expect("wait").success());
+}
+
+/// The Go listener, or why the test cannot run (an error in CI).
+fn go_or_skip(test: &str) -> Option<std::path::PathBuf> {
+    let go = agent::go_listener();
+    if go.is_none() {
+        assert!(
+            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
+            "the Go listener is required in CI"
+        );
+        eprintln!("SKIP {test}: no Go toolchain and no SOCKWATCH_GO_LISTENER");
+    }
+    go
 }
 
 /// S1 with the incident's mechanism: a Go daemon's `net.Listen("unix", …)`, whose Close
-/// unlinks the path — by then its successor's live socket.
+/// unlinks the path — by then its successor's live socket. The successor's removal is a
+/// takeover; the Close's unlink the foreign unlink, and the successor's listener orphaned.
 #[test]
 fn s1_go_listener_close_unlinks_successor() {
     if !root("s1_go") {
         return;
     }
-    let Some(go) = agent::go_listener() else {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "the Go listener is required in CI"
-        );
-        eprintln!("SKIP s1_go: no Go toolchain and no SOCKWATCH_GO_LISTENER");
+    let Some(go) = go_or_skip("s1_go") else {
         return;
     };
     let tmp = tempdir();
@@ -101,36 +175,163 @@ fn s1_go_listener_close_unlinks_successor() {
     std::fs::create_dir(&dir).expect("mkdir");
     let sock = dir.join("multus.sock");
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let mut old = Command::new(&go)
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("go listener");
-    let mut out = BufReader::new(old.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "listening");
+    let (mut old, mut out) = go_listen(&go, &[], &sock);
     let mut b = Actor::spawn();
     b.must(&format!("rmtree {}", s(&dir)));
     b.must(&format!("mkdir {}", s(&dir)));
     b.must(&format!("listen-on {}", s(&sock)));
-    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
-    unsafe { libc::kill(old.id() as i32, libc::SIGTERM) };
-    line.clear();
-    out.read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "closed");
-    assert!(old.wait().expect("wait").success());
+    go_stop(&mut old, &mut out);
     assert!(!sock.exists(), "Go's Close unlinked the successor's socket");
 
+    let t = agent.expect_verdict("B's takeover", |v| is(v, "takeover"));
+    assert_eq!(
+        (tgid(&t, "remover"), tgid(&t, "predecessor")),
+        (u64::from(b.pid), u64::from(old.id())),
+        "{t}"
+    );
     let v = agent.expect_verdict("Go's foreign unlink", |v| {
         is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old.id())
     });
     assert_eq!(tgid(&v, "victim"), u64::from(b.pid), "{v}");
     assert_eq!(v["actor"]["comm"], "golistener");
-    agent.expect_verdict("B orphaned", |v| {
+    let orphan = agent.expect_verdict("B orphaned", |v| {
         is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid)
     });
-    agent.stop();
+    assert_eq!(orphan["cause"], "unlinked", "{orphan}");
+    let verdicts = agent.stop();
+    let foreign = verdicts.iter().filter(|v| is(v, "foreign_unlink")).count();
+    assert_eq!(
+        foreign, 1,
+        "only the Close's unlink is foreign: {verdicts:#?}"
+    );
+}
+
+/// S22: the seed's fix. A Go listener with `SetUnlinkOnClose(false)` is rolled over by a Go
+/// successor that removes the directory (`os.RemoveAll`) and listens again; the old one gets
+/// SIGTERM, closes and exits. One takeover naming both processes and both inodes, no foreign
+/// unlink, and a client connects after every step.
+#[test]
+fn s22_go_rollout_with_the_fix_is_one_takeover() {
+    if !root("s22") {
+        return;
+    }
+    let Some(go) = go_or_skip("s22") else {
+        return;
+    };
+    let tmp = tempdir();
+    let dir = tmp.path().join("multus");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let sock = dir.join("multus.sock");
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let mut client = Actor::spawn();
+    let connects = |c: &mut Actor, step: &str| {
+        assert_eq!(
+            c.must(&format!("connect {}", s(&sock))),
+            "0",
+            "connect after {step}"
+        );
+    };
+    let (mut old, mut old_out) = go_listen(&go, &["-keep"], &sock);
+    let old_file = stat_id(&sock);
+    connects(&mut client, "the old daemon listens");
+    let (mut new, mut new_out) = go_listen(&go, &["-keep", "-rmdir"], &sock);
+    let new_file = stat_id(&sock);
+    assert_ne!(old_file, new_file);
+    connects(&mut client, "the successor listens");
+    go_stop(&mut old, &mut old_out);
+    assert!(
+        sock.exists(),
+        "the fixed Close leaves the successor's socket alone"
+    );
+    connects(&mut client, "the old daemon exited");
+
+    let t = agent.expect_verdict("takeover", |v| is(v, "takeover"));
+    assert_eq!(
+        (
+            tgid(&t, "remover"),
+            tgid(&t, "predecessor"),
+            tgid(&t, "successor")
+        ),
+        (
+            u64::from(new.id()),
+            u64::from(old.id()),
+            u64::from(new.id())
+        ),
+        "{t}"
+    );
+    assert!(
+        file_is(&t, "old_file", old_file) && file_is(&t, "new_file", new_file),
+        "{t}"
+    );
+    assert_eq!(t["path"], s(&sock), "{t}");
+    let orphan = agent.expect_verdict("the predecessor's orphan", |v| {
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(old.id())
+    });
+    assert_eq!(orphan["cause"], "taken_over", "{orphan}");
+    agent.expect_verdict("its end at the old daemon's exit", |v| {
+        is(v, "orphan_closed") && v["file"] == orphan["file"]
+    });
+    // Stopping decides whatever still waited for a successor: nothing may. (The successor
+    // stops after the agent: its fixed Close would leave a stale socket file behind.)
+    let verdicts = agent.stop();
+    go_stop(&mut new, &mut new_out);
+    let names: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|v| v["verdict"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["takeover", "orphan_opened", "orphan_closed"],
+        "{verdicts:#?}"
+    );
+}
+
+/// A removal after which nobody serves the path is a foreign unlink, reported once the
+/// takeover window has passed (300 ms here) with the removal's own time, not before.
+#[test]
+fn a_removal_nobody_rebinds_is_a_foreign_unlink_after_the_window() {
+    if !root("foreign_after_window") {
+        return;
+    }
+    let tmp = tempdir();
+    let sock = tmp.path().join("svc.sock");
+    let agent = Agent::start(tmp.path(), tmp.path(), &["--takeover-window", "300ms"]);
+    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+    a.must(&format!("listen-on {}", s(&sock)));
+    b.must(&format!("unlink {}", s(&sock)));
+    let removed = std::time::Instant::now();
+    let event = agent.expect_line("B's unlink event", |l| {
+        l["kind"] == "unlink" && l["tgid"] == b.pid
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200).saturating_sub(removed.elapsed()));
+    let early: Vec<Value> = agent
+        .verdicts()
+        .into_iter()
+        .filter(|v| is(v, "foreign_unlink"))
+        .collect();
+    assert!(
+        early.is_empty() || removed.elapsed() >= std::time::Duration::from_millis(300),
+        "reported within the window: {early:#?}"
+    );
+    let v = agent.expect_verdict("foreign unlink", |v| is(v, "foreign_unlink"));
+    assert_eq!(
+        (tgid(&v, "actor"), tgid(&v, "victim")),
+        (u64::from(b.pid), u64::from(a.pid)),
+        "{v}"
+    );
+    assert_eq!(v["ts_ns"], event["ts_ns"], "the removal's own time: {v}");
+    let orphan = agent.expect_verdict("A orphaned", |v| is(v, "orphan_opened"));
+    assert_eq!(orphan["cause"], "unlinked", "{orphan}");
+    assert_eq!(
+        orphan["ts_ns"]
+            .as_u64()
+            .zip(orphan["since_ns"].as_u64())
+            .map(|(t, s)| t - s),
+        Some(300_000_000),
+        "decided at the window's end: {orphan}"
+    );
+    let verdicts = agent.stop();
+    assert!(!verdicts.iter().any(|v| is(v, "takeover")), "{verdicts:#?}");
 }
 
 /// S2 and S6: the owner, or a worker it forked, unlinking its own socket stays quiet.

@@ -33,6 +33,7 @@ CRD_SCHEMAS = {
 }
 ALERTS = {
     "SockwatchOrphanedListener",
+    "SockwatchTakenOverListenerLingers",
     "SockwatchForeignUnlink",
     "SockwatchStaleConnects",
     "SockwatchStaleBindMount",

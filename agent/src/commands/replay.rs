@@ -17,7 +17,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         Box::new(std::io::BufReader::new(f))
     };
     let mut pipeline = Pipeline::replay(
-        Engine::new(Limits::default())?,
+        Engine::new(Limits::default())?.with_takeover_window(
+            u64::try_from(args.takeover_window.as_nanos()).unwrap_or(u64::MAX),
+        ),
         JsonLines::open(std::path::Path::new("-"))?,
     );
     let stats = replay::replay(input, &mut pipeline)

@@ -37,9 +37,15 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
         listen: args.listen,
         scan_interval: args.scan_interval_secs.map(Duration::from_secs),
         drain_interval: args.drain_interval_ms.map(Duration::from_millis),
+        takeover_window: args.takeover_window,
         require_all_hooks: args.require_all_hooks,
     })?;
     Ok(merged)
+}
+
+/// The takeover window in the engine's unit (boot-clock ns).
+fn window_ns(config: &Config) -> u64 {
+    u64::try_from(config.takeover_window.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -58,7 +64,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.watches(config.watch_names());
     metrics.probes(&probes.report);
     let reader = probes.events()?;
-    let mut pipeline = Pipeline::live(Engine::new(Limits::default())?, out, probes.live_table()?);
+    let engine = Engine::new(Limits::default())?.with_takeover_window(window_ns(&config));
+    let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
     if probes.coverage.missing().contains(&Hook::Release) {
         pipeline.without_release_hook();
     }

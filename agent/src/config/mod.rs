@@ -4,6 +4,8 @@
 //! listen = "0.0.0.0:9469"        # HOST:PORT, :PORT or PORT
 //! scan_interval = "30s"          # ms, s, m or h; "0s": no periodic sweeps
 //! drain_interval = "10ms"
+//! takeover_window = "3s"         # a foreign removal re-bound by its remover this soon is a
+//!                                # takeover; "0s": every foreign removal at once
 //! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
 //!
 //! [[watches]]
@@ -31,6 +33,12 @@ pub const DEFAULT_LISTEN: SocketAddr =
 /// As `--scan-interval-secs`; zero disables the periodic sweeps (the start-up scan still runs).
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// As `--takeover-window`: how long a foreign removal waits for its remover's bind.
+pub const DEFAULT_TAKEOVER_WINDOW: Duration =
+    Duration::from_nanos(crate::engine::DEFAULT_TAKEOVER_WINDOW_NS);
+/// Upper bound of the takeover window (zero is accepted: no waiting). A foreign unlink that
+/// is no takeover is reported only after the window, so it stays short.
+pub const TAKEOVER_WINDOW_MAX: Duration = Duration::from_secs(60);
 /// Bounds of the intervals (the drain interval's match `--drain-interval-ms`); a zero scan
 /// interval is accepted besides (no periodic sweeps).
 pub const SCAN_INTERVAL_RANGE: (Duration, Duration) =
@@ -65,6 +73,7 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     pub scan_interval: Duration,
     pub drain_interval: Duration,
+    pub takeover_window: Duration,
     /// Refuse to run when any hook gets no probe tier (by default the agent runs degraded as
     /// long as bind and a removal hook attach).
     pub require_all_hooks: bool,
@@ -77,6 +86,7 @@ impl Default for Config {
             listen: None,
             scan_interval: DEFAULT_SCAN_INTERVAL,
             drain_interval: DEFAULT_DRAIN_INTERVAL,
+            takeover_window: DEFAULT_TAKEOVER_WINDOW,
             require_all_hooks: false,
         }
     }
@@ -90,6 +100,7 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub scan_interval: Option<Duration>,
     pub drain_interval: Option<Duration>,
+    pub takeover_window: Option<Duration>,
     /// `--require-all-hooks`: only ever turns the setting on.
     pub require_all_hooks: bool,
 }
@@ -175,6 +186,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         config.drain_interval = parse_interval(&s, DRAIN_INTERVAL_RANGE)
             .map_err(|p| invalid("drain_interval".into(), p))?;
     }
+    if let Some(s) = raw.takeover_window {
+        config.takeover_window =
+            parse_takeover_window(&s).map_err(|p| invalid("takeover_window".into(), p))?;
+    }
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
     config.validate(&origin)?;
     Ok(config)
@@ -189,6 +204,7 @@ impl Config {
         self.listen = o.listen.or(self.listen);
         self.scan_interval = o.scan_interval.unwrap_or(self.scan_interval);
         self.drain_interval = o.drain_interval.unwrap_or(self.drain_interval);
+        self.takeover_window = o.takeover_window.unwrap_or(self.takeover_window);
         self.require_all_hooks |= o.require_all_hooks;
         self.validate("flags")?;
         Ok(self)
@@ -232,6 +248,8 @@ impl Config {
         }
         check_range(self.drain_interval, DRAIN_INTERVAL_RANGE)
             .map_err(|p| invalid("drain_interval".into(), p))?;
+        check_range(self.takeover_window, (Duration::ZERO, TAKEOVER_WINDOW_MAX))
+            .map_err(|p| invalid("takeover_window".into(), p))?;
         Ok(())
     }
 
@@ -327,6 +345,12 @@ pub fn parse_scan_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A takeover window: zero (every foreign removal reported at once) up to
+/// [`TAKEOVER_WINDOW_MAX`].
+pub fn parse_takeover_window(s: &str) -> Result<Duration, String> {
+    parse_interval(s, (Duration::ZERO, TAKEOVER_WINDOW_MAX))
+}
+
 fn check_range(d: Duration, (lo, hi): (Duration, Duration)) -> Result<(), String> {
     if d < lo || d > hi {
         return Err(format!(
@@ -416,6 +440,7 @@ struct RawConfig {
     listen: Option<String>,
     scan_interval: Option<String>,
     drain_interval: Option<String>,
+    takeover_window: Option<String>,
     require_all_hooks: Option<bool>,
 }
 

@@ -11,6 +11,7 @@ fn full_file() {
 listen = "127.0.0.1:9469"
 scan_interval = "30s"
 drain_interval = "20ms"
+takeover_window = "500ms"
 require_all_hooks = true
 
 [[watches]]
@@ -25,6 +26,7 @@ path = "/var/run/crio"
     assert_eq!(c.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(c.scan_interval, Duration::from_secs(30));
     assert_eq!(c.drain_interval, Duration::from_millis(20));
+    assert_eq!(c.takeover_window, Duration::from_millis(500));
     assert!(c.require_all_hooks);
     assert_eq!(
         c.watches,
@@ -82,6 +84,10 @@ fn errors_name_the_field_and_the_problem() {
             "config /etc/sockwatch.toml: drain_interval: 5s is out of range",
         ),
         (
+            "takeover_window = \"2m\"\n",
+            "config /etc/sockwatch.toml: takeover_window: 120s is out of range: must be between 0ns and 60s",
+        ),
+        (
             "[[watches]]\nname = \"a\"\npath = \"/run/a\"\n[[watches]]\nname = \"a\"\npath = \"/run/b\"\n",
             "config /etc/sockwatch.toml: watches[1].name: `a` is already the name of watches[0]",
         ),
@@ -136,6 +142,7 @@ fn flags_override_the_file() {
             listen: Some("127.0.0.1:9469".parse().expect("addr")),
             scan_interval: Some(Duration::from_secs(5)),
             drain_interval: None,
+            takeover_window: Some(Duration::from_millis(300)),
             require_all_hooks: true,
         })
         .expect("valid");
@@ -143,6 +150,7 @@ fn flags_override_the_file() {
     assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(merged.scan_interval, Duration::from_secs(5));
     assert_eq!(merged.drain_interval, DEFAULT_DRAIN_INTERVAL);
+    assert_eq!(merged.takeover_window, Duration::from_millis(300));
     assert!(merged.require_all_hooks && !file.require_all_hooks);
     // Nothing set: the file stands.
     assert_eq!(
@@ -267,4 +275,11 @@ fn deploy_example_config_parses() {
         c.watch_names().collect::<Vec<_>>(),
         ["multus", "device-plugins"]
     );
+}
+
+#[test]
+fn the_takeover_window_defaults_to_3s_and_may_be_zero() {
+    assert_eq!(Config::default().takeover_window, Duration::from_secs(3));
+    let c = parse_str("takeover_window = \"0s\"\n").expect("zero is allowed");
+    assert!(c.takeover_window.is_zero());
 }

@@ -3,6 +3,7 @@ use super::{
     CloseReason, Engine, Verdict,
     model::{FileId, Proc, is_path_bound},
     sockets::{HistoryEvent, Orphan, RemovalHow, SocketState},
+    takeover::Successor,
     verdict::OrphanCause,
 };
 
@@ -20,6 +21,26 @@ impl Engine {
             self.counters.ignored.not_path_bound += 1;
             return;
         }
+        self.bind_socket(ts_ns, proc, file, sock_ino, path, out);
+        let successor = Successor {
+            ts_ns,
+            proc,
+            path,
+            file,
+            sock_ino,
+        };
+        self.take_over(&successor, out);
+    }
+
+    fn bind_socket(
+        &mut self,
+        ts_ns: u64,
+        proc: &Proc,
+        file: FileId,
+        sock_ino: u64,
+        path: &str,
+        out: &mut Vec<Verdict>,
+    ) {
         // The owner of an orphaned listener binding the same path again ends the orphan.
         for f in self.sockets.open_orphan_files() {
             let Some(s) = self.sockets.get(&f) else {
@@ -84,6 +105,7 @@ impl Engine {
                 since_exact: true,
                 cause: OrphanCause::ListenAfterRemoval,
                 removed_by: r.by,
+                successor: None,
             };
             self.open_orphan(file, ts_ns, orphan, out);
         }
@@ -115,6 +137,7 @@ impl Engine {
     }
 
     pub(super) fn on_exit(&mut self, ts_ns: u64, tgid: u32, out: &mut Vec<Verdict>) {
+        self.remover_exited(tgid, ts_ns, out);
         let exiting = self.proc_or_unknown(tgid);
         for f in self.owners.exited(tgid, ts_ns) {
             let live = self

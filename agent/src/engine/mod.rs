@@ -8,6 +8,10 @@
 //! Sockets are known by their file's [`FileId`] (S13, S14); paths are display only, plus an
 //! index of the paths that currently resolve to each file for the path-only tier.
 //!
+//! A foreign unlink waits up to the takeover window for its remover's bind at the same path
+//! (`takeover.rs`); time passes only with the inputs' timestamps ([`Input::Tick`] when nothing
+//! else happens), and [`Engine::flush`] decides what still waits at the end of the input.
+//!
 //! What the engine assumes of its inputs (the adapter's side of the contract):
 //! - `Exit` means the whole thread group is gone. It may come before the `Release` of the
 //!   sockets the process held (the kernel closes files after the exit tracepoint): the engine
@@ -28,6 +32,7 @@ mod removal;
 mod scan;
 pub mod sockets;
 pub mod stats;
+mod takeover;
 pub mod verdict;
 
 #[cfg(test)]
@@ -45,6 +50,11 @@ pub use verdict::{CloseReason, DecidedBy, OrphanCause, Relation, StaleKind, Verd
 use owners::Owners;
 use sockets::{Evicted, SocketTable};
 use stats::Counters;
+use takeover::PendingRemovals;
+
+/// How long a removed live socket's remover has to bind the path again for the removal to be a
+/// takeover rather than a foreign unlink (`takeover_window`).
+pub const DEFAULT_TAKEOVER_WINDOW_NS: u64 = 3_000_000_000;
 
 /// Bounds on the engine's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +65,8 @@ pub struct Limits {
     pub max_procs: usize,
     /// History lines kept per socket for `explain`; 0 keeps none.
     pub max_history_per_socket: usize,
+    /// Removals waiting for a successor's bind (the takeover window).
+    pub max_pending_removals: usize,
 }
 
 impl Default for Limits {
@@ -63,6 +75,7 @@ impl Default for Limits {
             max_sockets: 16_384,
             max_procs: 16_384,
             max_history_per_socket: 32,
+            max_pending_removals: 1_024,
         }
     }
 }
@@ -85,6 +98,7 @@ pub struct OrphanInfo {
     pub age_ns: u64,
     pub cause: OrphanCause,
     pub removed_by: Option<Proc>,
+    pub successor: Option<Proc>,
 }
 
 /// The correlation engine. See the module docs.
@@ -92,6 +106,7 @@ pub struct OrphanInfo {
 pub struct Engine {
     sockets: SocketTable,
     owners: Owners,
+    pending: PendingRemovals,
     counters: Counters,
 }
 
@@ -103,11 +118,34 @@ impl Engine {
         if limits.max_procs == 0 {
             return Err(EngineError::ZeroLimit("max_procs"));
         }
+        if limits.max_pending_removals == 0 {
+            return Err(EngineError::ZeroLimit("max_pending_removals"));
+        }
         Ok(Self {
             sockets: SocketTable::new(limits.max_sockets, limits.max_history_per_socket),
             owners: Owners::new(limits.max_procs),
+            pending: PendingRemovals::new(limits.max_pending_removals, DEFAULT_TAKEOVER_WINDOW_NS),
             counters: Counters::default(),
         })
+    }
+
+    /// Sets the takeover window (boot-clock nanoseconds); 0 reports every foreign removal at
+    /// once, as a foreign unlink.
+    #[must_use]
+    pub fn with_takeover_window(mut self, window_ns: u64) -> Self {
+        self.pending.window_ns = window_ns;
+        self
+    }
+
+    /// Decides every removal still waiting for a successor, as the window's end would (the
+    /// end of a replayed log, or the agent stopping).
+    pub fn flush(&mut self) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        self.expire_pending(u64::MAX, &mut out);
+        for v in &out {
+            self.counters.verdicts.count(v);
+        }
+        out
     }
 
     /// Applies one input and returns the verdicts it caused.
@@ -119,12 +157,16 @@ impl Engine {
 
     /// Applies one input, appending the verdicts it caused to `out`.
     pub fn apply_into(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        self.counters.inputs += 1;
+        if !matches!(input, Input::Tick { .. }) {
+            self.counters.inputs += 1;
+        }
         let start = out.len();
+        self.expire_pending(input.ts_ns(), out);
         match input {
             Input::Unlink { .. } | Input::Rename { .. } | Input::Connect { .. } => {
                 self.apply_path_op(input, out);
             }
+            Input::Tick { .. } => {}
             _ => self.apply_lifecycle(input, out),
         }
         for v in &out[start..] {
@@ -237,6 +279,7 @@ impl Engine {
                     age_ns: now_ns.saturating_sub(o.since_ns),
                     cause: o.cause,
                     removed_by: o.removed_by.clone(),
+                    successor: o.successor.clone(),
                 })
             })
             .collect();
@@ -279,11 +322,13 @@ impl Engine {
         evictions.procs = self.owners.evicted;
         evictions.owner_procs = self.owners.evicted_owners;
         evictions.history = self.sockets.history_dropped;
+        evictions.pending_removals = self.pending.evicted;
         Stats {
             inputs: c.inputs,
             sockets: self.sockets.entry_count(),
             live_sockets: self.sockets.live_count(),
             open_orphans: self.sockets.open_orphan_count(),
+            pending_removals: self.pending.len(),
             procs: self.owners.proc_count(),
             owner_pairs: self.owners.pair_count(),
             quiet: c.quiet.clone(),
@@ -355,6 +400,7 @@ impl Engine {
             cause: orphan.cause,
             owner: self.victim(s, None),
             removed_by: orphan.removed_by.clone(),
+            successor: orphan.successor.clone(),
             path: s.display_path(),
             file,
             sock_ino: s.sock_ino,

@@ -140,6 +140,11 @@ pub enum Input {
     },
     /// Reconciliation: the kernel's current view.
     Scan(ScanSnapshot),
+    /// Time passed (the live pipeline's drain timer, on the kernel's boot clock): decides the
+    /// removals whose takeover window ended. Every other input does the same by its own time.
+    Tick {
+        ts_ns: u64,
+    },
 }
 
 impl Input {
@@ -153,7 +158,8 @@ impl Input {
             | Input::Rename { ts_ns, .. }
             | Input::Connect { ts_ns, .. }
             | Input::Fork { ts_ns, .. }
-            | Input::Exit { ts_ns, .. } => *ts_ns,
+            | Input::Exit { ts_ns, .. }
+            | Input::Tick { ts_ns } => *ts_ns,
             Input::Scan(s) => s.ts_ns,
         }
     }

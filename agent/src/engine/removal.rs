@@ -220,17 +220,67 @@ impl Engine {
             decided_by,
             fidelity,
         };
-        let (verdict, line, cause) = facts.report(how, foreign);
-        out.push(verdict);
-        self.sockets.record(&file, ts_ns, actor.tgid, line);
         self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
+        match how {
+            // A foreign unlink may be a successor's takeover: it waits for a bind, unless the
+            // remover is a stale owner whose own listener at this path lost its file (S1).
+            How::Unlink if self.pending.window_ns > 0 && !self.lost_own_listener(&facts) => {
+                self.hold_removal(facts, out);
+            }
+            How::Unlink => self.report_foreign_unlink(facts, ts_ns, out),
+            How::Rename { new_file } => self.report_replaced(facts, new_file, foreign, out),
+        }
+    }
+
+    /// A rename-over is reported at once: the file moved into place serves the path already.
+    fn report_replaced(
+        &mut self,
+        facts: RemovalFacts,
+        new_file: Option<FileId>,
+        foreign: bool,
+        out: &mut Vec<Verdict>,
+    ) {
+        let (file, ts_ns, actor) = (facts.file, facts.ts_ns, facts.actor.clone());
+        out.push(facts.replaced(new_file, foreign));
+        self.sockets
+            .record(&file, ts_ns, actor.tgid, HistoryEvent::Replaced);
         let orphan = Orphan {
             since_ns: ts_ns,
             since_exact: true,
-            cause,
-            removed_by: Some(actor.clone()),
+            cause: OrphanCause::Replaced,
+            removed_by: Some(actor),
+            successor: None,
         };
         self.open_orphan(file, ts_ns, orphan, out);
+    }
+
+    /// Reports a foreign unlink decided at `decided_ns` (its own time, or its window's end)
+    /// and the orphan it left, unless the socket was closed meanwhile.
+    pub(super) fn report_foreign_unlink(
+        &mut self,
+        facts: RemovalFacts,
+        decided_ns: u64,
+        out: &mut Vec<Verdict>,
+    ) {
+        let (file, ts_ns, actor) = (facts.file, facts.ts_ns, facts.actor.clone());
+        let same_socket = self
+            .sockets
+            .get(&file)
+            .is_some_and(|s| s.sock_ino == facts.sock_ino);
+        out.push(facts.foreign_unlink());
+        if !same_socket {
+            return;
+        }
+        self.sockets
+            .record(&file, ts_ns, actor.tgid, HistoryEvent::ForeignUnlink);
+        let orphan = Orphan {
+            since_ns: ts_ns,
+            since_exact: true,
+            cause: OrphanCause::Unlinked,
+            removed_by: Some(actor),
+            successor: None,
+        };
+        self.open_orphan(file, decided_ns, orphan, out);
     }
 
     /// Whether `actor` removed a file outside the owner set, and who decided: the kernel's
@@ -280,63 +330,59 @@ impl Engine {
 }
 
 /// What a removal of a live socket's file is reported with.
-struct RemovalFacts {
-    ts_ns: u64,
-    actor: Proc,
-    victim: Proc,
-    path: String,
-    victim_path: Option<String>,
-    file: FileId,
-    sock_ino: u64,
-    listening: bool,
-    victim_bound_ns: u64,
-    decided_by: DecidedBy,
-    fidelity: Fidelity,
+#[derive(Debug)]
+pub(super) struct RemovalFacts {
+    pub ts_ns: u64,
+    pub actor: Proc,
+    pub victim: Proc,
+    pub path: String,
+    pub victim_path: Option<String>,
+    pub file: FileId,
+    pub sock_ino: u64,
+    pub listening: bool,
+    pub victim_bound_ns: u64,
+    pub decided_by: DecidedBy,
+    pub fidelity: Fidelity,
 }
 
 impl RemovalFacts {
-    /// The verdict, the socket's history line and the orphan's cause.
-    fn report(self, how: How, foreign: bool) -> (Verdict, HistoryEvent, OrphanCause) {
-        let relation = Relation::between(&self.actor, &self.victim);
-        match how {
-            How::Unlink => (
-                Verdict::ForeignUnlink {
-                    ts_ns: self.ts_ns,
-                    actor: self.actor,
-                    victim: self.victim,
-                    relation,
-                    path: self.path,
-                    victim_path: self.victim_path,
-                    file: self.file,
-                    sock_ino: self.sock_ino,
-                    listening: self.listening,
-                    victim_bound_ns: self.victim_bound_ns,
-                    decided_by: self.decided_by,
-                    fidelity: self.fidelity,
-                },
-                HistoryEvent::ForeignUnlink,
-                OrphanCause::Unlinked,
-            ),
-            How::Rename { new_file } => (
-                Verdict::Replaced {
-                    ts_ns: self.ts_ns,
-                    actor: self.actor,
-                    victim: self.victim,
-                    relation,
-                    foreign,
-                    path: self.path,
-                    victim_path: self.victim_path,
-                    file: self.file,
-                    new_file,
-                    sock_ino: self.sock_ino,
-                    listening: self.listening,
-                    victim_bound_ns: self.victim_bound_ns,
-                    decided_by: self.decided_by,
-                    fidelity: self.fidelity,
-                },
-                HistoryEvent::Replaced,
-                OrphanCause::Replaced,
-            ),
+    fn relation(&self) -> Relation {
+        Relation::between(&self.actor, &self.victim)
+    }
+
+    fn foreign_unlink(self) -> Verdict {
+        Verdict::ForeignUnlink {
+            ts_ns: self.ts_ns,
+            relation: self.relation(),
+            actor: self.actor,
+            victim: self.victim,
+            path: self.path,
+            victim_path: self.victim_path,
+            file: self.file,
+            sock_ino: self.sock_ino,
+            listening: self.listening,
+            victim_bound_ns: self.victim_bound_ns,
+            decided_by: self.decided_by,
+            fidelity: self.fidelity,
+        }
+    }
+
+    fn replaced(self, new_file: Option<FileId>, foreign: bool) -> Verdict {
+        Verdict::Replaced {
+            ts_ns: self.ts_ns,
+            relation: self.relation(),
+            actor: self.actor,
+            victim: self.victim,
+            foreign,
+            path: self.path,
+            victim_path: self.victim_path,
+            file: self.file,
+            new_file,
+            sock_ino: self.sock_ino,
+            listening: self.listening,
+            victim_bound_ns: self.victim_bound_ns,
+            decided_by: self.decided_by,
+            fidelity: self.fidelity,
         }
     }
 }

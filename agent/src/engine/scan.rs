@@ -125,6 +125,7 @@ impl Engine {
                 since_exact: false,
                 cause: OrphanCause::Scan,
                 removed_by: None,
+                successor: None,
             };
             self.open_orphan(file, ts_ns, orphan, out);
         }

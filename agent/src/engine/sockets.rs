@@ -75,6 +75,8 @@ pub struct Orphan {
     pub since_exact: bool,
     pub cause: OrphanCause,
     pub removed_by: Option<Proc>,
+    /// Who serves the path now, for a `taken_over` orphan.
+    pub successor: Option<Proc>,
 }
 
 /// One line of a socket's history, for `explain`.
@@ -93,6 +95,10 @@ pub enum HistoryEvent {
     Forked,
     OwnerUnlink,
     ForeignUnlink,
+    /// Removed by a successor that bound the path again.
+    TakenOver,
+    /// Bound at a path whose previous socket it (or its cgroup or pod) had just removed.
+    TookOver,
     Replaced,
     Moved,
     OrphanOpened,
@@ -282,12 +288,19 @@ impl SocketTable {
         Some(r)
     }
 
-    /// Appends to an entry's bounded history.
+    /// Adds to an entry's bounded history, in time order (a removal decided after its
+    /// window goes where it happened).
     pub fn record(&mut self, file: &FileId, ts_ns: u64, tgid: u32, event: HistoryEvent) {
         let max = self.max_history;
         let mut dropped = 0;
         if let Some(e) = self.entries.get_mut(file) {
-            e.history.push_back(HistoryEntry { ts_ns, tgid, event });
+            let at = e.history.len()
+                - e.history
+                    .iter()
+                    .rev()
+                    .take_while(|h| h.ts_ns > ts_ns)
+                    .count();
+            e.history.insert(at, HistoryEntry { ts_ns, tgid, event });
             while e.history.len() > max {
                 e.history.pop_front();
                 dropped += 1;

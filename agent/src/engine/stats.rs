@@ -50,6 +50,9 @@ pub struct Evictions {
     pub owner_procs: u64,
     /// History lines dropped past `max_history_per_socket`.
     pub history: u64,
+    /// Removals waiting for a successor pushed out past `max_pending_removals` (each decided
+    /// at once, as a foreign unlink).
+    pub pending_removals: u64,
 }
 
 /// Verdicts emitted, by kind.
@@ -57,6 +60,7 @@ pub struct Evictions {
 pub struct VerdictCounts {
     pub foreign_unlink: u64,
     pub replaced: u64,
+    pub takeover: u64,
     pub orphan_opened: u64,
     pub orphan_closed: u64,
     pub stale_connect: u64,
@@ -68,6 +72,7 @@ impl VerdictCounts {
         let c = match v {
             Verdict::ForeignUnlink { .. } => &mut self.foreign_unlink,
             Verdict::Replaced { .. } => &mut self.replaced,
+            Verdict::Takeover { .. } => &mut self.takeover,
             Verdict::OrphanOpened { .. } => &mut self.orphan_opened,
             Verdict::OrphanClosed { .. } => &mut self.orphan_closed,
             Verdict::StaleConnect { .. } => &mut self.stale_connect,
@@ -84,6 +89,8 @@ pub struct Stats {
     pub sockets: usize,
     pub live_sockets: usize,
     pub open_orphans: usize,
+    /// Removals waiting for a successor's bind (takeover window).
+    pub pending_removals: usize,
     pub procs: usize,
     /// (owner, socket) pairs across all owner sets.
     pub owner_pairs: usize,

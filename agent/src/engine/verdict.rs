@@ -77,6 +77,9 @@ pub enum OrphanCause {
     ListenAfterRemoval,
     /// A scan found it listening on a file that no longer resolves (start-up or lost events).
     Scan,
+    /// Its file was removed by a successor that serves the path again (a [`Verdict::Takeover`]):
+    /// the listener of a daemon in its graceful shutdown.
+    TakenOver,
 }
 
 /// Why an orphaned listener stopped being one.
@@ -147,6 +150,32 @@ pub enum Verdict {
         decided_by: DecidedBy,
         fidelity: Fidelity,
     },
+    /// A live socket's file was removed by a process outside its owner set that then bound a
+    /// new socket at the same path (itself, or a process of its cgroup or pod): the path is
+    /// served again, a rolling restart's hand-over.
+    Takeover {
+        /// When the file was removed.
+        ts_ns: u64,
+        remover: Proc,
+        /// The owner whose socket lost its file.
+        predecessor: Proc,
+        /// The process that bound the new socket.
+        successor: Proc,
+        /// How the remover relates to the predecessor.
+        relation: Relation,
+        /// How the successor relates to the remover (same process, cgroup or pod).
+        successor_relation: Relation,
+        /// The path as the remover named it.
+        path: String,
+        old_file: FileId,
+        new_file: FileId,
+        old_sock_ino: u64,
+        new_sock_ino: u64,
+        /// From the removal to the successor's bind.
+        gap_ns: u64,
+        decided_by: DecidedBy,
+        fidelity: Fidelity,
+    },
     /// A listening socket lost its file: nobody can connect to it by path any more.
     OrphanOpened {
         ts_ns: u64,
@@ -156,6 +185,9 @@ pub enum Verdict {
         cause: OrphanCause,
         owner: Proc,
         removed_by: Option<Proc>,
+        /// The process that serves the path now, for a `taken_over` orphan.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        successor: Option<Proc>,
         path: Option<String>,
         file: FileId,
         sock_ino: u64,
@@ -205,6 +237,7 @@ impl Verdict {
         match self {
             Verdict::ForeignUnlink { .. } => "foreign_unlink",
             Verdict::Replaced { .. } => "replaced",
+            Verdict::Takeover { .. } => "takeover",
             Verdict::OrphanOpened { .. } => "orphan_opened",
             Verdict::OrphanClosed { .. } => "orphan_closed",
             Verdict::StaleConnect { .. } => "stale_connect",
@@ -216,6 +249,7 @@ impl Verdict {
         match self {
             Verdict::ForeignUnlink { ts_ns, .. }
             | Verdict::Replaced { ts_ns, .. }
+            | Verdict::Takeover { ts_ns, .. }
             | Verdict::OrphanOpened { ts_ns, .. }
             | Verdict::OrphanClosed { ts_ns, .. }
             | Verdict::StaleConnect { ts_ns, .. }
@@ -247,6 +281,7 @@ impl Verdict {
         match self {
             Verdict::ForeignUnlink { path, .. }
             | Verdict::Replaced { path, .. }
+            | Verdict::Takeover { path, .. }
             | Verdict::StaleConnect { path, .. } => Some(path),
             Verdict::OrphanOpened { path, .. }
             | Verdict::OrphanClosed { path, .. }

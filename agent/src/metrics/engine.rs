@@ -12,13 +12,13 @@ use prometheus::{
 
 use super::{
     collect::{family, single},
-    labels::counts,
+    labels::{Label as _, counts},
     specs::*,
     watch::WatchLabels,
 };
 use crate::{
     config::Config,
-    engine::{OrphanInfo, Stats},
+    engine::{OrphanCause, OrphanInfo, Stats},
 };
 
 /// Distinct `map` label values kept.
@@ -83,24 +83,31 @@ impl EngineCollector {
         }
     }
 
-    /// Open orphans per watch: every admitted watch has a series, 0 when it has none.
+    /// Open orphans per watch and cause: every admitted watch has a series of each cause, 0
+    /// when it has none.
     fn orphans(&self, orphans: &[OrphanInfo]) -> [MetricFamily; 2] {
-        let mut per_watch: BTreeMap<String, (usize, u64)> = self
+        let mut per_watch: BTreeMap<(String, &str), (usize, u64)> = self
             .watches
             .all()
             .into_iter()
-            .map(|watch| (watch, (0, 0)))
+            .flat_map(|watch| {
+                OrphanCause::ALL
+                    .iter()
+                    .map(move |c| (watch.clone(), c.label()))
+            })
+            .map(|key| (key, (0, 0)))
             .collect();
         for o in orphans {
             let watch = self.config.watch_of(o.path.as_deref().unwrap_or_default());
-            let (count, oldest_ns) = per_watch.entry(self.watches.admitted(watch)).or_default();
+            let key = (self.watches.admitted(watch), o.cause.label());
+            let (count, oldest_ns) = per_watch.entry(key).or_default();
             *count += 1;
             *oldest_ns = (*oldest_ns).max(o.age_ns);
         }
         let rows = |value: fn(&(usize, u64)) -> f64| {
             per_watch
                 .iter()
-                .map(move |(watch, v)| ([watch.as_str()], value(v)))
+                .map(move |((watch, cause), v)| ([watch.as_str(), *cause], value(v)))
         };
         [
             family(&ORPHANED, rows(|(count, _)| *count as f64)),

@@ -28,6 +28,7 @@ pub(super) struct HotCounters {
     verdicts: IntCounterVec,
     withheld: IntCounterVec,
     foreign_unlinks: IntCounterVec,
+    takeovers: IntCounterVec,
     replacements: IntCounterVec,
     stale_connects: IntCounterVec,
     stale_socket_files: IntCounterVec,
@@ -53,6 +54,7 @@ impl HotCounters {
             verdicts: counter(registry, &VERDICTS),
             withheld: counter(registry, &VERDICTS_WITHHELD),
             foreign_unlinks: counter(registry, &FOREIGN_UNLINKS),
+            takeovers: counter(registry, &TAKEOVERS),
             replacements: counter(registry, &REPLACEMENTS),
             stale_connects: counter(registry, &STALE_CONNECTS),
             stale_socket_files: counter(registry, &STALE_SOCKET_FILES_TOTAL),
@@ -88,6 +90,7 @@ impl HotCounters {
         for relation in Relation::ALL {
             self.foreign_unlinks
                 .with_label_values(&[relation.label(), watch]);
+            self.takeovers.with_label_values(&[relation.label(), watch]);
             self.replacements
                 .with_label_values(&[relation.label(), watch]);
         }
@@ -133,6 +136,10 @@ impl Metrics {
         match v {
             Verdict::ForeignUnlink { relation, .. } => hot
                 .foreign_unlinks
+                .with_label_values(&[relation.label(), watch])
+                .inc(),
+            Verdict::Takeover { relation, .. } => hot
+                .takeovers
                 .with_label_values(&[relation.label(), watch])
                 .inc(),
             Verdict::Replaced { relation, .. } => hot

@@ -8,7 +8,7 @@ use serde::{
 };
 
 use crate::{
-    engine::{Relation, StaleKind},
+    engine::{OrphanCause, Relation, StaleKind},
     kernel::probes::PROBES,
 };
 
@@ -43,6 +43,14 @@ labels!(Relation {
     HostProcess => "host_process",
     Other => "other",
     Unknown => "unknown",
+});
+
+labels!(OrphanCause {
+    Unlinked => "unlinked",
+    Replaced => "replaced",
+    ListenAfterRemoval => "listen_after_removal",
+    Scan => "scan",
+    TakenOver => "taken_over",
 });
 
 labels!(StaleKind {

@@ -100,11 +100,12 @@ specs! {
     VERDICTS: Counter "sockwatch_verdicts_total" ["verdict", "watch"] "Verdicts reported, by verdict and watch.";
     VERDICTS_WITHHELD: Counter "sockwatch_verdicts_withheld_total" ["verdict"] "Verdicts not reported because a missing hook left them unconfirmed (without the release hook: the socket they call open was found closed).";
     FOREIGN_UNLINKS: Counter "sockwatch_foreign_unlinks_total" ["relation", "watch"] "Live sockets' files removed by a process outside the owner set, by how the remover relates to the owner.";
+    TAKEOVERS: Counter "sockwatch_takeovers_total" ["relation", "watch"] "Live sockets' files removed by a successor that bound the path again within the takeover window (a rolling restart's hand-over), by how the remover relates to the predecessor.";
     REPLACEMENTS: Counter "sockwatch_replacements_total" ["relation", "watch"] "Live sockets' files replaced by a rename-over (hand-overs included), by relation.";
     STALE_CONNECTS: Counter "sockwatch_stale_connects_total" ["kind", "watch"] "Connects refused by a socket file with no bound socket: unlinked_pinned (a bind mount keeps an unlinked file reachable) or dead_listener (a dead daemon's file).";
     STALE_SOCKET_FILES_TOTAL: Counter "sockwatch_stale_socket_files_total" ["watch"] "Socket files left behind by a socket closed without unlinking them.";
-    ORPHANED: Gauge "sockwatch_orphaned_listeners" ["watch"] "Listening sockets whose file is gone: nobody can connect to them by path.";
-    ORPHAN_AGE: Gauge "sockwatch_orphaned_listener_oldest_age_seconds" ["watch"] "Age of the oldest open orphaned listener (0 when there is none).";
+    ORPHANED: Gauge "sockwatch_orphaned_listeners" ["watch", "cause"] "Listening sockets whose file is gone: nobody can connect to them by path. cause: unlinked, replaced, listen_after_removal, scan, or taken_over (a predecessor in its graceful shutdown whose successor serves the path).";
+    ORPHAN_AGE: Gauge "sockwatch_orphaned_listener_oldest_age_seconds" ["watch", "cause"] "Age of the oldest open orphaned listener, by cause (0 when there is none).";
     EVENTS_SUBMITTED: Counter "sockwatch_kernel_events_submitted_total" ["kind"] "Records the kernel side submitted to the ring buffer, by event kind.";
     EVENTS_LOST: Counter "sockwatch_events_lost_total" ["kind"] "Records lost to a full ring buffer, by event kind (the periodic scan repairs the state).";
     KERNEL_ERRORS: Counter "sockwatch_kernel_errors_total" ["reason"] "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or user memory read failed), unpaired (a bind or listen kretprobe without its entry), fd_walk_partial (an fd-table walk cut at its bound on a kernel without bpf_loop).";

@@ -107,9 +107,34 @@ impl Pipeline {
         self.observer = Some((metrics, config));
     }
 
+    /// Time passed (boot clock): removals whose takeover window ended are decided, and their
+    /// verdicts flushed (no drained event flushes them).
+    pub fn tick(&mut self, ts_ns: u64) -> io::Result<()> {
+        let verdicts = self.engine.apply(&Input::Tick { ts_ns });
+        if verdicts.is_empty() {
+            return Ok(());
+        }
+        self.emit(verdicts)?;
+        self.flush()
+    }
+
+    /// The input is over (a replay's end, the agent stopping): removals still waiting for a
+    /// successor are decided as their window's end would.
+    pub fn finish(&mut self) -> io::Result<()> {
+        let verdicts = self.engine.flush();
+        self.emit(verdicts)?;
+        self.flush()
+    }
+
     /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.
     pub fn input(&mut self, input: &Input) -> io::Result<()> {
-        for v in self.engine.apply(input) {
+        let verdicts = self.engine.apply(input);
+        self.emit(verdicts)
+    }
+
+    /// Writes verdicts, counts them and keeps them for the API.
+    fn emit(&mut self, verdicts: Vec<Verdict>) -> io::Result<()> {
+        for v in verdicts {
             if self.live.is_some() && !still_on_disk(&v) {
                 // The tracepoint tier cannot see an unlink once the socket was closed (its
                 // name is no longer live): a file that is gone is not stale.

@@ -1,5 +1,7 @@
 //! Moves events from the kernel to the output: woken by the kernel past a backlog threshold,
-//! and drained on a short timer regardless (submits below the threshold wake nobody).
+//! and drained on a short timer regardless (submits below the threshold wake nobody). Each
+//! timer tick also tells the engine the time (`CLOCK_BOOTTIME`, the clock of the kernel's
+//! `bpf_ktime_get_boot_ns` timestamps), so a takeover window ends without a later event.
 use std::{future::Future, io, sync::Mutex, time::Duration};
 
 use tokio::{
@@ -46,7 +48,12 @@ pub async fn pump(
                 drain_into(guard.get_inner_mut(), pipeline, &mut stats)?;
                 guard.clear_ready();
             }
-            _ = tick.tick() => drain_into(fd.get_mut(), pipeline, &mut stats)?,
+            _ = tick.tick() => {
+                // The clock first: every event drained now happened before it.
+                let now = crate::pipeline::reconcile::boot_ns();
+                drain_into(fd.get_mut(), pipeline, &mut stats)?;
+                pipeline.lock().expect("pipeline lock").tick(now)?;
+            }
             Some((ts_ns, report)) = sweeps.recv() => {
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
                 let mut p = pipeline.lock().expect("pipeline lock");
@@ -58,6 +65,7 @@ pub async fn pump(
         }
     }
     drain_into(fd.get_mut(), pipeline, &mut stats)?;
+    pipeline.lock().expect("pipeline lock").finish()?;
     Ok(stats)
 }
 

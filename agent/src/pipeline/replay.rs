@@ -28,7 +28,9 @@ pub struct ReplayStats {
 }
 
 /// Feeds every event line of `log` to `pipeline`; blank lines and recorded verdicts are
-/// skipped, anything else that is not an event is an error naming its line.
+/// skipped, anything else that is not an event is an error naming its line. Time is the
+/// events' own (a removal's takeover window ends with the first later event past it), and
+/// the end of the log decides what still waits, as a live agent's timer would have.
 pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats, ReplayError> {
     let mut stats = ReplayStats::default();
     for (i, line) in log.lines().enumerate() {
@@ -61,7 +63,7 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
         stats.events += 1;
     }
     pipeline
-        .flush()
+        .finish()
         .map_err(|source| ReplayError::Io { line: 0, source })?;
     Ok(stats)
 }
@@ -136,6 +138,71 @@ mod tests {
         assert_eq!(kinds, ["foreign_unlink", "orphan_opened"], "{out}");
         assert_eq!(verdicts[0]["actor"]["tgid"], 20);
         assert_eq!(verdicts[0]["victim"]["tgid"], 10);
+    }
+
+    /// B re-binds the path it removed (another inode): a takeover, not a foreign unlink.
+    const B_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":5,"tgid":20,"pid":20,"comm":"b","cgroup_id":2,"dev":5,"ino":8,"sock_ino":80,"nlink":1,"path":"/run/m/m.sock","ret":0}"#;
+
+    #[test]
+    fn a_recorded_takeover_replays_as_one() {
+        let (r, out) = run(&[A_BINDS, A_LISTENS, B_UNLINKS, B_BINDS].join("\n"));
+        assert_eq!(r.expect("replays").events, 4);
+        let verdicts: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(verdicts.len(), 2, "{out}");
+        assert_eq!(verdicts[0]["verdict"], "takeover", "{out}");
+        assert_eq!(
+            (
+                &verdicts[0]["remover"]["tgid"],
+                &verdicts[0]["predecessor"]["tgid"]
+            ),
+            (&serde_json::json!(20), &serde_json::json!(10))
+        );
+        assert_eq!(verdicts[0]["gap_ns"], 2);
+        assert_eq!(
+            (&verdicts[1]["verdict"], &verdicts[1]["cause"]),
+            (
+                &serde_json::json!("orphan_opened"),
+                &serde_json::json!("taken_over")
+            )
+        );
+    }
+
+    /// A live pipeline's tick past the window decides the waiting removal, and writes it out
+    /// although no event followed.
+    #[test]
+    fn a_tick_past_the_window_writes_the_foreign_unlink() {
+        let buf = Shared::default();
+        let mut p = Pipeline::replay(
+            Engine::new(Limits::default())
+                .expect("engine")
+                .with_takeover_window(100),
+            JsonLines::new(Box::new(buf.clone())),
+        );
+        for line in [A_BINDS, A_LISTENS, B_UNLINKS] {
+            p.line(&serde_json::from_str(line).expect("event"))
+                .expect("applies");
+        }
+        p.tick(103).expect("tick");
+        assert!(
+            buf.0.lock().expect("lock").is_empty(),
+            "decided within the window"
+        );
+        p.tick(104).expect("tick");
+        let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+        let kinds: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("json")["verdict"].to_string()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [r#""foreign_unlink""#, r#""orphan_opened""#],
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! smaller pieces (`units`). Fixtures and input builders live here.
 mod props;
 mod scenarios;
+mod takeover;
 mod units;
 
 use super::{
@@ -78,7 +79,19 @@ pub fn worker_of_a() -> Proc {
     }
 }
 
+/// An engine that reports every foreign removal at once (`takeover_window` 0): the tests of
+/// ownership decisions. The takeover tests use [`windowed`].
 pub fn engine() -> Engine {
+    Engine::new(Limits::default())
+        .expect("default limits are valid")
+        .with_takeover_window(0)
+}
+
+/// The takeover window the tests use (the default's length).
+pub const WINDOW: u64 = crate::engine::DEFAULT_TAKEOVER_WINDOW_NS;
+
+/// An engine with the default takeover window.
+pub fn windowed() -> Engine {
     Engine::new(Limits::default()).expect("default limits are valid")
 }
 

@@ -11,7 +11,16 @@ const LIMITS: Limits = Limits {
     max_sockets: 4,
     max_procs: 4,
     max_history_per_socket: 3,
+    max_pending_removals: 2,
 };
+/// A takeover window a few steps long, so removals are taken over, expire, and are evicted.
+const WINDOW: u64 = 300;
+
+fn engine_() -> Engine {
+    Engine::new(LIMITS)
+        .expect("valid limits")
+        .with_takeover_window(WINDOW)
+}
 const PATHS: [&str; 3] = ["/run/a.sock", "/run/b.sock", "/host/run/a.sock"];
 
 fn proc_(tgid: u32) -> Proc {
@@ -112,6 +121,7 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
             }),
         2 => (tgid(), tgid()).prop_map(move |(p, c)| fork(ts, &proc_(p), c)),
         2 => tgid().prop_map(move |t| exit(ts, t)),
+        1 => Just(Input::Tick { ts_ns: ts }),
         1 => (prop::collection::vec(scanned_socket, 0..3), any::<bool>()).prop_map(move |(sockets, complete)| {
             Input::Scan(ScanSnapshot { ts_ns: ts, sockets, complete })
         }),
@@ -127,7 +137,8 @@ fn set_ts(input: &mut Input, ts: u64) {
         | Input::Rename { ts_ns, .. }
         | Input::Connect { ts_ns, .. }
         | Input::Fork { ts_ns, .. }
-        | Input::Exit { ts_ns, .. } => *ts_ns = ts,
+        | Input::Exit { ts_ns, .. }
+        | Input::Tick { ts_ns } => *ts_ns = ts,
         Input::Scan(s) => s.ts_ns = ts,
     }
 }
@@ -151,14 +162,42 @@ fn inputs() -> impl Strategy<Value = Vec<Input>> {
     })
 }
 
+/// A removal decided later than its own input: its window ended before `input`, its remover
+/// exited, or another removal pushed it out of the full queue.
+fn deferred(input: &Input, removed_ns: u64, remover: u32) -> bool {
+    input.ts_ns() > removed_ns + WINDOW
+        || matches!(input, Input::Exit { tgid, .. } if *tgid == remover)
+        || matches!(input, Input::Unlink { .. })
+}
+
 /// Checks that `v` has a cause in `input`, keeping the set of open orphans in step.
 fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
     match v {
-        Verdict::ForeignUnlink { file, path, .. } => match input {
+        Verdict::ForeignUnlink {
+            file,
+            path,
+            ts_ns,
+            actor,
+            ..
+        } => match input {
             Input::Unlink {
                 file: f, path: p, ..
-            } => {
-                assert!(*f == Some(*file) || p == path, "{v:?} from {input:?}");
+            } if *f == Some(*file) || p == path => {}
+            _ => assert!(deferred(input, *ts_ns, actor.tgid), "{v:?} from {input:?}"),
+        },
+        Verdict::Takeover {
+            path,
+            successor,
+            new_file,
+            gap_ns,
+            ..
+        } => match input {
+            Input::Bind { proc, file, .. } => {
+                assert!(
+                    proc == successor && file == new_file && *gap_ns <= WINDOW,
+                    "{v:?} from {input:?}"
+                );
+                let _ = path;
             }
             _ => panic!("{v:?} from {input:?}"),
         },
@@ -194,15 +233,20 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             file,
             sock_ino,
             cause,
+            since_ns,
+            removed_by,
             ..
         } => {
+            let remover = removed_by.as_ref().map_or(0, |p| p.tgid);
             let fits = matches!(
                 (cause, input),
                 (OrphanCause::Unlinked, Input::Unlink { .. })
+                    | (OrphanCause::TakenOver, Input::Bind { .. })
                     | (OrphanCause::Replaced, Input::Rename { .. })
                     | (OrphanCause::ListenAfterRemoval, Input::Listen { .. })
                     | (OrphanCause::Scan, Input::Scan(_))
-            );
+            ) || (*cause == OrphanCause::Unlinked
+                && deferred(input, *since_ns, remover));
             assert!(fits, "{v:?} from {input:?}");
             assert!(open.insert((*file, *sock_ino)), "opened twice: {v:?}");
         }
@@ -217,7 +261,10 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
                 CloseReason::Exited => matches!(input, Input::Exit { .. }),
                 CloseReason::Rebound => matches!(input, Input::Bind { .. }),
                 CloseReason::Relinked => matches!(input, Input::Scan(_)),
-                CloseReason::Released => !matches!(input, Input::Exit { .. } | Input::Fork { .. }),
+                CloseReason::Released => !matches!(
+                    input,
+                    Input::Exit { .. } | Input::Fork { .. } | Input::Tick { .. }
+                ),
             };
             assert!(fits, "{v:?} from {input:?}");
         }
@@ -229,7 +276,7 @@ proptest! {
 
     #[test]
     fn random_interleavings_are_bounded_and_every_verdict_has_a_cause(inputs in inputs()) {
-        let mut e = Engine::new(LIMITS).expect("valid limits");
+        let mut e = engine_();
         let mut open = BTreeSet::new();
         let mut evicted_orphans = 0;
         let mut all = Vec::new();
@@ -244,6 +291,7 @@ proptest! {
             prop_assert!(s.procs <= LIMITS.max_procs, "{s:?}");
             prop_assert!(s.owner_pairs <= LIMITS.max_sockets * LIMITS.max_procs, "{s:?}");
             prop_assert!(s.open_orphans <= s.live_sockets && s.live_sockets <= s.sockets);
+            prop_assert!(s.pending_removals <= LIMITS.max_pending_removals, "{s:?}");
             let (paths, socks, lru, pending) = e.sockets.index_sizes();
             prop_assert!(paths <= s.sockets * crate::engine::sockets::MAX_ALIASES);
             prop_assert!(socks <= s.sockets && lru == s.sockets && pending <= s.sockets);
@@ -262,8 +310,13 @@ proptest! {
                 evicted_orphans = s.evictions.orphans;
             }
         }
+        // The end of input decides every waiting removal, as a foreign unlink.
+        let flushed = e.flush();
+        prop_assert!(flushed.iter().all(|v| matches!(v, Verdict::ForeignUnlink { .. } | Verdict::OrphanOpened { cause: OrphanCause::Unlinked, .. })), "{flushed:?}");
+        prop_assert_eq!(e.stats().pending_removals, 0);
+        all.extend(flushed);
         // Deterministic: a replay of the JSON log yields the same verdicts.
-        let mut replay = Engine::new(LIMITS).expect("valid limits");
+        let mut replay = engine_();
         let mut again = Vec::new();
         for input in &inputs {
             let line = serde_json::to_string(input).expect("serializes");
@@ -271,6 +324,7 @@ proptest! {
             prop_assert_eq!(&parsed, input);
             again.extend(replay.apply(&parsed));
         }
+        again.extend(replay.flush());
         prop_assert_eq!(all, again);
     }
 }
@@ -284,10 +338,11 @@ fn the_generator_reaches_every_verdict_kind() {
     let mut seen = BTreeSet::new();
     for _ in 0..400 {
         let inputs = inputs().new_tree(&mut runner).expect("generates").current();
-        let mut e = Engine::new(LIMITS).expect("valid limits");
+        let mut e = engine_();
         for i in &inputs {
             seen.extend(e.apply(i).iter().map(Verdict::name));
         }
+        seen.extend(e.flush().iter().map(Verdict::name));
     }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
@@ -297,7 +352,8 @@ fn the_generator_reaches_every_verdict_kind() {
             "orphan_opened",
             "replaced",
             "stale_connect",
-            "stale_socket_file"
+            "stale_socket_file",
+            "takeover"
         ]
     );
 }

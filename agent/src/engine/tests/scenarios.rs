@@ -53,6 +53,7 @@ fn opened(
         cause,
         owner,
         removed_by,
+        successor: None,
         path: Some(path.into()),
         file,
         sock_ino,
@@ -159,6 +160,7 @@ fn s1_prefix(e: &mut Engine, kernel: bool) {
             age_ns: 1000,
             cause: OrphanCause::Unlinked,
             removed_by: Some(a()),
+            successor: None,
         }]
     );
     let s = e.stats();
@@ -583,6 +585,7 @@ fn s10_late_start_scan_learns_owners_and_reports_the_preexisting_orphan() {
         cause: OrphanCause::Scan,
         owner: x.clone(),
         removed_by: None,
+        successor: None,
         path: Some(xp.into()),
         file: fid(50),
         sock_ino: 55,
@@ -635,8 +638,11 @@ fn s11_a_flood_keeps_state_bounded_and_a_scan_repairs_it() {
         max_sockets: 8,
         max_procs: 8,
         max_history_per_socket: 4,
+        max_pending_removals: 4,
     };
-    let mut e = Engine::new(limits).expect("valid limits");
+    let mut e = Engine::new(limits)
+        .expect("valid limits")
+        .with_takeover_window(0);
     // One orphan that must survive the flood.
     e.apply(&bind(1, &a(), fid(F1), 11, P));
     e.apply(&listen(2, &a(), fid(F1), 11));

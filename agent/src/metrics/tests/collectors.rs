@@ -18,6 +18,7 @@ fn orphan(path: &str, age_s: u64) -> OrphanInfo {
         age_ns: age_s * 1_000_000_000,
         cause: OrphanCause::Unlinked,
         removed_by: None,
+        successor: None,
     }
 }
 
@@ -32,7 +33,14 @@ fn every_collected_series_is_there_from_the_first_scrape() {
                 r#"sockwatch_kernel_errors_total{reason="fd_walk_partial"}"#,
                 0.0,
             ),
-            (r#"sockwatch_orphaned_listeners{watch="none"}"#, 0.0),
+            (
+                r#"sockwatch_orphaned_listeners{cause="unlinked",watch="none"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listeners{cause="taken_over",watch="none"}"#,
+                0.0,
+            ),
             (r#"sockwatch_engine_evictions_total{table="history"}"#, 0.0),
             (
                 r#"sockwatch_engine_ignored_total{reason="not_path_bound"}"#,
@@ -95,6 +103,12 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
             orphan("/run/multus/a.sock", 30),
             orphan("/run/multus/b.sock", 90),
             orphan("/tmp/x.sock", 5),
+            // A predecessor in its graceful shutdown: a series of its own, kept out of the
+            // unlinked orphans' count and age.
+            OrphanInfo {
+                cause: OrphanCause::TakenOver,
+                ..orphan("/run/multus/c.sock", 400)
+            },
         ],
         maps: vec![],
     };
@@ -102,12 +116,33 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
     assert_values(
         &t,
         &[
-            (r#"sockwatch_orphaned_listeners{watch="multus"}"#, 2.0),
-            (r#"sockwatch_orphaned_listeners{watch="none"}"#, 1.0),
-            (r#"sockwatch_orphaned_listeners{watch="crio"}"#, 0.0),
             (
-                r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#,
+                r#"sockwatch_orphaned_listeners{cause="unlinked",watch="multus"}"#,
+                2.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listeners{cause="unlinked",watch="none"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listeners{cause="unlinked",watch="crio"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listeners{cause="taken_over",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listeners{cause="taken_over",watch="none"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="unlinked",watch="multus"}"#,
                 90.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="taken_over",watch="multus"}"#,
+                400.0,
             ),
             ("sockwatch_engine_sockets", 7.0),
             ("sockwatch_engine_live_sockets", 5.0),
@@ -124,9 +159,12 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
     assert_values(
         &t,
         &[
-            (r#"sockwatch_orphaned_listeners{watch="multus"}"#, 0.0),
             (
-                r#"sockwatch_orphaned_listener_oldest_age_seconds{watch="multus"}"#,
+                r#"sockwatch_orphaned_listeners{cause="unlinked",watch="multus"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="unlinked",watch="multus"}"#,
                 0.0,
             ),
             (r#"sockwatch_engine_evictions_total{table="sockets"}"#, 2.0),

@@ -127,6 +127,27 @@ fn events_and_connect_errors_by_errno_name() {
     );
 }
 
+/// A rolling restart's takeover at `/run/multus/m.sock`.
+fn takeover(relation: Relation) -> Verdict {
+    use agent_common::{Fidelity, FileId};
+    Verdict::Takeover {
+        ts_ns: 1,
+        remover: Proc::unknown(2),
+        predecessor: Proc::unknown(1),
+        successor: Proc::unknown(2),
+        relation,
+        successor_relation: Relation::SameProcess,
+        path: "/run/multus/m.sock".into(),
+        old_file: FileId { dev: 1, ino: 10 },
+        new_file: FileId { dev: 1, ino: 20 },
+        old_sock_ino: 11,
+        new_sock_ino: 21,
+        gap_ns: 5,
+        decided_by: DecidedBy::Kernel,
+        fidelity: Fidelity::Exact,
+    }
+}
+
 #[test]
 fn verdicts_by_kind_relation_and_watch() {
     let m = Metrics::new();
@@ -146,12 +167,25 @@ fn verdicts_by_kind_relation_and_watch() {
         },
         "multus",
     );
+    m.verdict(&takeover(Relation::SameWorkloadOtherPod), "multus");
     let t = m.render();
     assert_values(
         &t,
         &[
             (
                 r#"sockwatch_foreign_unlinks_total{relation="same_workload_other_pod",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_takeovers_total{relation="same_workload_other_pod",watch="multus"}"#,
+                1.0,
+            ),
+            (
+                r#"sockwatch_takeovers_total{relation="other",watch="multus"}"#,
+                0.0,
+            ),
+            (
+                r#"sockwatch_verdicts_total{verdict="takeover",watch="multus"}"#,
                 1.0,
             ),
             (
@@ -193,7 +227,8 @@ fn watch_labels_are_bounded() {
     let watches: BTreeSet<&str> = t
         .lines()
         .filter(|l| l.starts_with("sockwatch_orphaned_listeners{"))
-        .map(|l| l.split('"').nth(1).expect("watch label"))
+        .map(|l| l.split("watch=\"").nth(1).expect("watch label"))
+        .map(|v| v.split('"').next().expect("quoted"))
         .collect();
     assert_eq!(watches.len(), WATCH_LABELS + 1, "{watches:?}");
     assert!(watches.contains(OTHER_WATCH));
