@@ -61,6 +61,10 @@ pub struct LiveAtUnlink {
     /// the socket but not the unlinker's fd table: the engine then decides ownership itself.
     #[serde(default)]
     pub unlinker_holds_fd: Option<bool>,
+    /// The file's link count before the removal (`i_nlink`), where the tier read it. More
+    /// than one: the socket keeps another name, and removing this one orphans nothing (S20).
+    #[serde(default)]
+    pub links: Option<u32>,
 }
 
 /// One observation. Each variant carries `ts_ns` (boot clock) and the acting process.

@@ -46,6 +46,16 @@ impl Engine {
         }
     }
 
+    /// One name of a file with several went away (S20): the socket is still reachable by its
+    /// other names, so nothing is orphaned; the removed name no longer leads to it.
+    fn remove_link(&mut self, ts_ns: u64, actor: &Proc, path: &str, file: FileId) {
+        self.counters.quiet.link_removed += 1;
+        self.sockets
+            .modify(&file, ts_ns, |s| s.paths.retain(|p| p != path));
+        self.sockets
+            .record(&file, ts_ns, actor.tgid, HistoryEvent::LinkRemoved);
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_rename(
         &mut self,
@@ -196,6 +206,10 @@ impl Engine {
             // A dead socket's file: cleanup, whoever does it.
             self.counters.quiet.stale_file_removed += 1;
             self.mark_removed(file, ts_ns, actor, removal_how, None);
+            return;
+        }
+        if matches!(how, How::Unlink) && live.and_then(|l| l.links).is_some_and(|n| n > 1) {
+            self.remove_link(ts_ns, actor, path, file);
             return;
         }
         let kernel_owner = live.map(|l| l.owner_tgid);

@@ -94,6 +94,8 @@ pub enum HistoryEvent {
     Listen,
     Forked,
     OwnerUnlink,
+    /// One of several names of the file was removed (S20).
+    LinkRemoved,
     ForeignUnlink,
     /// Removed by a successor that bound the path again.
     TakenOver,

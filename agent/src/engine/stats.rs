@@ -12,6 +12,8 @@ pub struct QuietCounters {
     pub owner_unlink: u64,
     /// A file whose socket was already closed was unlinked or renamed over (cleanup).
     pub stale_file_removed: u64,
+    /// One name of a live socket's file with several links was removed; it keeps the others.
+    pub link_removed: u64,
     /// Failed connects that are not stale connects (S8's bound-not-listening refusal, ENOENT,
     /// ...), by errno. Errnos outside 1..=4095 are counted under -1.
     pub connect_error: BTreeMap<i32, u64>,

@@ -92,6 +92,7 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
         sock_ino: ev.sock_ino,
         listening: ev.flags.listening,
         unlinker_holds_fd: Some(ev.flags.holds_fd),
+        links: (ev.nlink > 0).then_some(ev.nlink),
     })
 }
 
@@ -156,6 +157,7 @@ mod tests {
     #[test]
     fn exact_unlink_of_a_live_socket_carries_the_kernel_decision() {
         let mut e = ev(EventKind::Unlink);
+        e.nlink = 1;
         e.flags.live = true;
         e.flags.listening = true;
         e.owner = Some(Owner {
@@ -189,7 +191,8 @@ mod tests {
                 owner_tgid: 977,
                 sock_ino: 99,
                 listening: true,
-                unlinker_holds_fd: Some(false)
+                unlinker_holds_fd: Some(false),
+                links: Some(1),
             })
         );
     }

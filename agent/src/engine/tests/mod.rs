@@ -159,6 +159,7 @@ pub fn live(owner_tgid: u32, sock_ino: u64, holds: bool) -> Option<LiveAtUnlink>
         sock_ino,
         listening: true,
         unlinker_holds_fd: Some(holds),
+        links: Some(1),
     })
 }
 

@@ -64,14 +64,16 @@ fn live_at() -> impl Strategy<Value = Option<LiveAtUnlink>> {
         sock(),
         any::<bool>(),
         prop::option::of(any::<bool>()),
+        prop::option::of(1u32..3),
     ))
     .prop_map(|o| {
         o.map(
-            |(owner_tgid, sock_ino, listening, unlinker_holds_fd)| LiveAtUnlink {
+            |(owner_tgid, sock_ino, listening, unlinker_holds_fd, links)| LiveAtUnlink {
                 owner_tgid,
                 sock_ino,
                 listening,
                 unlinker_holds_fd,
+                links,
             },
         )
     })

@@ -881,3 +881,45 @@ fn s14_64_bit_inodes_are_not_truncated() {
     assert!(e.socket(small).expect("tracked").is_linked());
     assert!(!e.socket(big).expect("tracked").is_linked());
 }
+
+/// S20: P also has the name P2. A stranger removing P2 (two links before) orphans nothing and
+/// says nothing; removing P (its last link) is the foreign unlink, and A's orphan.
+#[test]
+fn s20_removing_one_of_two_names_is_not_an_orphan() {
+    let p2 = "/run/multus/second-name";
+    let mut e = engine();
+    let two_links = live(a().tgid, 11, false).map(|l| LiveAtUnlink {
+        links: Some(2),
+        ..l
+    });
+    quiet(
+        &mut e,
+        &[
+            bind(1000, &a(), fid(F1), 11, P),
+            listen(1001, &a(), fid(F1), 11),
+            unlink_exact(2000, &c(), p2, fid(F1), two_links),
+        ],
+    );
+    assert_eq!(e.stats().quiet.link_removed, 1);
+    assert!(e.orphans(2500).is_empty());
+    let out = e.apply(&unlink_exact(
+        3000,
+        &c(),
+        P,
+        fid(F1),
+        live(a().tgid, 11, false),
+    ));
+    assert_eq!(
+        out,
+        vec![
+            foreign_unlink(
+                3000,
+                (c(), a(), Relation::Other),
+                P,
+                (fid(F1), 11, 1000),
+                KERNEL
+            ),
+            opened(3000, OrphanCause::Unlinked, a(), Some(c()), P, fid(F1), 11),
+        ]
+    );
+}
