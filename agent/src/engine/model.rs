@@ -176,6 +176,11 @@ pub struct ScanSnapshot {
     pub sockets: Vec<ScannedSocket>,
     /// True when every path-bound socket of the node is listed: absent ones are gone.
     pub complete: bool,
+    /// Not complete only because these processes could not be read: an absent socket none of
+    /// whose known owners is among them is gone (a socket lives in its creator's network
+    /// namespace, which the scan dumped when the creator was readable).
+    #[serde(default)]
+    pub unreadable: Option<Vec<u32>>,
 }
 
 /// One socket as a scan saw it.

@@ -35,19 +35,30 @@ impl Engine {
             }
             self.reconcile(ts_ns, file, sc, out);
         }
-        if snap.complete {
-            // Whatever the kernel no longer has is closed.
-            let gone: Vec<FileId> = self
-                .sockets
-                .iter()
-                // Bound after the scan began: the scan could not have seen it.
-                .filter(|s| s.is_live() && !seen.contains(&s.file) && s.bound_ns <= ts_ns)
-                .map(|s| s.file)
-                .collect();
-            for f in gone {
-                self.release(f, ts_ns, None, CloseReason::Released, out);
-            }
+        let unreadable: &[u32] = match (&snap.unreadable, snap.complete) {
+            (_, true) => &[],
+            (Some(tgids), false) => tgids,
+            (None, false) => return,
+        };
+        // Whatever the kernel no longer has is closed.
+        let gone: Vec<FileId> = self
+            .sockets
+            .iter()
+            // Bound after the scan began: the scan could not have seen it.
+            .filter(|s| s.is_live() && !seen.contains(&s.file) && s.bound_ns <= ts_ns)
+            .filter(|s| !self.held_by_any(s, unreadable))
+            .map(|s| s.file)
+            .collect();
+        for f in gone {
+            self.release(f, ts_ns, None, CloseReason::Released, out);
         }
+    }
+
+    /// Is one of `tgids` the socket's binder or in its owner set?
+    fn held_by_any(&self, s: &super::SocketState, tgids: &[u32]) -> bool {
+        !tgids.is_empty()
+            && (tgids.contains(&s.binder.tgid)
+                || self.owners.of(&s.file).iter().any(|t| tgids.contains(t)))
     }
 
     fn reconcile(&mut self, ts_ns: u64, file: FileId, sc: &ScannedSocket, out: &mut Vec<Verdict>) {

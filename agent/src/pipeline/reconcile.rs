@@ -33,6 +33,7 @@ pub fn snapshot(report: &ScanReport, ts_ns: u64) -> engine::ScanSnapshot {
     engine::ScanSnapshot {
         ts_ns,
         complete: report.complete,
+        unreadable: report.unreadable.clone(),
         sockets: report
             .sockets
             .iter()
@@ -137,6 +138,7 @@ mod tests {
             counts: Default::default(),
             warnings: vec![],
             complete: true,
+            unreadable: None,
         };
         let snap = snapshot(&report, 9);
         assert!(snap.complete);

@@ -128,6 +128,7 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
     let walked = walk::walk_sockets(&watched_paths, &opts.limits.walk);
     tally.walk(&walked, &opts.limits.walk);
 
+    let unreadable = table.unreadable;
     let snap = Snapshot {
         sockets,
         processes: table.processes,
@@ -151,7 +152,7 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
         m.workload = attributor.workload(m.pid);
     }
     tally.analysis(&snap, &analysis);
-    Ok(tally.report(analysis, &table.stats))
+    Ok(tally.report(analysis, &table.stats, unreadable))
 }
 
 /// A watched path: canonical, and a directory that can be listed or a socket file.
@@ -354,18 +355,19 @@ impl Tally {
         c.socket_file_mounts = analysis.findings.socket_file_mounts.len();
     }
 
-    fn report(self, analysis: Analysis, ps: &ProcStats) -> ScanReport {
-        let complete = self.counts.net_namespaces_unreadable == 0
-            && self.counts.processes_fds_unreadable == 0
-            && ps.ns_unreadable == 0
-            && !ps.processes_cut
-            && ps.fds_cut == 0;
+    fn report(self, analysis: Analysis, ps: &ProcStats, unreadable: Vec<u32>) -> ScanReport {
+        // Every namespace found was dumped and nothing was cut: what is missing is at most
+        // what only the unreadable processes could show.
+        let walked =
+            self.counts.net_namespaces_unreadable == 0 && !ps.processes_cut && ps.fds_cut == 0;
+        let complete = walked && unreadable.is_empty();
         ScanReport {
             sockets: analysis.sockets,
             findings: analysis.findings,
             counts: self.counts,
             warnings: self.warnings,
             complete,
+            unreadable: (walked && !complete).then_some(unreadable),
         }
     }
 }

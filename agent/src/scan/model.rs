@@ -201,4 +201,8 @@ pub struct ScanReport {
     /// Every namespace, process and watched entry was read: a socket absent from `sockets`
     /// does not exist.
     pub complete: bool,
+    /// Incomplete only because these processes could not be read (their namespaces or
+    /// descriptors): a socket absent from `sockets` that none of them holds does not exist.
+    /// `None` when complete, or when absence proves nothing (a namespace unread, a limit cut).
+    pub unreadable: Option<Vec<u32>>,
 }

@@ -82,6 +82,8 @@ pub struct ProcStats {
 pub struct ProcTable {
     pub processes: Vec<Process>,
     pub stats: ProcStats,
+    /// Processes whose namespaces or descriptors could not be read (and that did not vanish).
+    pub unreadable: Vec<u32>,
 }
 
 /// `socket:[12345]` → 12345.
@@ -133,6 +135,7 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
             }
         }
         table.stats.ns_unreadable += usize::from(ns_unreadable && !vanished);
+        let mut fds_unreadable = false;
         match fs::read_dir(pid_path(proc_root, tgid, "fd")) {
             Ok(dir) => {
                 let mut n = 0usize;
@@ -154,7 +157,13 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
                 table.stats.fds_seen += n;
             }
             Err(e) if is_gone(&e) => vanished = true,
-            Err(_) => table.stats.fds_unreadable += 1,
+            Err(_) => {
+                table.stats.fds_unreadable += 1;
+                fds_unreadable = true;
+            }
+        }
+        if (ns_unreadable || fds_unreadable) && !vanished {
+            table.unreadable.push(tgid);
         }
         if vanished && p.mntns.is_none() && p.sockets.is_empty() {
             table.stats.vanished += 1;

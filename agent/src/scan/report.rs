@@ -284,6 +284,7 @@ mod tests {
             findings,
             warnings: vec!["could not read 1 network namespaces".into()],
             complete: false,
+            unreadable: None,
         }
     }
 

@@ -231,6 +231,7 @@ pub fn scan(ts_ns: u64, sockets: Vec<ScannedSocket>) -> Input {
         ts_ns,
         sockets,
         complete: true,
+        unreadable: None,
     })
 }
 

@@ -125,7 +125,12 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         2 => tgid().prop_map(move |t| exit(ts, t)),
         1 => Just(Input::Tick { ts_ns: ts }),
         1 => (prop::collection::vec(scanned_socket, 0..3), any::<bool>()).prop_map(move |(sockets, complete)| {
-            Input::Scan(ScanSnapshot { ts_ns: ts, sockets, complete })
+            Input::Scan(ScanSnapshot {
+                ts_ns: ts,
+                sockets,
+                complete,
+                unreadable: None,
+            })
         }),
     ]
 }

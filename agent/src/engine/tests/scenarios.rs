@@ -549,6 +549,7 @@ fn s9_abstract_and_unnamed_sockets_never_enter_the_table() {
                 ts_ns: 1004,
                 sockets: vec![scanned(4, fid(4), "@scan", &[a()], true)],
                 complete: false,
+                unreadable: None,
             }),
         ],
     );

@@ -14,6 +14,7 @@ fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
         ts_ns: 9,
         sockets: vec![scanned(1, fid(1), P, &[a()], true)],
         complete: true,
+        unreadable: None,
     });
     let line = serde_json::to_string(&s).expect("serializes");
     assert!(line.starts_with(r#"{"kind":"scan","ts_ns":9,"#), "{line}");
@@ -208,6 +209,7 @@ fn a_scan_does_not_undo_events_newer_than_itself() {
         ts_ns: 10,
         sockets: vec![],
         complete: true,
+        unreadable: None,
     });
     assert!(e.apply(&empty).is_empty());
     assert!(
@@ -227,10 +229,41 @@ fn a_scan_does_not_undo_events_newer_than_itself() {
             file_linked: Some(true),
         }],
         complete: true,
+        unreadable: None,
     });
     assert!(e.apply(&stale_view).is_empty());
     assert!(
         e.socket(fid(1)).expect("known").released.is_some(),
         "released after the scan began"
     );
+}
+
+/// A scan incomplete only because some processes could not be read still proves a socket
+/// gone when none of them is its binder or owner; one that is, or an unread namespace, does
+/// not (the socket may live where only they are).
+#[test]
+fn an_incomplete_scan_releases_only_what_no_unreadable_process_may_hold() {
+    let absent = |unreadable: Option<Vec<u32>>| {
+        Input::Scan(ScanSnapshot {
+            ts_ns: 100,
+            sockets: vec![],
+            complete: false,
+            unreadable,
+        })
+    };
+    for (unreadable, released) in [
+        (None, false),
+        (Some(vec![1]), true),
+        (Some(vec![1, a().tgid]), false),
+    ] {
+        let mut e = engine();
+        e.apply(&bind(20, &a(), fid(1), 11, P));
+        e.apply(&listen(21, &a(), fid(1), 11));
+        e.apply(&absent(unreadable.clone()));
+        assert_eq!(
+            e.socket(fid(1)).expect("known").released.is_some(),
+            released,
+            "unreadable {unreadable:?}"
+        );
+    }
 }
