@@ -26,6 +26,9 @@ struct JsonReport<'a> {
     counts: &'a Counts,
     warnings: &'a [String],
     complete: bool,
+    /// The processes an otherwise complete scan could not read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreadable: Option<&'a [u32]>,
 }
 
 impl<'a> JsonReport<'a> {
@@ -35,6 +38,7 @@ impl<'a> JsonReport<'a> {
             counts: &r.counts,
             warnings: &r.warnings,
             complete: r.complete,
+            unreadable: r.unreadable.as_deref(),
         }
     }
 }

@@ -26,10 +26,25 @@ pub fn serve() {
         };
         println!("{text}");
         std::io::stdout().flush().expect("flush");
-        if words.first() == Some(&"exit") {
-            std::process::exit(0);
+        match words.as_slice() {
+            ["exit"] => std::process::exit(0),
+            ["exec-sleep", secs] => exec_sleep(secs),
+            _ => {}
         }
     }
+}
+
+/// Replaces the actor with `sleep SECS` (same pid): every close-on-exec descriptor, which is
+/// every socket std opens, is closed by the exec, not by close(2).
+fn exec_sleep(secs: &str) -> ! {
+    let (prog, arg) = (cstr("/bin/sleep"), cstr(secs));
+    let argv = [prog.as_ptr(), arg.as_ptr(), std::ptr::null()];
+    // SAFETY: argv is a NULL-terminated array of NUL-terminated strings that outlive the call.
+    unsafe { libc::execv(prog.as_ptr(), argv.as_ptr()) };
+    panic!(
+        "actor: exec /bin/sleep: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 fn cstr(s: &str) -> CString {
@@ -148,6 +163,19 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
             })
             .map(|_| String::new())
         }
+        ["link", from, to] => std::fs::hard_link(from, to).map(|_| String::new()),
+        // close_range(2) on one handle: a release that is not a close(2).
+        ["close-range", h] => {
+            let fd = held[h.parse::<usize>().expect("handle")]
+                .take()
+                .expect("open");
+            let raw = fd.as_raw_fd();
+            std::mem::forget(fd); // closed by close_range, not by drop
+            // SAFETY: close_range(2) takes no pointers; `raw` was this actor's descriptor.
+            check(unsafe { libc::syscall(libc::SYS_close_range, raw, raw, 0) } as i32)
+                .map(|_| String::new())
+        }
+        ["exec-sleep", _] => Ok(String::new()),
         ["exit"] => Ok(String::new()),
         other => panic!("actor: unknown command {other:?}"),
     }
