@@ -138,6 +138,13 @@ pub enum Input {
         ts_ns: u64,
         tgid: u32,
     },
+    /// A bound socket's descriptor received by SCM_RIGHTS: the receiver holds it now.
+    FdReceived {
+        ts_ns: u64,
+        proc: Proc,
+        file: FileId,
+        sock_ino: u64,
+    },
     /// Reconciliation: the kernel's current view.
     Scan(ScanSnapshot),
 }
@@ -153,7 +160,8 @@ impl Input {
             | Input::Rename { ts_ns, .. }
             | Input::Connect { ts_ns, .. }
             | Input::Fork { ts_ns, .. }
-            | Input::Exit { ts_ns, .. } => *ts_ns,
+            | Input::Exit { ts_ns, .. }
+            | Input::FdReceived { ts_ns, .. } => *ts_ns,
             Input::Scan(s) => s.ts_ns,
         }
     }

@@ -90,6 +90,7 @@ pub struct HistoryEntry {
 pub enum HistoryEvent {
     Bound,
     Listen,
+    FdReceived,
     Forked,
     OwnerUnlink,
     ForeignUnlink,
