@@ -26,10 +26,26 @@ impl Agent {
 
     /// As [`Agent::start`], with these environment variables set for the agent.
     pub fn start_with_env(dir: &Path, watch: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+        Self::start_sweeping(dir, watch, 0, extra, env)
+    }
+
+    /// As [`Agent::start_with_env`], with a sweep every `scan_secs` seconds (0: none).
+    pub fn start_sweeping(
+        dir: &Path,
+        watch: &Path,
+        scan_secs: u64,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
         let events = dir.join("events.jsonl");
         let log = dir.join("agent.log");
         let child = Command::new(sockwatch_bin())
-            .args(["run", "--scan-interval-secs", "0", "--events"])
+            .args([
+                "run",
+                "--scan-interval-secs",
+                &scan_secs.to_string(),
+                "--events",
+            ])
             .arg(&events)
             .arg("--watch")
             .arg(watch)
