@@ -254,3 +254,31 @@ fn socket_activation_child_is_the_owner() {
         agent.stop();
     }
 }
+
+/// Without any tier of the receive hook (the test switch refuses it on every tier, the sweeps'
+/// stand-in included), `check` says what is missed and exits 1: degraded, not refused.
+#[test]
+fn check_names_a_missing_receive_hook() {
+    if !is_root() {
+        eprintln!("SKIP check_names_a_missing_receive_hook: needs root to load eBPF programs");
+        return;
+    }
+    let out = std::process::Command::new(agent::sockwatch_bin())
+        .arg("check")
+        .env("SOCKWATCH_TEST_REFUSE_HOOKS", "receive")
+        .output()
+        .expect("run sockwatch check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let missed =
+        sockwatch::kernel::probes::Missed::missed_without(sockwatch::kernel::probes::Hook::Receive);
+    assert!(
+        stdout.contains(&format!("run would run without receive: {missed}")),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some("check: run would run degraded, without receive"),
+        "{stdout}"
+    );
+}
