@@ -34,6 +34,9 @@ named_enum! {
         Fork = 7 => "fork",
         /// A tracked process exited.
         Exit = 8 => "exit",
+        /// A live socket's descriptor was received by SCM_RIGHTS (the acting process is the
+        /// receiver). `file`, `sock_ino`; `owner` = the owner the kernel table recorded before.
+        Receive = 9 => "receive",
     }
 }
 

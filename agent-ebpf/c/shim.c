@@ -84,6 +84,15 @@ int shim_sk_type(struct sock *sk)
 	return BPF_CORE_READ(sk, sk_type);
 }
 
+// The socket behind a struct file, or NULL when the file is not in sockfs (an O_PATH
+// descriptor of a socket file has the socket file's inode, not a socket).
+struct sock *shim_file_sock(struct file *file)
+{
+	if (!file || BPF_CORE_READ(file, f_inode, i_sb, s_magic) != SW_SOCKFS_MAGIC)
+		return 0;
+	return shim_socket_sk(BPF_CORE_READ(file, private_data));
+}
+
 // Copies the bound sun_path; returns its length including the NUL.
 int shim_sk_path(struct sock *sk, char *buf)
 {

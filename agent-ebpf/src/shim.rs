@@ -75,6 +75,8 @@ shim_values! {
     fn renamedata_exists() -> bool = shim_renamedata_exists;
     /// `sock->sk`.
     fn socket_sk(sock: Ptr) -> Sock = shim_socket_sk;
+    /// The socket behind a `struct file *`; null when the file is not a socket.
+    fn file_sock(file: Ptr) -> Sock = shim_file_sock;
     /// The dentry a UNIX socket is bound to; null for other families, abstract and unnamed.
     fn sk_dentry(sk: Sock) -> Dentry = shim_sk_dentry;
     fn sk_listening(sk: Sock) -> bool = shim_sk_listening;

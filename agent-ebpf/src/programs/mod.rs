@@ -29,6 +29,7 @@ pub mod bind;
 pub mod connect;
 pub mod listen;
 pub mod process;
+pub mod receive;
 pub mod release;
 mod removal;
 pub mod rename;

@@ -157,6 +157,18 @@ impl Engine {
         }
     }
 
+    /// A receiver of the socket's descriptor joins its owner set (a hand-over: the sender's
+    /// exit then leaves the socket live, and the receiver's own unlink is quiet).
+    pub(super) fn on_fd_received(&mut self, ts_ns: u64, proc: &Proc, file: FileId, sock_ino: u64) {
+        let Some(file) = self.live_file(file, sock_ino) else {
+            self.counters.ignored.unknown_socket += 1;
+            return;
+        };
+        self.owners.add(file, proc, ts_ns);
+        self.sockets
+            .record(&file, ts_ns, proc.tgid, HistoryEvent::FdReceived);
+    }
+
     /// The live entry a (file, socket) pair names: by file when the socket matches, else by
     /// socket inode.
     fn live_file(&self, file: FileId, sock_ino: u64) -> Option<FileId> {

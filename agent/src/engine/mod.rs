@@ -257,6 +257,12 @@ impl Engine {
                 child_tgid,
             } => self.on_fork(*ts_ns, parent, *child_tgid),
             Input::Exit { ts_ns, tgid } => self.on_exit(*ts_ns, *tgid, out),
+            Input::FdReceived {
+                ts_ns,
+                proc,
+                file,
+                sock_ino,
+            } => self.on_fd_received(*ts_ns, proc, *file, *sock_ino),
             Input::Scan(snapshot) => self.on_scan(snapshot, out),
             _ => unreachable!("apply_into routes path operations elsewhere"),
         }
@@ -364,10 +370,12 @@ impl Engine {
         }
     }
 
-    /// The owner a verdict names as victim: the kernel's owner, else the binder while it holds
-    /// the socket, else the lowest owner tgid, else the binder.
+    /// The owner a verdict names as victim: the kernel's owner (unless it has exited while
+    /// others hold the socket: a fork or hand-over outlived it), else the binder while it
+    /// holds the socket, else the lowest owner tgid, else the binder.
     fn victim(&self, s: &SocketState, kernel_owner: Option<u32>) -> Proc {
-        if let Some(t) = kernel_owner {
+        let outlived = |t: &u32| self.owners.is_exited(*t) && !self.owners.of(&s.file).is_empty();
+        if let Some(t) = kernel_owner.filter(|t| !outlived(t)) {
             if t == s.binder.tgid {
                 return s.binder.clone();
             }

@@ -142,6 +142,13 @@ pub enum Input {
         ts_ns: u64,
         tgid: u32,
     },
+    /// A bound socket's descriptor received by SCM_RIGHTS: the receiver holds it now.
+    FdReceived {
+        ts_ns: u64,
+        proc: Proc,
+        file: FileId,
+        sock_ino: u64,
+    },
     /// Reconciliation: the kernel's current view.
     Scan(ScanSnapshot),
     /// Time passed (the live pipeline's drain timer, on the kernel's boot clock): decides the
@@ -163,7 +170,8 @@ impl Input {
             | Input::Connect { ts_ns, .. }
             | Input::Fork { ts_ns, .. }
             | Input::Exit { ts_ns, .. }
-            | Input::Tick { ts_ns } => *ts_ns,
+            | Input::Tick { ts_ns }
+            | Input::FdReceived { ts_ns, .. } => *ts_ns,
             Input::Scan(s) => s.ts_ns,
         }
     }

@@ -92,6 +92,7 @@ pub struct HistoryEntry {
 pub enum HistoryEvent {
     Bound,
     Listen,
+    FdReceived,
     Forked,
     OwnerUnlink,
     /// One of several names of the file was removed (S20).

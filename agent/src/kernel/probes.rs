@@ -35,6 +35,11 @@ impl Missed for Hook {
                 "process exits and the releases they cause are seen by sweeps only, up to one \
                  scan interval late"
             }
+            Hook::Receive => {
+                "listener hand-overs (SCM_RIGHTS) are learned at the next sweep: until then the \
+                 sender's exit reports the receiver's socket file stale, and an unlink names the \
+                 sender as victim"
+            }
         }
     }
 }
@@ -299,6 +304,30 @@ pub const PROBES: &[HookSpec] = &[
         ],
     },
     HookSpec {
+        hook: Hook::Receive,
+        tiers: &[
+            tier(
+                Tier::Fentry,
+                &[p("receive_fexit", fexit("security_file_receive"))],
+            ),
+            tier(
+                Tier::Lsm,
+                &[p(
+                    "receive_lsm",
+                    Attach::Lsm {
+                        hook: "file_receive",
+                    },
+                )],
+            ),
+            tier(
+                Tier::Kprobe,
+                &[p("receive_kprobe", kprobe("security_file_receive"))],
+            ),
+            // No tracepoint sees a receipt: the sweeps stand in.
+            tier(Tier::Tracepoint, BY_SWEEPS),
+        ],
+    },
+    HookSpec {
         hook: Hook::Fork,
         tiers: &[tier(
             Tier::TpBtf,
@@ -325,6 +354,10 @@ pub const PROBES: &[HookSpec] = &[
         )],
     },
 ];
+
+/// The tier of a hook whose observations the sweeps make instead of a program: nothing to
+/// load, the owner sets learn from each sweep's `/proc/PID/fd` scan.
+const BY_SWEEPS: &[ProgramSpec] = &[];
 
 /// Which tiers `run` may attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -395,9 +428,11 @@ mod tests {
         for h in PROBES.iter().filter(|h| !is_process_hook(h.hook)) {
             let last = h.tiers.last().map(|t| t.tier);
             assert_eq!(last, Some(Tier::Tracepoint), "{:?}", h.hook);
+            // Every tier loads a required program, but the one the sweeps stand in for.
             assert!(
                 h.tiers
                     .iter()
+                    .filter(|t| !std::ptr::eq(t.programs, BY_SWEEPS))
                     .all(|t| t.programs.iter().any(|p| !p.optional))
             );
         }
@@ -431,5 +466,22 @@ mod tests {
         assert_eq!(tiers(ProbeMode::Tracepoint, Hook::Bind), vec![Tracepoint]);
         assert_eq!(tiers(ProbeMode::Fentry, Hook::Fork), vec![TpBtf]);
         assert_eq!(tiers(ProbeMode::Precise, Hook::Exit), vec![Tracepoint]);
+        assert_eq!(tiers(ProbeMode::Lsm, Hook::Receive), vec![Lsm]);
+        assert_eq!(
+            tiers(ProbeMode::Tracepoint, Hook::Receive),
+            vec![Tracepoint]
+        );
+    }
+
+    #[test]
+    fn only_the_receive_hook_leaves_its_tracepoint_tier_to_the_sweeps() {
+        let swept: Vec<Hook> = PROBES
+            .iter()
+            .filter(|h| h.tiers.iter().any(|t| t.programs.is_empty()))
+            .map(|h| h.hook)
+            .collect();
+        assert_eq!(swept, vec![Hook::Receive]);
+        let tp = spec(Hook::Receive).tiers.last().expect("a tracepoint tier");
+        assert_eq!((tp.tier, tp.programs.len()), (Tier::Tracepoint, 0));
     }
 }

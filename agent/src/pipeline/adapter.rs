@@ -68,6 +68,12 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
             ts_ns,
             tgid: ev.tgid,
         },
+        EventKind::Receive => Input::FdReceived {
+            ts_ns,
+            proc,
+            file,
+            sock_ino: ev.sock_ino,
+        },
     })
 }
 
@@ -269,6 +275,28 @@ mod tests {
             panic!("connect")
         };
         assert_eq!((target, target_bound), (None, None));
+    }
+
+    #[test]
+    fn a_received_socket_names_the_receiver_and_the_socket() {
+        let Some(Input::FdReceived {
+            ts_ns,
+            proc,
+            file,
+            sock_ino,
+        }) = input(&ev(EventKind::Receive))
+        else {
+            panic!("fd received")
+        };
+        assert_eq!((ts_ns, proc.tgid, proc.pid, sock_ino), (10, 412, 413, 99));
+        assert_eq!(proc.comm, "multus");
+        assert_eq!(
+            file,
+            FileId {
+                dev: 0x801,
+                ino: 1 << 40
+            }
+        );
     }
 
     #[test]

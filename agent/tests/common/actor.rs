@@ -176,12 +176,143 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
                 .map(|_| String::new())
         }
         ["exec-sleep", _] => Ok(String::new()),
+        // fd-inbox NAME: a datagram socket bound to the abstract address @NAME, to receive
+        // descriptors on; replies its handle.
+        ["fd-inbox", name] => {
+            let inbox = UnixDatagram::bind_addr(&abstract_addr(name)?)?;
+            held.push(Some(inbox.into()));
+            Ok((held.len() - 1).to_string())
+        }
+        // send-fd NAME H: sends descriptor H by SCM_RIGHTS to the inbox @NAME.
+        ["send-fd", name, h] => {
+            let fd = held[h.parse::<usize>().expect("handle")]
+                .as_ref()
+                .expect("open")
+                .as_raw_fd();
+            let out = UnixDatagram::unbound()?;
+            out.connect_addr(&abstract_addr(name)?)?;
+            send_fd(out.as_raw_fd(), fd).map(|_| String::new())
+        }
+        // recv-fd H: receives one descriptor on inbox H; replies the received one's handle.
+        ["recv-fd", h] => {
+            let inbox = held[h.parse::<usize>().expect("handle")]
+                .as_ref()
+                .expect("open")
+                .as_raw_fd();
+            held.push(Some(recv_fd(inbox)?));
+            Ok((held.len() - 1).to_string())
+        }
+        // spawn-inherit H: socket activation as systemd does it: a child gets descriptor H as
+        // fd 3 and execs `sleep`, which holds it; replies the child's pid.
+        ["spawn-inherit", h] => {
+            let fd = held[h.parse::<usize>().expect("handle")]
+                .as_ref()
+                .expect("open")
+                .as_raw_fd();
+            spawn_inheriting(fd).map(|pid| pid.to_string())
+        }
         ["exit"] => Ok(String::new()),
         other => panic!("actor: unknown command {other:?}"),
     }
 }
 
-/// A running actor process.
+fn abstract_addr(name: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+}
+
+/// Room for one `SCM_RIGHTS` control message carrying one descriptor (u64-aligned).
+#[repr(C, align(8))]
+struct OneFdCmsg([u8; 32]);
+
+fn one_fd_msghdr(iov: &mut libc::iovec, cmsg: &mut OneFdCmsg) -> libc::msghdr {
+    // SAFETY: msghdr is plain old data; all-zero bytes are a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg.0.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
+    msg
+}
+
+fn send_fd(sock: i32, fd: i32) -> std::io::Result<()> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut cmsg = OneFdCmsg([0; 32]);
+    let msg = one_fd_msghdr(&mut iov, &mut cmsg);
+    // SAFETY: `msg` points at `cmsg`, which has room for one header and one int
+    // (CMSG_SPACE(4) <= 32), so the first header and its data are in bounds.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
+    }
+    // SAFETY: `msg` and what it points at (`byte`, `cmsg`) outlive the call.
+    let n = unsafe { libc::sendmsg(sock, &msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn recv_fd(sock: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut cmsg = OneFdCmsg([0; 32]);
+    let mut msg = one_fd_msghdr(&mut iov, &mut cmsg);
+    // SAFETY: `msg` and what it points at outlive the call.
+    if unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled `cmsg` within msg_controllen; a null header means none came.
+    let fd = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
+            return Err(std::io::Error::from_raw_os_error(libc::EBADMSG));
+        }
+        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>())
+    };
+    // SAFETY: the descriptor was just installed for this process and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Forks a child that makes `fd` its descriptor 3 (inheritable), drops the actor's pipes
+/// and execs `sleep 600`; returns the child's pid.
+fn spawn_inheriting(fd: i32) -> std::io::Result<i32> {
+    let (sleep, arg, null) = (cstr("/bin/sleep"), cstr("600"), cstr("/dev/null"));
+    // SAFETY: the actor is single-threaded here; the child calls only async-signal-safe
+    // functions on strings copied before the fork, then execs or exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; every pointer is a NUL-terminated string or the argv's null end.
+        unsafe {
+            let devnull = libc::open(null.as_ptr(), libc::O_RDWR);
+            libc::dup2(devnull, 0);
+            libc::dup2(devnull, 1);
+            libc::dup2(fd, 3);
+            libc::fcntl(3, libc::F_SETFD, 0);
+            let argv = [sleep.as_ptr(), arg.as_ptr(), std::ptr::null()];
+            libc::execv(sleep.as_ptr(), argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(pid)
+}
+
+/// A running actor process./// A running actor process.
 pub struct Actor {
     child: Child,
     stdin: ChildStdin,

@@ -30,6 +30,19 @@ impl Agent {
         Self::spawn(dir, &[&watch, extra].concat(), env)
     }
 
+    /// As [`Agent::start_with_env`], with a sweep every `scan_secs` seconds (0: none).
+    pub fn start_sweeping(
+        dir: &Path,
+        watch: &Path,
+        scan_secs: u64,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
+        let secs = scan_secs.to_string();
+        let sweeps = ["--scan-interval-secs", secs.as_str()];
+        Self::start_with_env(dir, watch, &[&sweeps, extra].concat(), env)
+    }
+
     /// Starts `sockwatch run` with no watch: every path socket on the node is watched.
     pub fn start_node_wide(dir: &Path, extra: &[&str]) -> Agent {
         Self::spawn(dir, extra, &[])

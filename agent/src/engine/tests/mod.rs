@@ -209,6 +209,15 @@ pub fn exit(ts_ns: u64, tgid: u32) -> Input {
     Input::Exit { ts_ns, tgid }
 }
 
+pub fn fd_received(ts_ns: u64, p: &Proc, file: FileId, sock_ino: u64) -> Input {
+    Input::FdReceived {
+        ts_ns,
+        proc: p.clone(),
+        file,
+        sock_ino,
+    }
+}
+
 pub fn scanned(
     sock_ino: u64,
     file: FileId,

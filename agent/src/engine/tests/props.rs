@@ -124,6 +124,7 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         2 => (tgid(), tgid()).prop_map(move |(p, c)| fork(ts, &proc_(p), c)),
         2 => tgid().prop_map(move |t| exit(ts, t)),
         1 => Just(Input::Tick { ts_ns: ts }),
+        1 => (tgid(), file(), sock()).prop_map(move |(t, f, s)| fd_received(ts, &proc_(t), f, s)),
         1 => (prop::collection::vec(scanned_socket, 0..3), any::<bool>()).prop_map(move |(sockets, complete)| {
             Input::Scan(ScanSnapshot {
                 ts_ns: ts,
@@ -145,7 +146,8 @@ fn set_ts(input: &mut Input, ts: u64) {
         | Input::Connect { ts_ns, .. }
         | Input::Fork { ts_ns, .. }
         | Input::Exit { ts_ns, .. }
-        | Input::Tick { ts_ns } => *ts_ns = ts,
+        | Input::Tick { ts_ns }
+        | Input::FdReceived { ts_ns, .. } => *ts_ns = ts,
         Input::Scan(s) => s.ts_ns = ts,
     }
 }

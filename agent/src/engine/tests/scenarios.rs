@@ -507,6 +507,118 @@ fn s6_forked_worker_unlinking_is_quiet() {
     }
 }
 
+/// S7/S16: A binds and listens, hands the listener to B by SCM_RIGHTS, exits.
+fn handed_over_to_b(e: &mut Engine) {
+    quiet(
+        e,
+        &[
+            bind(1000, &a(), fid(F1), 11, P),
+            listen(1001, &a(), fid(F1), 11),
+            fd_received(1500, &b(), fid(F1), 11),
+        ],
+    );
+    assert_eq!(e.owners(fid(F1)), vec![a(), b()]);
+    // The sender's exit leaves the socket live: no stale_socket_file.
+    quiet(e, &[exit(1600, a().tgid)]);
+    assert_eq!(e.owners(fid(F1)), vec![b()]);
+    assert!(
+        e.socket(fid(F1))
+            .is_some_and(crate::engine::SocketState::is_live)
+    );
+}
+
+#[test]
+fn s7_s16_the_receiver_of_a_handed_over_listener_unlinking_is_quiet() {
+    for kernel in [true, false] {
+        let mut e = engine();
+        handed_over_to_b(&mut e);
+        let un = if kernel {
+            unlink_exact(2000, &b(), P, fid(F1), live(b().tgid, 11, true))
+        } else {
+            unlink_path(2000, &b(), P)
+        };
+        quiet(&mut e, &[un, exit(2001, b().tgid)]);
+        assert_eq!(e.stats().quiet.owner_unlink, 1, "kernel tier: {kernel}");
+        assert_eq!(e.stats().verdicts, Default::default());
+    }
+}
+
+#[test]
+fn s16_a_third_process_unlinking_a_handed_over_listener_names_the_receiver() {
+    // The kernel's table names the receiver (receipt hook), or still the exited sender (a
+    // fork's child, or a receipt the kernel did not see); the path-only tier names nobody.
+    for (kernel_owner, (decided_by, fidelity)) in [
+        (Some(b().tgid), KERNEL),
+        (Some(a().tgid), KERNEL),
+        (None, ENGINE),
+    ] {
+        let mut e = engine();
+        handed_over_to_b(&mut e);
+        let un = match kernel_owner {
+            Some(owner) => unlink_exact(2000, &c(), P, fid(F1), live(owner, 11, false)),
+            None => unlink_path(2000, &c(), P),
+        };
+        let sock = (fid(F1), 11, 1000);
+        assert_eq!(
+            e.apply(&un),
+            vec![
+                foreign_unlink(
+                    2000,
+                    (c(), b(), Relation::Other),
+                    P,
+                    sock,
+                    (decided_by, fidelity)
+                ),
+                opened(2000, OrphanCause::Unlinked, b(), Some(c()), P, fid(F1), 11),
+            ],
+            "kernel owner {kernel_owner:?}"
+        );
+    }
+}
+
+#[test]
+fn s16_socket_activation_the_exec_ed_child_is_the_victim() {
+    // systemd style: the parent binds, forks a child that inherits the fd, and exits.
+    let mut e = engine();
+    let w = worker_of_a();
+    quiet(
+        &mut e,
+        &[
+            bind(1000, &a(), fid(F1), 11, P),
+            listen(1001, &a(), fid(F1), 11),
+            fork(1500, &a(), w.tgid),
+            exit(1600, a().tgid),
+        ],
+    );
+    let out = e.apply(&unlink_exact(
+        2000,
+        &c(),
+        P,
+        fid(F1),
+        live(a().tgid, 11, false),
+    ));
+    let Some(Verdict::ForeignUnlink { victim, .. }) = out.first() else {
+        panic!("foreign unlink: {out:?}")
+    };
+    assert_eq!(victim.tgid, w.tgid);
+}
+
+#[test]
+fn a_receipt_of_an_unknown_or_replaced_socket_is_counted_and_ignored() {
+    let mut e = engine();
+    quiet(
+        &mut e,
+        &[
+            fd_received(900, &b(), fid(F2), 22),
+            bind(1000, &a(), fid(F1), 11, P),
+            // An accepted connection shares its listener's file but is another socket.
+            fd_received(1100, &b(), fid(F1), 12),
+        ],
+    );
+    assert_eq!(e.stats().ignored.unknown_socket, 2);
+    assert_eq!(e.owners(fid(F1)), vec![a()]);
+}
+
 #[test]
 fn s8_refusal_by_a_bound_but_not_listening_socket_is_a_counted_connect_error() {
     let mut e = engine();
