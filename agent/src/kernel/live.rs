@@ -47,4 +47,40 @@ impl LiveTable {
         self.names.insert(entry.name_hash, n + 1, 0)?;
         Ok(true)
     }
+
+    /// Removes the entries `gone` picks, with their base names (walks the table: for sweeps,
+    /// never the event path). An entry the kernel replaced since the walk (a new bind of the
+    /// same file) is kept. Returns how many were removed.
+    pub fn prune(
+        &mut self,
+        gone: impl Fn(&FileId, &LiveSock) -> bool,
+    ) -> Result<usize, aya::maps::MapError> {
+        let doomed: Vec<(FileId, LiveSock)> = self
+            .live
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(file, entry)| gone(file, entry))
+            .collect();
+        let mut removed = 0;
+        for (file, entry) in doomed {
+            if self
+                .get(&file)
+                .is_none_or(|now| now.sock_ino != entry.sock_ino)
+            {
+                continue;
+            }
+            self.live.remove(&file)?;
+            self.drop_name(entry.name_hash)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
+        match self.names.get(&hash, 0) {
+            Ok(n) if n > 1 => self.names.insert(hash, n - 1, 0),
+            Ok(_) => self.names.remove(&hash),
+            Err(_) => Ok(()),
+        }
+    }
 }

@@ -25,6 +25,7 @@ pub(super) struct HotCounters {
     events: IntCounterVec,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
+    live_pruned: IntCounterVec,
     verdicts: IntCounterVec,
     withheld: IntCounterVec,
     foreign_unlinks: IntCounterVec,
@@ -51,6 +52,7 @@ impl HotCounters {
             events: counter(registry, &EVENTS),
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
+            live_pruned: counter(registry, &LIVE_PRUNED),
             verdicts: counter(registry, &VERDICTS),
             withheld: counter(registry, &VERDICTS_WITHHELD),
             foreign_unlinks: counter(registry, &FOREIGN_UNLINKS),
@@ -75,6 +77,7 @@ impl HotCounters {
             self.connect_errors.with_label_values(&[errno]);
         }
         self.decode_errors.with_label_values::<&str>(&[]);
+        self.live_pruned.with_label_values::<&str>(&[]);
         self.found_stale_bind_mounts.with_label_values::<&str>(&[]);
         self.found_stale_socket_files.with_label_values::<&str>(&[]);
         for scan in Scan::ALL {
@@ -120,6 +123,14 @@ impl Metrics {
     /// A ring-buffer record that did not decode.
     pub fn decode_error(&self) {
         self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// Kernel live-table entries a sweep removed.
+    pub fn live_pruned(&self, n: usize) {
+        self.hot
+            .live_pruned
+            .with_label_values::<&str>(&[])
+            .inc_by(n as u64);
     }
 
     /// A verdict a missing hook left unconfirmed, not reported.

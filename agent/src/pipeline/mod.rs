@@ -185,7 +185,33 @@ impl Pipeline {
             self.completer.learn_dir(dir, path);
         }
         self.input(&Input::Scan(reconcile::snapshot(report, ts_ns)))?;
+        self.prune_live();
         Ok(seeded)
+    }
+
+    /// Drops the kernel's live entries of sockets the engine now knows closed: a release no
+    /// hook saw (close_range, close-on-exec on the tracepoint tier) would otherwise keep
+    /// answering "bound" for a dead file, hiding its stale connects.
+    fn prune_live(&mut self) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        let engine = &self.engine;
+        let released = |file: &agent_common::FileId, entry: &agent_common::LiveSock| {
+            engine
+                .socket(*file)
+                .is_some_and(|s| !s.is_live() && s.sock_ino == entry.sock_ino)
+        };
+        match live.prune(released) {
+            Ok(0) => {}
+            Ok(n) => {
+                log::info!("sweep: {n} closed sockets removed from the kernel's live table");
+                if let Some((m, _)) = &self.observer {
+                    m.live_pruned(n);
+                }
+            }
+            Err(e) => log::warn!("pruning the kernel's live table: {e}"),
+        }
     }
 
     /// The kernel's live table (None when replaying).
