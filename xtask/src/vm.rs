@@ -31,6 +31,7 @@ const PER_TIER_TESTS: &[&str] = &[
     "late_start",
     "stale_connect",
     "overlay",
+    "patterns",
 ];
 const PER_TIER_MODES: [&str; 4] = ["lsm", "fentry", "kprobe", "tracepoint"];
 /// How long to let the guest power off after its verdict before killing QEMU.
