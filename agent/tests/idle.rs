@@ -52,8 +52,33 @@ fn free_addr() -> SocketAddr {
 }
 
 /// One healthy round: a daemon binds, listens and serves a client; a forked worker unlinks
-/// the socket (S6); the daemon closes. Then a daemon that removes its own file on shutdown (S2).
+/// the socket (S6); the daemon closes. Then a daemon that removes its own file on shutdown
+/// (S2). Then a rolling restart done right (S22): the successor removes the directory and
+/// listens again at once, the predecessor closes without unlinking and exits.
 fn healthy_round(dir: &std::path::Path, round: usize) {
+    serve_and_shut_down(dir, round);
+    roll_over(dir, round);
+}
+
+fn roll_over(dir: &std::path::Path, round: usize) {
+    let run = dir.join(format!("r{round}"));
+    std::fs::create_dir(&run).expect("mkdir");
+    let sock = run.join("daemon.sock");
+    let (dir_s, path) = (run.to_str().expect("utf-8"), sock.to_str().expect("utf-8"));
+    let mut old = Actor::spawn();
+    old.must(&format!("listen-on {path}"));
+    let mut new = Actor::spawn();
+    new.must(&format!("rmtree {dir_s}"));
+    new.must(&format!("mkdir {dir_s}"));
+    let h = new.must(&format!("listen-on {path}"));
+    drop(old);
+    let mut client = Actor::spawn();
+    assert_eq!(client.must(&format!("connect {path}")), "0");
+    new.must(&format!("unlink {path}"));
+    new.must(&format!("close {h}"));
+}
+
+fn serve_and_shut_down(dir: &std::path::Path, round: usize) {
     let sock = dir.join(format!("d{round}.sock"));
     let path = sock.to_str().expect("utf-8");
     let mut daemon = Actor::spawn();
@@ -93,21 +118,31 @@ fn a_node_wide_run_of_healthy_daemons_raises_no_alert() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let metrics = Agent::metrics(addr);
+    let ours = |l: &&Value| {
+        l["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(tmp.path().to_str().expect("utf-8")))
+    };
     let binds = agent
         .lines()
         .iter()
-        .filter(|l| {
-            l["kind"] == "bind"
-                && l["path"]
-                    .as_str()
-                    .is_some_and(|p| p.starts_with(tmp.path().to_str().expect("utf-8")))
-        })
+        .filter(ours)
+        .filter(|l| l["kind"] == "bind")
         .count();
     let verdicts = agent.stop();
     assert_eq!(
         binds,
-        2 * rounds,
+        4 * rounds,
         "the agent saw every bind of the healthy daemons"
+    );
+    let takeovers = verdicts
+        .iter()
+        .filter(ours)
+        .filter(|v| v["verdict"] == "takeover")
+        .count();
+    assert_eq!(
+        takeovers, rounds,
+        "one takeover per rolling restart: {verdicts:#?}"
     );
     let alerts: Vec<&Value> = verdicts.iter().filter(|v| alerting(v)).collect();
     assert!(
