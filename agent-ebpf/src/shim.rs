@@ -103,6 +103,8 @@ shim_values! {
     fn msghdr_name(msg: Ptr) -> Ptr = shim_msghdr_name;
     /// At `sched_process_exit`: was the current task the last of its thread group?
     fn current_group_dead() -> bool = shim_current_group_dead;
+    /// The current task's mount namespace id (`/proc/PID/ns/mnt`), 0 when it has none.
+    fn current_mntns() -> u32 = shim_current_mntns;
 }
 
 unsafe extern "C" {

@@ -3,7 +3,10 @@
 //! Exact tiers see `unix_find_other`'s verdict on the target: a socket bound to the inode the
 //! path resolved to (reported with its file, owner and listening state), or none — which,
 //! with ECONNREFUSED, is the signature of a stale inode (unlinked but pinned, or a dead
-//! listener's file).
+//! listener's file). Where no lookup was seen (the function is inlined, or its result is
+//! unreadable before 5.17) and on the tracepoint tier, the record carries the client's mount
+//! namespace instead, so the agent can resolve the path through any process of that namespace
+//! after the client has exited.
 use core::ffi::c_void;
 
 use agent_common::{Counter, EventKind, Fidelity, Tier, flags};
@@ -133,14 +136,17 @@ fn target_found(sk: u64) {
     if current::is_agent() {
         return;
     }
-    let mut p = Pending::default();
+    let mut p = Pending {
+        flags: flags::TARGET_SEEN,
+        ..Pending::default()
+    };
     if sk != 0 && !is_err_ptr(sk) {
         let sk = sk as *const c_void;
         if let Some(file) = shim::sk_bound_file(sk) {
             p.file = file.id();
             p.sock_ino = file.sock_ino;
             p.nlink = file.nlink;
-            p.flags = flags::TARGET_BOUND;
+            p.flags |= flags::TARGET_BOUND;
             if shim::sk_listening(sk) {
                 p.flags |= flags::LISTENING;
             }
@@ -198,6 +204,7 @@ fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
         ev.pending(&target)
             .ret(ret)
             .flags(extra)
+            .aux(shim::current_mntns())
             .kernel_sun_path(addr);
         ev.submit();
     }
@@ -228,6 +235,7 @@ fn tp_end(ret: i64) {
     if let Some(mut ev) = emit::reserve(EventKind::Connect, Tier::Tracepoint, Fidelity::PathOnly) {
         ev.ret(ret)
             .flags(p.flags)
+            .aux(shim::current_mntns())
             .user_path((p.ptr as *const u8).wrapping_add(SUN_PATH_OFFSET));
         ev.submit();
     }
