@@ -5,9 +5,14 @@
 //! path — its mount namespace, bind mounts included — is `/proc/<tgid>/task/<tid>/root/<path>`
 //! (or `cwd` for a relative path; a thread may have its own, after `unshare`): `stat` there
 //! gives the inode and its link count, and the
-//! kernel's live table says whether a socket is bound to it. A pinned stale inode stays
-//! pinned, so this is reliable for the persistent failure that matters.
+//! kernel's live table says whether a socket is bound to it. A client that has already
+//! exited (an exec probe) is stood in for by any live process of the mount namespace the
+//! kernel recorded ([`MntnsIndex`]): `/proc/<pid>/root/<path>` shows the same mounts. Only
+//! absolute paths resolve that way; a relative one needs the client's own working directory.
+//! A pinned stale inode stays pinned, so this is reliable for the persistent failure that
+//! matters.
 use std::{
+    fs::Metadata,
     os::unix::fs::{FileTypeExt, MetadataExt},
     path::PathBuf,
 };
@@ -16,7 +21,7 @@ use agent_common::{EventKind, FileId, LiveSock, flags};
 
 use crate::{
     attribution::Attributor,
-    events::{EventLine, KernelEvent, dirs::KnownDirs},
+    events::{EventLine, KernelEvent, dirs::KnownDirs, mntns::MntnsIndex},
 };
 
 /// Looks a file up in the kernel's table of live sockets.
@@ -29,6 +34,8 @@ pub struct Completer {
     dirs: KnownDirs,
     /// pid -> container and pod; absent when the events come from a log that carries it.
     attributor: Option<Attributor>,
+    /// Mount namespace -> live processes, to resolve connects of clients already gone.
+    namespaces: MntnsIndex,
 }
 
 impl Completer {
@@ -37,6 +44,7 @@ impl Completer {
         Self {
             dirs: KnownDirs::default(),
             attributor: Some(Attributor::default()),
+            namespaces: MntnsIndex::default(),
         }
     }
 
@@ -47,7 +55,8 @@ impl Completer {
         }
         let mut moved = None;
         if let Some(live) = live {
-            connect_target(&mut ev, live);
+            self.learn_namespace(&ev);
+            connect_target(&mut ev, live, &mut self.namespaces);
             moved = moved_into_place(&ev);
         }
         let workload = self.attributor.as_mut().and_then(|a| {
@@ -61,6 +70,15 @@ impl Completer {
             event: ev,
             workload,
             moved,
+        }
+    }
+}
+
+impl Completer {
+    /// A process that binds or listens is usually a long-lived member of its mount namespace.
+    fn learn_namespace(&mut self, ev: &KernelEvent) {
+        if matches!(ev.kind, EventKind::Bind | EventKind::Listen) {
+            self.namespaces.learn_pid(ev.tgid);
         }
     }
 }
@@ -87,11 +105,11 @@ pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
 }
 
 /// Fills in the target of a refused connect the kernel left unresolved.
-pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
+pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup, namespaces: &mut MntnsIndex) {
     if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
         return;
     }
-    let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)) else {
+    let Some(meta) = target_meta(ev, namespaces) else {
         return;
     };
     if !meta.file_type().is_socket() {
@@ -110,6 +128,29 @@ pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
         ev.sock_ino = l.sock_ino;
         ev.owner = Some(l.owner);
     }
+}
+
+/// What the connect's path names in the client's view, or (the client gone) in the view of
+/// a live process of the client's mount namespace.
+fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Option<Metadata> {
+    let Some(ns) = ev.mntns else {
+        return std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok();
+    };
+    // The client's own view only while its pid still names a process of that namespace.
+    namespaces.learn_pid(ev.tgid);
+    let members = namespaces.members(ns, ev.ts_ns);
+    if members.contains(&ev.tgid)
+        && let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path))
+    {
+        return Some(meta);
+    }
+    if !ev.path.starts_with('/') {
+        return None;
+    }
+    members
+        .iter()
+        .filter(|&&p| p != ev.tgid)
+        .find_map(|&p| std::fs::metadata(client_view(p, p, &ev.path)).ok())
 }
 
 #[cfg(test)]
