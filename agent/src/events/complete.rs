@@ -104,6 +104,14 @@ pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
     ))
 }
 
+/// Where process `tgid` finds the absolute `path`: through its root.
+fn process_view(tgid: u32, path: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/proc/{tgid}/root/{}",
+        path.trim_start_matches('/')
+    ))
+}
+
 /// Fills in the target of a refused connect the kernel left unresolved.
 pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup, namespaces: &mut MntnsIndex) {
     if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
@@ -136,21 +144,20 @@ fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Option<Metadata
     let Some(ns) = ev.mntns else {
         return std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok();
     };
-    // The client's own view only while its pid still names a process of that namespace.
-    namespaces.learn_pid(ev.tgid);
-    let members = namespaces.members(ns, ev.ts_ns);
-    if members.contains(&ev.tgid)
+    // The client's own view only while its thread is still in that namespace (pid reuse).
+    if namespaces.thread_in(ns, ev.tgid, ev.pid)
         && let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path))
     {
+        namespaces.learn_pid(ev.tgid);
         return Some(meta);
     }
     if !ev.path.starts_with('/') {
         return None;
     }
-    members
-        .iter()
-        .filter(|&&p| p != ev.tgid)
-        .find_map(|&p| std::fs::metadata(client_view(p, p, &ev.path)).ok())
+    namespaces
+        .members(ns, ev.ts_ns)
+        .into_iter()
+        .find_map(|p| std::fs::metadata(process_view(p, &ev.path)).ok())
 }
 
 #[cfg(test)]

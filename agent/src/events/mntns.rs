@@ -123,9 +123,19 @@ impl MntnsIndex {
         }
     }
 
+    /// Is thread `tid` of `tgid` still in `mntns`? A thread may have its own namespace
+    /// (after `unshare`), so the thread's link is read, not the process's.
+    pub fn thread_in(&self, mntns: u32, tgid: u32, tid: u32) -> bool {
+        self.ns_at(format!("{tgid}/task/{tid}")) == Some(mntns)
+    }
+
     /// The mount namespace `/proc/PID/ns/mnt` names, if the process is there.
     fn ns_of(&self, tgid: u32) -> Option<u32> {
-        let id = procfs::ns_id(&self.proc_root, tgid, "mnt").ok()??;
+        self.ns_at(tgid)
+    }
+
+    fn ns_at(&self, pid: impl std::fmt::Display) -> Option<u32> {
+        let id = procfs::ns_id(&self.proc_root, pid, "mnt").ok()??;
         u32::try_from(id).ok()
     }
 }
@@ -162,6 +172,15 @@ mod tests {
         idx.order.clear();
         assert!(idx.members(ns, 5 + RESCAN_EVERY_NS - 1).is_empty());
         assert!(!idx.members(ns, 5 + RESCAN_EVERY_NS).is_empty());
+    }
+
+    #[test]
+    fn a_thread_is_checked_by_its_own_link() {
+        let (ns, me) = (own_ns(), std::process::id());
+        let idx = MntnsIndex::default();
+        assert!(idx.thread_in(ns, me, me));
+        assert!(!idx.thread_in(ns.wrapping_add(1), me, me));
+        assert!(!idx.thread_in(ns, me, u32::MAX));
     }
 
     #[test]
