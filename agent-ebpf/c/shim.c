@@ -418,6 +418,12 @@ __u32 shim_current_mntns(void)
 	return BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
 }
 
+// The inode a resolved `struct path` names (kern_path's result); -1 without one.
+int shim_path_file(struct path *path, struct sw_file *out)
+{
+	return path ? sw_inode_file(BPF_CORE_READ(path, dentry, d_inode), out) : -1;
+}
+
 // ---- arguments of hooked functions --------------------------------------------------------
 
 struct dentry *shim_renamedata_target(struct renamedata *rd)
