@@ -162,7 +162,10 @@ fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Option<Metadata
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::scan::procfs;
 
     #[test]
     fn client_view_follows_root_or_cwd() {
@@ -174,5 +177,40 @@ mod tests {
             client_view(7, 7, "x.sock"),
             PathBuf::from("/proc/7/task/7/cwd/x.sock")
         );
+    }
+
+    /// A refused connect by a client that is gone (pid `u32::MAX` never exists).
+    fn refused_by_gone_client(path: &str, mntns: u32) -> KernelEvent {
+        serde_json::from_value(serde_json::json!({
+            "kind": "connect", "tier": "tracepoint", "fidelity": "path_only", "ts_ns": 1,
+            "tgid": u32::MAX, "pid": u32::MAX, "comm": "probe", "cgroup_id": 0, "dev": 0,
+            "ino": 0, "sock_ino": 0, "nlink": 0, "path": path, "ret": -111, "mntns": mntns,
+        }))
+        .expect("a KernelEvent")
+    }
+
+    #[test]
+    fn a_gone_clients_target_is_found_through_its_mount_namespace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("dead.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        drop(listener); // the file stays, nothing bound: a dead listener's file
+        let meta = std::fs::metadata(&path).expect("stat");
+        let mut namespaces = MntnsIndex::default();
+        let ns = procfs::ns_id(Path::new("/proc"), std::process::id(), "mnt")
+            .expect("own namespace")
+            .expect("a mount namespace") as u32;
+        let path = path.to_str().expect("utf-8");
+
+        let mut ev = refused_by_gone_client(path, ns);
+        connect_target(&mut ev, &|_| None, &mut namespaces);
+        assert_eq!((ev.dev, ev.ino, ev.nlink), (meta.dev(), meta.ino(), 1));
+        assert!(ev.flags.resolved_in_userspace && !ev.flags.target_bound);
+
+        // Without a namespace, only the (gone) client's own view would do.
+        let mut ev = refused_by_gone_client(path, ns);
+        ev.mntns = None;
+        connect_target(&mut ev, &|_| None, &mut namespaces);
+        assert_eq!(ev.ino, 0);
     }
 }
