@@ -25,8 +25,10 @@ named_enum! {
         Unlink = 3 => "unlink",
         /// A rename displaced a socket file. `file` = displaced inode, `path` = target.
         Rename = 4 => "rename",
-        /// A connect (or sendto) by path failed. `ret` = -errno, `path`; exact tiers add the
-        /// target's `file`, `sock_ino`, `nlink` and `TARGET_BOUND`/`LISTENING` flags.
+        /// A connect (or sendto) by path failed. `ret` = -errno, `path`, `aux` = the client's
+        /// mount namespace id (0 when unknown); where the kernel saw the target's lookup
+        /// (`TARGET_SEEN`) it adds the target's `file`, `sock_ino`, `nlink` and
+        /// `TARGET_BOUND`/`LISTENING` flags.
         Connect = 5 => "connect",
         /// A bound socket was released (its last reference closed). `file`, `sock_ino`.
         Release = 6 => "release",
@@ -76,6 +78,9 @@ pub mod flags {
     pub const RESULT_UNKNOWN: u16 = 1 << 8;
     /// Rename: `RENAME_EXCHANGE` — the target was swapped, not removed.
     pub const EXCHANGE: u16 = 1 << 9;
+    /// Connect: the kernel saw the lookup of the target, so `TARGET_BOUND` is its answer
+    /// (unset where that lookup is inlined or unreadable: the agent resolves the path).
+    pub const TARGET_SEEN: u16 = 1 << 10;
 }
 
 /// One record in the ring buffer. Fixed size, so the kernel side reserves it in one step.
@@ -111,7 +116,8 @@ pub struct Event {
     pub nlink: u32,
     /// Owner of the live socket concerned (unlink, rename, connect target).
     pub owner: Owner,
-    /// Kind-specific: listen backlog, fork child tgid.
+    /// Kind-specific: listen backlog, fork child tgid, connect client's mount namespace id
+    /// (`task->nsproxy->mnt_ns->ns.inum`, as `/proc/PID/ns/mnt` names it).
     pub aux: u32,
     /// Bytes of `path` in use.
     pub path_len: u16,

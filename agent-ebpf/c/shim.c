@@ -418,6 +418,21 @@ int shim_current_group_dead(void)
 	return BPF_CORE_READ(task, signal, live.counter) == 0;
 }
 
+// The current task's mount namespace id (the inode number `/proc/PID/ns/mnt` names): lets
+// the agent resolve a refused connect's path through another process of that namespace
+// after a short-lived client has exited. 0 when the task has no namespaces left.
+__u32 shim_current_mntns(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
+}
+
+// The inode a resolved `struct path` names (kern_path's result); -1 without one.
+int shim_path_file(struct path *path, struct sw_file *out)
+{
+	return path ? sw_inode_file(BPF_CORE_READ(path, dentry, d_inode), out) : -1;
+}
+
 // ---- arguments of hooked functions --------------------------------------------------------
 
 struct dentry *shim_renamedata_target(struct renamedata *rd)

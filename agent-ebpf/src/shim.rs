@@ -105,11 +105,14 @@ shim_values! {
     fn msghdr_name(msg: Ptr) -> Ptr = shim_msghdr_name;
     /// At `sched_process_exit`: was the current task the last of its thread group?
     fn current_group_dead() -> bool = shim_current_group_dead;
+    /// The current task's mount namespace id (`/proc/PID/ns/mnt`), 0 when it has none.
+    fn current_mntns() -> u32 = shim_current_mntns;
 }
 
 unsafe extern "C" {
     fn shim_sk_bound_file(sk: Sock, out: *mut File) -> i32;
     fn shim_dentry_file(d: Dentry, out: *mut File) -> i32;
+    fn shim_path_file(path: Ptr, out: *mut File) -> i32;
     fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
     fn shim_sk_path(sk: Sock, buf: *mut u8) -> i32;
     fn shim_dentry_name(d: Dentry, buf: *mut u8) -> i32;
@@ -147,6 +150,13 @@ pub fn sk_bound_file(sk: Sock) -> Option<File> {
 pub fn dentry_file(d: Dentry) -> Option<File> {
     // SAFETY: as in `sk_bound_file`.
     filled(|out| unsafe { shim_dentry_file(d, out) })
+}
+
+/// The inode a resolved `struct path` names.
+#[inline(always)]
+pub fn path_file(path: Ptr) -> Option<File> {
+    // SAFETY: as in `sk_bound_file`.
+    filled(|out| unsafe { shim_path_file(path, out) })
 }
 
 /// Identity of the directory a relative path starts from: `dirfd`, or the working directory

@@ -3,7 +3,11 @@
 //! Exact tiers see `unix_find_other`'s verdict on the target: a socket bound to the inode the
 //! path resolved to (reported with its file, owner and listening state), or none — which,
 //! with ECONNREFUSED, is the signature of a stale inode (unlinked but pinned, or a dead
-//! listener's file).
+//! listener's file). On the fentry tier `kern_path`'s result names the inode the path
+//! resolved to, bound or not, also where `unix_find_other` is inlined (6.12) or its result
+//! unreadable (before 5.17). Every refused connect carries the client's mount namespace, so
+//! where the kernel named no inode (kprobe and tracepoint tiers) the agent resolves the path
+//! through any process of that namespace, after the client has exited too.
 use core::ffi::c_void;
 
 use agent_common::{Counter, EventKind, Fidelity, Tier, flags};
@@ -29,7 +33,22 @@ const SOCK_DGRAM: i32 = 2;
 #[fexit(function = "unix_find_other")]
 pub fn conn_tgt_fexit(ctx: FExitContext) -> i32 {
     if let Ok(sk) = ctx.ret::<u64>() {
-        target_found(sk);
+        target_found(sk, ctx.arg(1));
+    }
+    0
+}
+
+/// fentry tier: the path lookup inside the target lookup. `unix_find_bsd` (inlined on every
+/// kernel checked, 5.10 to 6.18) resolves `sun_path` with `kern_path`, whose result names
+/// the inode a connect reached, bound or not, even where `unix_find_other` is inlined too.
+/// `kern_path` has few other callers (mounts, block device lookups), none on a hot path; a
+/// socket inode alone is kept, and only the connect whose `sun_path` it was takes it.
+#[fexit(function = "kern_path")]
+pub fn conn_path_fexit(ctx: FExitContext) -> i32 {
+    // kern_path(name, flags, path): the int result follows the three arguments.
+    let ret: i32 = ctx.arg(3);
+    if ret == 0 {
+        path_resolved(ctx.arg(0), ctx.arg(2));
     }
     0
 }
@@ -68,7 +87,7 @@ pub fn conn_sendmsg_fexit(ctx: FExitContext) -> i32 {
 
 #[kretprobe(function = "unix_find_other")]
 pub fn conn_tgt_kret(ctx: RetProbeContext) -> u32 {
-    target_found(ctx.ret::<u64>());
+    target_found(ctx.ret::<u64>(), 0);
     0
 }
 
@@ -127,20 +146,55 @@ pub fn sendto_tp_exit(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Keeps what the lookup found for the connect's exit to report.
+/// A socket inode `kern_path` resolved `name` to: kept for the connect whose `sun_path`
+/// that is, with what the live table knows of it (the lookup's own answer, where it is
+/// seen, replaces that).
 #[inline(always)]
-fn target_found(sk: u64) {
+fn path_resolved(name: u64, path: *const c_void) {
+    let Some(file) = shim::path_file(path) else {
+        return;
+    };
+    if !shim::is_sock_mode(file.mode) || current::is_agent() {
+        return;
+    }
+    let mut p = Pending {
+        ptr: name,
+        file: file.id(),
+        nlink: file.nlink,
+        ..Pending::default()
+    };
+    if let Some(l) = live::lookup(&p.file) {
+        p.owner = l.owner;
+        p.sock_ino = l.sock_ino;
+        p.flags = flags::TARGET_BOUND | (l.flags & flags::LISTENING);
+    }
+    pending::stash(Slot::ConnectTarget, &p);
+}
+
+/// Keeps what the lookup of `sunaddr` found for the connect's exit to report; with no socket
+/// bound, the inode its path resolved to (if `kern_path` was seen) stays named.
+#[inline(always)]
+fn target_found(sk: u64, sunaddr: u64) {
     if current::is_agent() {
         return;
     }
-    let mut p = Pending::default();
+    let resolved = pending::take(Slot::ConnectTarget, false)
+        .filter(|r| sunaddr != 0 && r.ptr == sunaddr + SUN_PATH_OFFSET as u64);
+    let mut p = Pending {
+        flags: flags::TARGET_SEEN,
+        ..Pending::default()
+    };
+    if let Some(r) = resolved {
+        p.file = r.file;
+        p.nlink = r.nlink;
+    }
     if sk != 0 && !is_err_ptr(sk) {
         let sk = sk as *const c_void;
         if let Some(file) = shim::sk_bound_file(sk) {
             p.file = file.id();
             p.sock_ino = file.sock_ino;
             p.nlink = file.nlink;
-            p.flags = flags::TARGET_BOUND;
+            p.flags |= flags::TARGET_BOUND;
             if shim::sk_listening(sk) {
                 p.flags |= flags::LISTENING;
             }
@@ -182,7 +236,10 @@ fn kprobe_finished(ret: i64) {
 /// The end of a connect or sendto in kernel context (`addr` is the kernel copy).
 #[inline(always)]
 fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
-    let target = pending::take(Slot::ConnectTarget, false);
+    // A path `kern_path` resolved for another caller is not this connect's target.
+    let sun_path = addr.wrapping_add(SUN_PATH_OFFSET) as u64;
+    let target =
+        pending::take(Slot::ConnectTarget, false).filter(|t| t.ptr == 0 || t.ptr == sun_path);
     if current::is_agent() || !sockaddr::is_kernel_unix_path(addr) {
         return;
     }
@@ -198,6 +255,7 @@ fn finished(addr: *const u8, ret: i64, extra: u16, tier: Tier) {
         ev.pending(&target)
             .ret(ret)
             .flags(extra)
+            .aux(shim::current_mntns())
             .kernel_sun_path(addr);
         ev.submit();
     }
@@ -228,6 +286,7 @@ fn tp_end(ret: i64) {
     if let Some(mut ev) = emit::reserve(EventKind::Connect, Tier::Tracepoint, Fidelity::PathOnly) {
         ev.ret(ret)
             .flags(p.flags)
+            .aux(shim::current_mntns())
             .user_path((p.ptr as *const u8).wrapping_add(SUN_PATH_OFFSET));
         ev.submit();
     }

@@ -61,6 +61,11 @@ impl Engine {
                 self.release(f, ts_ns, None, CloseReason::Released, out);
                 DecidedBy::Kernel
             }
+            // Nothing bound, but no inode to name: not even known to be a socket file.
+            (Some(false), None) if file.is_none() => {
+                self.counters.ignored.connect_undecided += 1;
+                return;
+            }
             (Some(false), _) => DecidedBy::Kernel,
             (None, Some((_, false))) => DecidedBy::Engine,
             (None, None) => {
@@ -107,5 +112,74 @@ impl Engine {
                 s.add_alias(path);
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{
+        StaleKind, Verdict,
+        model::Input,
+        tests::{P, a, b, c, engine, fid, listen, release, unlink_path},
+    };
+
+    /// A refusal the kernel saw as unbound, as a client whose target could not be resolved
+    /// (exited before the agent looked, no member of its namespace left) reports it.
+    fn refused_unresolved(ts_ns: u64, path: &str) -> Input {
+        Input::Connect {
+            ts_ns,
+            proc: c(),
+            path: path.into(),
+            errno: 111,
+            target: None,
+            target_nlink: None,
+            target_bound: Some(false),
+            target_listening: None,
+        }
+    }
+
+    #[test]
+    fn a_refusal_with_no_inode_to_name_is_undecided_not_a_dead_listener() {
+        let mut e = engine();
+        assert!(
+            e.apply(&refused_unresolved(5, "/elsewhere/view.sock"))
+                .is_empty()
+        );
+        assert_eq!(e.stats().ignored.connect_undecided, 1);
+    }
+
+    #[test]
+    fn a_resolved_pinned_inode_names_its_binder_and_remover() {
+        let mut e = engine();
+        e.apply(&super::super::tests::bind(1, &a(), fid(1), 11, P));
+        e.apply(&listen(2, &a(), fid(1), 11));
+        e.apply(&unlink_path(3, &b(), P));
+        e.apply(&release(4, &a(), fid(1), 11));
+        let out = e.apply(&super::super::tests::connect_seen(
+            5,
+            &c(),
+            "/elsewhere/view.sock",
+            111,
+            fid(1),
+            (0, false, false),
+        ));
+        let stale = out
+            .iter()
+            .find(|v| matches!(v, Verdict::StaleConnect { .. }))
+            .expect("a stale connect");
+        let Verdict::StaleConnect {
+            kind,
+            file,
+            binder,
+            removed_by,
+            ..
+        } = stale
+        else {
+            unreachable!()
+        };
+        assert_eq!(*kind, StaleKind::UnlinkedPinned);
+        assert_eq!(*file, Some(fid(1)));
+        assert_eq!(binder.as_ref().map(|p| p.tgid), Some(a().tgid));
+        assert_eq!(removed_by.as_ref().map(|p| p.tgid), Some(b().tgid));
     }
 }

@@ -5,9 +5,14 @@
 //! path — its mount namespace, bind mounts included — is `/proc/<tgid>/task/<tid>/root/<path>`
 //! (or `cwd` for a relative path; a thread may have its own, after `unshare`): `stat` there
 //! gives the inode and its link count, and the
-//! kernel's live table says whether a socket is bound to it. A pinned stale inode stays
-//! pinned, so this is reliable for the persistent failure that matters.
+//! kernel's live table says whether a socket is bound to it. A client that has already
+//! exited (an exec probe) is stood in for by any live process of the mount namespace the
+//! kernel recorded ([`MntnsIndex`]): `/proc/<pid>/root/<path>` shows the same mounts. Only
+//! absolute paths resolve that way; a relative one needs the client's own working directory.
+//! A pinned stale inode stays pinned, so this is reliable for the persistent failure that
+//! matters.
 use std::{
+    fs::Metadata,
     os::unix::fs::{FileTypeExt, MetadataExt},
     path::PathBuf,
 };
@@ -16,7 +21,7 @@ use agent_common::{EventKind, FileId, LiveSock, flags};
 
 use crate::{
     attribution::Attributor,
-    events::{EventLine, KernelEvent, dirs::KnownDirs},
+    events::{EventLine, KernelEvent, dirs::KnownDirs, mntns::MntnsIndex},
 };
 
 /// Looks a file up in the kernel's table of live sockets.
@@ -29,6 +34,8 @@ pub struct Completer {
     dirs: KnownDirs,
     /// pid -> container and pod; absent when the events come from a log that carries it.
     attributor: Option<Attributor>,
+    /// Mount namespace -> live processes, to resolve connects of clients already gone.
+    namespaces: MntnsIndex,
 }
 
 impl Completer {
@@ -37,6 +44,7 @@ impl Completer {
         Self {
             dirs: KnownDirs::default(),
             attributor: Some(Attributor::default()),
+            namespaces: MntnsIndex::default(),
         }
     }
 
@@ -52,7 +60,8 @@ impl Completer {
         }
         let mut moved = None;
         if let Some(live) = live {
-            connect_target(&mut ev, live);
+            self.learn_namespace(&ev);
+            connect_target(&mut ev, live, &mut self.namespaces);
             moved = moved_into_place(&ev);
         }
         let workload = self.attributor.as_mut().and_then(|a| {
@@ -66,6 +75,15 @@ impl Completer {
             event: ev,
             workload,
             moved,
+        }
+    }
+}
+
+impl Completer {
+    /// A process that binds or listens is usually a long-lived member of its mount namespace.
+    fn learn_namespace(&mut self, ev: &KernelEvent) {
+        if matches!(ev.kind, EventKind::Bind | EventKind::Listen) {
+            self.namespaces.learn_pid(ev.tgid);
         }
     }
 }
@@ -91,12 +109,20 @@ pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
     ))
 }
 
+/// Where process `tgid` finds the absolute `path`: through its root.
+fn process_view(tgid: u32, path: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/proc/{tgid}/root/{}",
+        path.trim_start_matches('/')
+    ))
+}
+
 /// Fills in the target of a refused connect the kernel left unresolved.
-pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
+pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup, namespaces: &mut MntnsIndex) {
     if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
         return;
     }
-    let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)) else {
+    let Some(meta) = target_meta(ev, namespaces) else {
         return;
     };
     if !meta.file_type().is_socket() {
@@ -117,9 +143,34 @@ pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup) {
     }
 }
 
+/// What the connect's path names in the client's view, or (the client gone) in the view of
+/// a live process of the client's mount namespace.
+fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Option<Metadata> {
+    let Some(ns) = ev.mntns else {
+        return std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok();
+    };
+    // The client's own view only while its thread is still in that namespace (pid reuse).
+    if namespaces.thread_in(ns, ev.tgid, ev.pid)
+        && let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path))
+    {
+        namespaces.learn_pid(ev.tgid);
+        return Some(meta);
+    }
+    if !ev.path.starts_with('/') {
+        return None;
+    }
+    namespaces
+        .members(ns, ev.ts_ns)
+        .into_iter()
+        .find_map(|p| std::fs::metadata(process_view(p, &ev.path)).ok())
+}
+
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::scan::procfs;
 
     #[test]
     fn client_view_follows_root_or_cwd() {
@@ -131,5 +182,40 @@ mod tests {
             client_view(7, 7, "x.sock"),
             PathBuf::from("/proc/7/task/7/cwd/x.sock")
         );
+    }
+
+    /// A refused connect by a client that is gone (pid `u32::MAX` never exists).
+    fn refused_by_gone_client(path: &str, mntns: u32) -> KernelEvent {
+        serde_json::from_value(serde_json::json!({
+            "kind": "connect", "tier": "tracepoint", "fidelity": "path_only", "ts_ns": 1,
+            "tgid": u32::MAX, "pid": u32::MAX, "comm": "probe", "cgroup_id": 0, "dev": 0,
+            "ino": 0, "sock_ino": 0, "nlink": 0, "path": path, "ret": -111, "mntns": mntns,
+        }))
+        .expect("a KernelEvent")
+    }
+
+    #[test]
+    fn a_gone_clients_target_is_found_through_its_mount_namespace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("dead.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        drop(listener); // the file stays, nothing bound: a dead listener's file
+        let meta = std::fs::metadata(&path).expect("stat");
+        let mut namespaces = MntnsIndex::default();
+        let ns = procfs::ns_id(Path::new("/proc"), std::process::id(), "mnt")
+            .expect("own namespace")
+            .expect("a mount namespace") as u32;
+        let path = path.to_str().expect("utf-8");
+
+        let mut ev = refused_by_gone_client(path, ns);
+        connect_target(&mut ev, &|_| None, &mut namespaces);
+        assert_eq!((ev.dev, ev.ino, ev.nlink), (meta.dev(), meta.ino(), 1));
+        assert!(ev.flags.resolved_in_userspace && !ev.flags.target_bound);
+
+        // Without a namespace, only the (gone) client's own view would do.
+        let mut ev = refused_by_gone_client(path, ns);
+        ev.mntns = None;
+        connect_target(&mut ev, &|_| None, &mut namespaces);
+        assert_eq!(ev.ino, 0);
     }
 }

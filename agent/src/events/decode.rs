@@ -48,6 +48,9 @@ pub struct KernelEvent {
     /// The directory holding the file, or the one a relative path starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<FileId>,
+    /// Connect: the client's mount namespace id, through which the agent resolves the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mntns: Option<u32>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
 }
@@ -76,6 +79,9 @@ pub struct EventFlags {
     pub result_unknown: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub exchange: bool,
+    /// Connect: the kernel saw the target's lookup (`target_bound` is its answer).
+    #[serde(skip_serializing_if = "is_false")]
+    pub target_seen: bool,
     /// The connect target was found by the agent (`stat` in the client's view), not the kernel.
     #[serde(skip_serializing_if = "is_false")]
     pub resolved_in_userspace: bool,
@@ -95,6 +101,7 @@ impl EventFlags {
             path_relative: on(flags::PATH_RELATIVE),
             result_unknown: on(flags::RESULT_UNKNOWN),
             exchange: on(flags::EXCHANGE),
+            target_seen: on(flags::TARGET_SEEN),
             resolved_in_userspace: false,
         }
     }
@@ -137,6 +144,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         backlog: (kind == EventKind::Listen).then_some(raw.aux),
         child_tgid: (kind == EventKind::Fork).then_some(raw.aux),
         dir: (raw.dir.ino != 0).then_some(raw.dir),
+        mntns: (kind == EventKind::Connect && raw.aux != 0).then_some(raw.aux),
         flags: EventFlags::from_bits(raw.flags),
     })
 }
@@ -242,6 +250,22 @@ mod tests {
         raw.kind = EventKind::Fork as u32;
         let ev = decode(&bytes(&raw)).expect("decodes");
         assert_eq!((ev.child_tgid, ev.backlog), (Some(128), None));
+    }
+
+    #[test]
+    fn a_connect_carries_its_mount_namespace_and_whether_the_lookup_was_seen() {
+        let mut raw = fixture();
+        raw.kind = EventKind::Connect as u32;
+        raw.aux = 4_026_532_001;
+        raw.flags = flags::TARGET_SEEN;
+        let ev = decode(&bytes(&raw)).expect("decodes");
+        assert_eq!(ev.mntns, Some(4_026_532_001));
+        assert!(ev.flags.target_seen && !ev.flags.target_bound);
+        raw.aux = 0;
+        assert_eq!(decode(&bytes(&raw)).expect("decodes").mntns, None);
+        raw.kind = EventKind::Bind as u32;
+        raw.aux = 7;
+        assert_eq!(decode(&bytes(&raw)).expect("decodes").mntns, None);
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod complete;
 pub mod decode;
 pub mod dirs;
 pub mod line;
+pub mod mntns;
 
 pub use decode::{DecodeError, EventFlags, KernelEvent, decode};
 pub use line::EventLine;

@@ -272,8 +272,11 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Fentry,
                 &[
-                    // Inlined on some kernels (6.12): then the target is resolved in userspace.
+                    // Inlined on some kernels (6.12): then kern_path's result names the target.
                     optional("conn_tgt_fexit", fexit("unix_find_other")),
+                    // Names the inode a connect's path resolved to (bound or not); without it
+                    // the target is resolved in userspace.
+                    optional("conn_path_fexit", fexit("kern_path")),
                     p("conn_stream_fexit", fexit("unix_stream_connect")),
                     p("conn_dgram_fexit", fexit("unix_dgram_connect")),
                     p("conn_sendmsg_fexit", fexit("unix_dgram_sendmsg")),

@@ -106,7 +106,7 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
 /// target.
 fn connect_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
     let resolved = ev.ino != 0;
-    let known = ev.fidelity == Fidelity::Exact || ev.flags.resolved_in_userspace;
+    let known = ev.flags.target_seen || ev.flags.resolved_in_userspace;
     Input::Connect {
         ts_ns: ev.ts_ns,
         proc,
@@ -156,6 +156,7 @@ mod tests {
             backlog: None,
             child_tgid: None,
             dir: None,
+            mntns: None,
             flags: EventFlags::default(),
         }
     }
@@ -241,6 +242,7 @@ mod tests {
         let mut e = ev(EventKind::Connect);
         e.ret = -111;
         e.nlink = 0;
+        e.flags.target_seen = true;
         let Some(Input::Connect {
             errno,
             target,
@@ -263,8 +265,8 @@ mod tests {
                 ino: 1 << 40
             })
         );
-        // Tracepoint tier, unresolved: nothing known of the target.
-        e.fidelity = Fidelity::PathOnly;
+        // The lookup unseen (inlined, or the tracepoint tier), unresolved: nothing known.
+        e.flags.target_seen = false;
         e.ino = 0;
         let Some(Input::Connect {
             target,

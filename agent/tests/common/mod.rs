@@ -16,7 +16,7 @@ use std::{
 
 use agent_common::{Event, Tier};
 use sockwatch::{
-    events::{KernelEvent, complete},
+    events::{KernelEvent, complete, mntns::MntnsIndex},
     kernel::{
         live::LiveTable,
         loader::{EventReader, LoadOptions, Probes},
@@ -32,6 +32,8 @@ pub struct Loaded {
     pub live: LiveTable,
     /// Drained but not yet expected, in arrival order.
     backlog: Vec<KernelEvent>,
+    /// Where a connect's target is resolved after its client exited, as the agent does.
+    namespaces: MntnsIndex,
 }
 
 /// Every forced mode and the tier it stands for, exact tiers first.
@@ -120,6 +122,7 @@ pub fn load_watching(
         events,
         live,
         backlog: Vec::new(),
+        namespaces: MntnsIndex::default(),
     })
 }
 
@@ -137,10 +140,10 @@ impl Loaded {
     /// Moves what the kernel has delivered into the backlog, completed as the agent's pump
     /// completes it.
     fn fill(&mut self) {
-        let (live, backlog) = (&self.live, &mut self.backlog);
+        let (live, backlog, namespaces) = (&self.live, &mut self.backlog, &mut self.namespaces);
         self.events.drain(|e| {
             let mut e = e.expect("well-formed record");
-            complete::connect_target(&mut e, &|id| live.get(id));
+            complete::connect_target(&mut e, &|id| live.get(id), namespaces);
             backlog.push(e);
         });
     }
