@@ -116,6 +116,7 @@ mod tests {
             owner: None,
             backlog: None,
             child_tgid: None,
+            mntns: None,
             dir: Some(FileId { dev: 5, ino: dir }),
             flags: EventFlags::default(),
         }
