@@ -74,12 +74,7 @@ impl Engine {
             }
         };
         let known = entry.and_then(|(f, _)| self.sockets.get(&f));
-        let kind = match view.nlink {
-            Some(0) => StaleKind::UnlinkedPinned,
-            Some(_) => StaleKind::DeadListener,
-            None if known.is_some_and(|s| !s.is_linked()) => StaleKind::UnlinkedPinned,
-            None => StaleKind::DeadListener,
-        };
+        let kind = stale_kind(view.nlink, known);
         out.push(Verdict::StaleConnect {
             ts_ns,
             kind,
@@ -99,7 +94,20 @@ impl Engine {
             }
         }
     }
+}
 
+/// No links (the kernel's count, else the engine's record of a removal): a bind mount pins an
+/// unlinked file (S3); still linked: a dead daemon's file (S4).
+fn stale_kind(nlink: Option<u32>, known: Option<&super::SocketState>) -> StaleKind {
+    match nlink {
+        Some(0) => StaleKind::UnlinkedPinned,
+        Some(_) => StaleKind::DeadListener,
+        None if known.is_some_and(|s| !s.is_linked()) => StaleKind::UnlinkedPinned,
+        None => StaleKind::DeadListener,
+    }
+}
+
+impl Engine {
     /// A connect that reached a known, linked file by `path`: another view of it (S13),
     /// remembered for path-only lookups.
     fn learn_alias(&mut self, file: FileId, path: &str, ts_ns: u64) {
