@@ -311,3 +311,55 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
     drop((owner, other));
     agent.stop();
 }
+
+/// Without the exit hook, a listener's process exits unseen: the process stays in the kernel's
+/// tracked table (and, on the tracepoint tier, its socket in the live table) until a sweep
+/// finds it gone and prunes each entry, once, counted per table.
+#[test]
+fn sweeps_prune_what_an_unseen_exit_left_in_the_kernel_tables() {
+    if !root("sweeps_prune_what_an_unseen_exit_left_in_the_kernel_tables") {
+        return;
+    }
+    let (dir, watch) = watched_tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start_with_env(
+        dir.path(),
+        &watch,
+        &["--listen", &listen, "--scan-interval-secs", "1"],
+        &[(REFUSE, "exit")],
+    );
+    let sock = watch.join("gone.sock");
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", sock.display()));
+    let pruned = |table: &str| {
+        value(
+            &Agent::metrics(addr),
+            &format!(r#"sockwatch_kernel_pruned_total{{table="{table}"}}"#),
+        )
+    };
+    assert_eq!((pruned("live"), pruned("tracked")), (Some(0.0), Some(0.0)));
+    // The precise tiers' release hook (`unix_release`) sees the exit's close and empties the
+    // live entry itself; the tracepoint tier's (`close(2)`) does not.
+    let live_left = if agent.log_text().contains("] attached release: tracepoint") {
+        1.0
+    } else {
+        0.0
+    };
+    let want = (Some(live_left), Some(1.0));
+    drop(a); // exits holding the listener, with no exit hook to see it
+    let deadline = std::time::Instant::now() + common::patience();
+    while (pruned("live"), pruned("tracked")) != want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "live {:?}, tracked {:?}: {}",
+            pruned("live"),
+            pruned("tracked"),
+            agent.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2)); // two more sweeps: nothing more
+    assert_eq!((pruned("live"), pruned("tracked")), want);
+    agent.stop();
+}

@@ -10,6 +10,8 @@ const BPF_NOEXIST: u64 = 1;
 pub struct LiveTable {
     pub(super) live: HashMap<MapData, FileId, LiveSock>,
     pub(super) names: HashMap<MapData, u64, u64>,
+    /// tgid -> 1 for the processes the exit hook releases sockets of.
+    pub(super) tracked: HashMap<MapData, u32, u32>,
 }
 
 impl LiveTable {
@@ -74,6 +76,24 @@ impl LiveTable {
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// Removes the tracked processes `alive` says are gone (their exit was not seen: the
+    /// exit hook missing, or a lost event). Walks the table: for sweeps only.
+    pub fn prune_tracked(
+        &mut self,
+        alive: impl Fn(u32) -> bool,
+    ) -> Result<usize, aya::maps::MapError> {
+        let gone: Vec<u32> = self
+            .tracked
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|tgid| !alive(*tgid))
+            .collect();
+        for tgid in &gone {
+            self.tracked.remove(tgid)?;
+        }
+        Ok(gone.len())
     }
 
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {

@@ -184,8 +184,8 @@ impl Probes {
         Ok(EventReader { ring })
     }
 
-    /// The kernel's live-socket table and its name index, for userspace lookups and
-    /// seeding. Can be taken once.
+    /// The kernel's live-socket table, its name index and the tracked processes, for
+    /// userspace lookups, seeding and the sweeps' pruning. Can be taken once.
     pub fn live_table(&mut self) -> Result<LiveTable, LoadError> {
         let live = self
             .ebpf
@@ -195,9 +195,14 @@ impl Probes {
             .ebpf
             .take_map(maps::LIVE_NAMES)
             .ok_or(LoadError::Map(maps::LIVE_NAMES))?;
+        let tracked = self
+            .ebpf
+            .take_map(maps::TRACKED)
+            .ok_or(LoadError::Map(maps::TRACKED))?;
         Ok(LiveTable {
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
+            tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
         })
     }
 

@@ -20,12 +20,15 @@ const SCAN_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// The kernel maps sweeps prune: `LIVE` and `TRACKED`.
+pub const PRUNED_TABLES: [&str; 2] = ["live", "tracked"];
+
 /// The pushed metrics, registered.
 pub(super) struct HotCounters {
     events: IntCounterVec,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
-    live_pruned: IntCounterVec,
+    kernel_pruned: IntCounterVec,
     verdicts: IntCounterVec,
     withheld: IntCounterVec,
     foreign_unlinks: IntCounterVec,
@@ -52,7 +55,7 @@ impl HotCounters {
             events: counter(registry, &EVENTS),
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
-            live_pruned: counter(registry, &LIVE_PRUNED),
+            kernel_pruned: counter(registry, &KERNEL_PRUNED),
             verdicts: counter(registry, &VERDICTS),
             withheld: counter(registry, &VERDICTS_WITHHELD),
             foreign_unlinks: counter(registry, &FOREIGN_UNLINKS),
@@ -77,7 +80,9 @@ impl HotCounters {
             self.connect_errors.with_label_values(&[errno]);
         }
         self.decode_errors.with_label_values::<&str>(&[]);
-        self.live_pruned.with_label_values::<&str>(&[]);
+        for table in PRUNED_TABLES {
+            self.kernel_pruned.with_label_values(&[table]);
+        }
         self.found_stale_bind_mounts.with_label_values::<&str>(&[]);
         self.found_stale_socket_files.with_label_values::<&str>(&[]);
         for scan in Scan::ALL {
@@ -125,11 +130,11 @@ impl Metrics {
         self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
     }
 
-    /// Kernel live-table entries a sweep removed.
-    pub fn live_pruned(&self, n: usize) {
+    /// Entries a sweep removed from the kernel map `table` (one of [`PRUNED_TABLES`]).
+    pub fn kernel_pruned(&self, table: &str, n: usize) {
         self.hot
-            .live_pruned
-            .with_label_values::<&str>(&[])
+            .kernel_pruned
+            .with_label_values(&[table])
             .inc_by(n as u64);
     }
 

@@ -191,7 +191,8 @@ impl Pipeline {
 
     /// Drops the kernel's live entries of sockets the engine now knows closed: a release no
     /// hook saw (close_range, close-on-exec on the tracepoint tier) would otherwise keep
-    /// answering "bound" for a dead file, hiding its stale connects.
+    /// answering "bound" for a dead file, hiding its stale connects. Also the tracked
+    /// processes that are gone, whose exit no hook saw.
     fn prune_live(&mut self) {
         let Some(live) = &mut self.live else {
             return;
@@ -202,15 +203,21 @@ impl Pipeline {
                 .socket(*file)
                 .is_some_and(|s| !s.is_live() && s.sock_ino == entry.sock_ino)
         };
-        match live.prune(released) {
-            Ok(0) => {}
-            Ok(n) => {
-                log::info!("sweep: {n} closed sockets removed from the kernel's live table");
-                if let Some((m, _)) = &self.observer {
-                    m.live_pruned(n);
+        let pruned = [
+            ("live", live.prune(released)),
+            ("tracked", live.prune_tracked(process_exists)),
+        ];
+        for (table, result) in pruned {
+            match result {
+                Ok(0) => {}
+                Ok(n) => {
+                    log::info!("sweep: {n} stale entries removed from the kernel's {table} table");
+                    if let Some((m, _)) = &self.observer {
+                        m.kernel_pruned(table, n);
+                    }
                 }
+                Err(e) => log::warn!("pruning the kernel's {table} table: {e}"),
             }
-            Err(e) => log::warn!("pruning the kernel's live table: {e}"),
         }
     }
 
@@ -230,6 +237,11 @@ impl Pipeline {
 }
 
 /// A verdict that says a socket is open stands only while its holder still has it.
+/// Is `tgid` a process of this node (its `/proc` entry exists)?
+fn process_exists(tgid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{tgid}")).exists()
+}
+
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
         crate::scan::procfd::holds_socket(
