@@ -45,7 +45,7 @@ fn hand_over(a: &mut Actor, b: &mut Actor, listener: &str, what: &str) -> String
 /// the next unlink.
 #[test]
 fn receipt_program_reports_the_receiver_and_the_socket() {
-    for (mode, tier) in modes() {
+    for (mode, tier) in agent_modes() {
         let test = format!("receipt_{}", tier.name());
         if tier == Tier::Tracepoint {
             eprintln!(
@@ -153,7 +153,7 @@ fn no_stale_file(agent: &Agent, file: (u64, u64), test: &str) {
 /// S7/S16 by SCM_RIGHTS: A's exit is quiet, B's own unlink is quiet.
 #[test]
 fn handover_receiver_unlink_is_quiet() {
-    for (mode, tier) in modes() {
+    for (mode, tier) in agent_modes() {
         let test = format!("handover_quiet_{}", tier.name());
         let tmp = tempdir();
         let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {
@@ -184,7 +184,7 @@ fn handover_receiver_unlink_is_quiet() {
 /// S16 by SCM_RIGHTS: after A's exit, C's unlink is a foreign unlink of B's socket.
 #[test]
 fn handover_third_party_unlink_names_the_receiver() {
-    for (mode, tier) in modes() {
+    for (mode, tier) in agent_modes() {
         let test = format!("handover_foreign_{}", tier.name());
         let tmp = tempdir();
         let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {
@@ -219,7 +219,7 @@ fn handover_third_party_unlink_names_the_receiver() {
 /// the parent exits. Quiet, then a third process's unlink names the child.
 #[test]
 fn socket_activation_child_is_the_owner() {
-    for (mode, tier) in modes() {
+    for (mode, tier) in agent_modes() {
         let test = format!("activation_{}", tier.name());
         let tmp = tempdir();
         let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {

@@ -39,7 +39,7 @@ fn tgid(v: &Value, who: &str) -> u64 {
 /// The modes whose probes this kernel loads (others skip, saying why; a required tier that
 /// does not load fails).
 fn loadable(test: &str) -> Vec<(ProbeMode, Tier)> {
-    modes()
+    agent_modes()
         .into_iter()
         .filter(|(mode, tier)| load(&format!("{test} ({})", mode.name()), *mode, *tier).is_some())
         .collect()

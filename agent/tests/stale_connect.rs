@@ -42,7 +42,7 @@ fn stale_connects(agent: &Agent) -> Vec<Value> {
 
 /// The probe modes to run the agent under: those whose probes load on this kernel.
 fn loadable_modes(test: &str) -> Vec<&'static str> {
-    modes()
+    agent_modes()
         .into_iter()
         .filter(|(mode, tier)| load(&format!("{test}_{}", tier.name()), *mode, *tier).is_some())
         .map(|(mode, _)| mode.name())

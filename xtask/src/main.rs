@@ -57,9 +57,21 @@ struct VmArgs {
     /// busy 2-core host the 6.12 guest took 1030 s for the suite of 2026-11-30.
     #[arg(long, default_value_t = 1800, env = "SOCKWATCH_VM_TIMEOUT")]
     vm_timeout: u64,
+    /// Run the end-to-end tests under every tier on every kernel (~90 minutes for three
+    /// kernels), not the suite's rotation of two or three tiers per kernel.
+    #[arg(long)]
+    all_tiers: bool,
 }
 
 impl VmArgs {
+    fn tiers(&self) -> vm::Tiers {
+        if self.all_tiers {
+            vm::Tiers::All
+        } else {
+            vm::Tiers::Rotation
+        }
+    }
+
     fn series(&self) -> Vec<Series> {
         if self.kernels.is_empty() {
             Series::ALL.to_vec()
@@ -87,10 +99,14 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(true)
         }
         Command::Run { args } => run_agent(args),
-        Command::Test(a) => Ok(suite::run(&a.series(), Duration::from_secs(a.vm_timeout))),
+        Command::Test(a) => Ok(suite::run(
+            &a.series(),
+            a.tiers(),
+            Duration::from_secs(a.vm_timeout),
+        )),
         Command::VmTest(a) => {
             let ready = setup::setup(true, &a.series())?;
-            let outcomes = vm::test(&ready.kernels, Duration::from_secs(a.vm_timeout))?;
+            let outcomes = vm::test(&ready.kernels, a.tiers(), Duration::from_secs(a.vm_timeout))?;
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }
         Command::Bench(a) => bench::run(&a),

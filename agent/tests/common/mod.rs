@@ -44,14 +44,37 @@ const ALL_MODES: [(ProbeMode, Tier); 4] = [
     (ProbeMode::Tracepoint, Tier::Tracepoint),
 ];
 
-/// The modes a scenario runs under. In the VM (emulated, slow) the tracepoint tier is left
-/// to the host, which runs it natively; the VM still runs it for bind in `kernel.rs`.
+/// The modes a probe scenario runs under: every one. In the VM (emulated, slow) the tracepoint
+/// tier is left to the host, which runs it natively; the VM still runs it for bind in
+/// `kernel.rs`.
 pub fn modes() -> Vec<(ProbeMode, Tier)> {
     let in_vm = std::env::var_os("SOCKWATCH_IN_VM").is_some();
     ALL_MODES
         .into_iter()
         .filter(|(_, t)| !(in_vm && *t == Tier::Tracepoint))
         .collect()
+}
+
+/// The modes an end-to-end test of the agent runs under: `SOCKWATCH_TEST_MODES`
+/// (comma-separated; each guest gets its kernel's share of the suite's rotation) when set,
+/// else [`modes`].
+pub fn agent_modes() -> Vec<(ProbeMode, Tier)> {
+    if let Ok(list) = std::env::var("SOCKWATCH_TEST_MODES") {
+        let chosen: Vec<_> = ALL_MODES
+            .into_iter()
+            .filter(|(m, _)| list.split(',').any(|n| n.trim() == m.name()))
+            .collect();
+        let skipped: Vec<&str> = ALL_MODES
+            .iter()
+            .filter(|m| !chosen.contains(m))
+            .map(|(m, _)| m.name())
+            .collect();
+        if !skipped.is_empty() {
+            eprintln!("SKIP modes {skipped:?}: SOCKWATCH_TEST_MODES={list} (this kernel's share)");
+        }
+        return chosen;
+    }
+    modes()
 }
 
 fn required_tiers() -> Vec<String> {
