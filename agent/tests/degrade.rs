@@ -35,17 +35,6 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
     sockwatch_bench::prom::Exposition::parse(metrics).value(series)
 }
 
-fn root(test: &str) -> bool {
-    if !is_root() {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "{test}: tiers are required but not running as root"
-        );
-        eprintln!("SKIP {test}: needs root to load eBPF programs");
-    }
-    is_root()
-}
-
 /// A scratch directory with a watched directory `w` in it.
 fn watched_tempdir() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempdir();

@@ -95,12 +95,7 @@ fn serve_and_shut_down(dir: &std::path::Path, round: usize) {
 
 #[test]
 fn a_node_wide_run_of_healthy_daemons_raises_no_alert() {
-    if !is_root() {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "tiers are required but not running as root"
-        );
-        eprintln!("SKIP idle: needs root to load eBPF programs");
+    if !root("idle") {
         return;
     }
     let tmp = tempdir();

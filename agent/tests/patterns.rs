@@ -18,17 +18,6 @@ fn actor() {
     actor::serve();
 }
 
-fn root(test: &str) -> bool {
-    if !is_root() {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "{test}: tiers are required but not running as root"
-        );
-        eprintln!("SKIP {test}: needs root to load eBPF programs");
-    }
-    is_root()
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8")
 }

@@ -31,14 +31,6 @@ fn is(v: &Value, verdict: &str) -> bool {
     v["verdict"] == verdict
 }
 
-/// Root only: these drive the real agent.
-fn root(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("SKIP {test}: needs root");
-    }
-    is_root()
-}
-
 fn file_is(v: &Value, key: &str, (dev, ino): (u64, u64)) -> bool {
     v[key]["dev"].as_u64() == Some(dev) && v[key]["ino"].as_u64() == Some(ino)
 }

@@ -90,6 +90,18 @@ pub fn is_required(tier: Tier) -> bool {
     required_tiers().iter().any(|t| t == tier.name())
 }
 
+/// Root, or a printed SKIP (a failure when tiers are required: CI runs as root).
+pub fn root(test: &str) -> bool {
+    if !is_root() {
+        assert!(
+            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
+            "{test}: tiers are required but not running as root"
+        );
+        eprintln!("SKIP {test}: needs root to load eBPF programs");
+    }
+    is_root()
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid(2) takes no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
