@@ -94,6 +94,9 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     let h = a.must(&format!("listen-on {}", s(&sock)));
     let ino = std::fs::metadata(&sock).expect("stat").ino();
     a.must(&release.replace("{h}", &h));
+    if release.starts_with("exec-sleep") {
+        wait_for_exec(a.pid, "sleep");
+    }
     let mut client = Actor::spawn();
     let deadline = Instant::now() + patience();
     let v = loop {
@@ -119,6 +122,17 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     assert_eq!(tgid(&v, "actor"), u64::from(client.pid), "{v}");
     drop((a, client));
     agent.stop();
+}
+
+/// The actor replies before it execs: wait until `pid` runs `comm`, its descriptors closed.
+fn wait_for_exec(pid: u32, comm: &str) {
+    let deadline = Instant::now() + patience();
+    let runs =
+        || std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm);
+    while !runs() {
+        assert!(Instant::now() < deadline, "{pid} did not exec {comm}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
