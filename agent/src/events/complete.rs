@@ -64,6 +64,9 @@ impl Completer {
             connect_target(&mut ev, live, &mut self.namespaces);
             moved = moved_into_place(&ev);
         }
+        if ev.kind == EventKind::Exit {
+            self.namespaces.forget(ev.tgid);
+        }
         let workload = self.attributor.as_mut().and_then(|a| {
             let w = a.workload(ev.tgid);
             if ev.kind == EventKind::Exit {
