@@ -1,6 +1,8 @@
-//! Socket patterns of real nodes beyond the lab scenarios: a second hard link (S20), and
-//! releases that are not a close(2) — close_range(2) and close-on-exec — which must not leave
-//! the socket counted as live (the next refused connect is a dead listener, S4).
+//! Socket patterns of real nodes beyond the lab scenarios: a second hard link (S20); releases
+//! that are not a close(2) — close_range(2), close-on-exec, the last reference of a thread
+//! blocked in accept(2) — which must not leave the socket counted as live (the next refused
+//! connect is a dead listener, S4); and a close(2) that is not the release (that thread still
+//! holds the socket, which serves on).
 mod common;
 
 use std::{
@@ -98,6 +100,11 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
         wait_for_exec(a.pid, "sleep");
     }
     let mut client = Actor::spawn();
+    if release.starts_with("close-while-accepting") {
+        // Served after the close(2): this connect is the accept that lets go of the socket.
+        assert_eq!(client.must(&format!("connect {}", s(&sock))), "0");
+        wait_until_refused(&mut client, &sock);
+    }
     let deadline = Instant::now() + patience();
     let v = loop {
         assert_eq!(client.must(&format!("connect {}", s(&sock))), "111");
@@ -124,6 +131,16 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     agent.stop();
 }
 
+/// The accepting thread lets go of the listener just after the connect it accepted returned:
+/// a connect in between still queues on the backlog.
+fn wait_until_refused(client: &mut Actor, sock: &Path) {
+    let deadline = Instant::now() + patience();
+    while client.must(&format!("connect {}", s(sock))) == "0" {
+        assert!(Instant::now() < deadline, "{sock:?} still served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The actor replies before it execs: wait until `pid` runs `comm`, its descriptors closed.
 fn wait_for_exec(pid: u32, comm: &str) {
     let deadline = Instant::now() + patience();
@@ -143,4 +160,37 @@ fn close_range_release_then_a_refused_connect_is_a_dead_listener() {
 #[test]
 fn close_on_exec_release_then_a_refused_connect_is_a_dead_listener() {
     released_without_close_is_a_dead_listener("cloexec", "exec-sleep 5");
+}
+
+#[test]
+fn the_last_reference_of_an_accepting_thread_then_a_refused_connect_is_a_dead_listener() {
+    released_without_close_is_a_dead_listener("thread_held", "close-while-accepting {h}");
+}
+
+/// A close(2) while another thread of A is blocked in accept(2) does not release the socket:
+/// it still serves, so B's unlink of its path is a foreign unlink with victim A.
+#[test]
+fn a_close_while_a_thread_accepts_is_not_a_release() {
+    if !root("close_while_accepting") {
+        return;
+    }
+    let tmp = tempdir();
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let sock = tmp.path().join("app.sock");
+    let mut a = Actor::spawn();
+    let h = a.must(&format!("listen-on {}", s(&sock)));
+    let ino = std::fs::metadata(&sock).expect("stat").ino();
+    a.must(&format!("close-while-accepting {h}"));
+    let mut b = Actor::spawn();
+    b.must(&format!("unlink {}", s(&sock)));
+    let b_pid = b.pid;
+    drop(b); // B exits: its removal is decided without waiting for a takeover
+    let v = agent.expect_verdict("B's foreign unlink", |v| {
+        v["verdict"] == "foreign_unlink" && tgid(v, "actor") == u64::from(b_pid)
+    });
+    assert_eq!(tgid(&v, "victim"), u64::from(a.pid), "{v}");
+    assert_eq!(v["file"]["ino"], ino, "{v}");
+    assert_eq!(v["path"], s(&sock), "{v}");
+    drop(a);
+    agent.stop();
 }

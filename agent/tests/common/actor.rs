@@ -176,6 +176,17 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
                 .map(|_| String::new())
         }
         ["exec-sleep", _] => Ok(String::new()),
+        // close-while-accepting H: a thread blocks in accept(2) on listener H, then H is
+        // closed by close(2) while that thread still holds a reference. The socket serves
+        // on until that accept returns; then the thread lets go of it, the last reference.
+        ["close-while-accepting", h] => {
+            let fd = held[h.parse::<usize>().expect("handle")]
+                .take()
+                .expect("open");
+            accepting_thread(fd.as_raw_fd());
+            drop(fd);
+            Ok(String::new())
+        }
         // fd-inbox NAME: a datagram socket bound to the abstract address @NAME, to receive
         // descriptors on; replies its handle.
         ["fd-inbox", name] => {
@@ -213,6 +224,39 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
         }
         ["exit"] => Ok(String::new()),
         other => panic!("actor: unknown command {other:?}"),
+    }
+}
+
+/// Starts a thread blocked in accept4(2) on `listener` and returns once it is in the call.
+/// The thread closes what it accepts and ends.
+fn accepting_thread(listener: i32) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: gettid(2) takes no arguments.
+        tx.send(unsafe { libc::syscall(libc::SYS_gettid) })
+            .expect("send tid");
+        // SAFETY: accept4(2) with null address pointers writes nothing back.
+        let conn = unsafe {
+            libc::syscall(
+                libc::SYS_accept4,
+                listener,
+                std::ptr::null_mut::<libc::sockaddr>(),
+                std::ptr::null_mut::<libc::socklen_t>(),
+                0,
+            )
+        };
+        if conn >= 0 {
+            // SAFETY: `conn` is the descriptor accept4 just returned, owned by nobody else.
+            unsafe { libc::close(conn as i32) };
+        }
+    });
+    let tid = rx.recv().expect("the accepting thread's tid");
+    let in_accept = || {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_accept4.to_string()))
+    };
+    while !in_accept() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
