@@ -149,6 +149,8 @@ const _: () = {
     assert!(size_of::<FileId>() == 16);
     assert!(size_of::<Owner>() == 24);
     assert!(size_of::<LiveSock>() == 48);
+    assert!(size_of::<crate::maps::PendingKey>() == 16);
+    assert!(size_of::<crate::maps::Pending>() == 96);
     assert!(offset_of!(Event, kind) == 0);
     assert!(offset_of!(Event, tier) == 4);
     assert!(offset_of!(Event, fidelity) == 5);

@@ -72,6 +72,63 @@ pub struct LiveSock {
     pub _pad: [u16; 3],
 }
 
+/// Key of `PENDING`: the thread, and which entry/exit pair (a `Slot` of the kernel side).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PendingKey {
+    /// `bpf_get_current_pid_tgid()` of the thread in the hook.
+    pub pid_tgid: u64,
+    /// The entry/exit pair.
+    pub slot: u64,
+}
+
+/// Value of `PENDING`: a socket file as seen at an entry hook (for a connect's target, at the
+/// target lookup's exit), or raw arguments for the exit hook. Only the kernel side reads its
+/// contents; the agent's sweep reads [`Pending::stamp_ns`] to prune what no exit took.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// The first raw argument kept: a kernel or user pointer (socket, sockaddr, path), or
+    /// the tracepoint tier's listen backlog.
+    pub ptr: u64,
+    /// The second: a descriptor or a backlog; for a connect's target,
+    /// [`Pending::NOT_OURS`] or 0.
+    pub arg: u64,
+    /// The socket file.
+    pub file: FileId,
+    /// The directory holding `file`, or the start of a relative path.
+    pub dir: FileId,
+    /// The socket's own inode in sockfs.
+    pub sock_ino: u64,
+    /// Who bound it.
+    pub owner: Owner,
+    /// When the entry kept it (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`).
+    pub stamp_ns: u64,
+    /// The file's link count.
+    pub nlink: u32,
+    /// `crate::flags` bits decided at entry.
+    pub flags: u16,
+    /// Calls of the same hook by the same thread begun inside the one that kept this record
+    /// and not yet ended (overlayfs's unlink and rename of the upper layer's file).
+    pub nested: u16,
+}
+
+impl Pending {
+    /// `arg` of a connect target that is neither live nor watched: its failures are not
+    /// reported.
+    pub const NOT_OURS: u64 = 1;
+
+    /// A record of raw arguments only, for the exit to act on.
+    #[inline(always)]
+    pub fn args(ptr: u64, arg: u64) -> Self {
+        Pending {
+            ptr,
+            arg,
+            ..Default::default()
+        }
+    }
+}
+
 /// Key of `WATCHED_NAMES`: a watched directory by its parent and name, so a directory that
 /// replaces it (deleted and re-created) is recognised.
 #[repr(C)]

@@ -1,5 +1,8 @@
 //! The user half: what only the agent needs of the contract (aya's map access).
-use crate::{Event, FileId, LiveSock, WatchedName};
+use crate::{
+    Event, FileId, LiveSock, WatchedName,
+    maps::{Pending, PendingKey},
+};
 
 // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and integer arrays with
 // explicit padding fields (the layout pins in `event.rs` and `maps.rs` check the sizes), so
@@ -11,3 +14,7 @@ unsafe impl aya::Pod for FileId {}
 unsafe impl aya::Pod for LiveSock {}
 // SAFETY: as above.
 unsafe impl aya::Pod for WatchedName {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PendingKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Pending {}

@@ -1,12 +1,25 @@
 //! State carried from a hook's entry to its exit, per thread and hook.
+//!
+//! Of nested calls (see [`Slot::nests`]) the outermost keeps its record: an inner call that
+//! would keep one only counts itself in it, and its exit uncounts itself, so the outer exit
+//! reports the file the caller named (overlayfs's own inode, not the upper layer's). An
+//! inner call that keeps nothing (its file not a watched socket) is not counted: its exit
+//! takes the outer record and reports it with its own result.
 use agent_common::Counter;
-use aya_ebpf::helpers::bpf_get_current_pid_tgid;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 
 use crate::{
     counters::count,
     maps::PENDING,
     record::{Pending, PendingKey, Slot},
 };
+
+/// A record younger than this when another call of its slot begins on its thread belongs to
+/// a call still running, which the new one is nested in (overlayfs's inner call follows the
+/// outer one within microseconds). An older one was left by an exit never seen (a kretprobe
+/// missed past its `maxactive`) and is replaced, so a missed exit cannot hold a thread's
+/// slot for longer than this.
+const NESTED_WITHIN_NS: u64 = 1_000_000_000;
 
 #[inline(always)]
 fn key(slot: Slot) -> PendingKey {
@@ -18,26 +31,58 @@ fn key(slot: Slot) -> PendingKey {
 
 #[inline(always)]
 pub fn stash(slot: Slot, p: &Pending) {
-    if PENDING.insert(key(slot), p, 0).is_err() {
+    let k = key(slot);
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if slot.nests() && nested_in_outer(&k, now) {
+        return;
+    }
+    let p = Pending {
+        stamp_ns: now,
+        ..*p
+    };
+    if PENDING.insert(k, p, 0).is_err() {
         count(Counter::MapFull);
     }
 }
 
-/// Takes this thread's record for `slot`. A missing one is counted as unpaired only when
-/// `expected`, which only the kprobe tier's bind and listen exits pass (`bind_kretprobe`,
-/// `listen_kretprobe`: their entries stash on every call but the agent's); no other exit
-/// counts it.
+/// Counts a call begun inside the still-running one whose record this thread keeps.
+#[inline(always)]
+fn nested_in_outer(k: &PendingKey, now: u64) -> bool {
+    let Some(outer) = PENDING.get_ptr_mut(k) else {
+        return false;
+    };
+    // SAFETY: this thread's own record, written only by this thread; a sweep that deletes it
+    // meanwhile leaves the memory valid until this program ends.
+    let outer = unsafe { &mut *outer };
+    if now.saturating_sub(outer.stamp_ns) >= NESTED_WITHIN_NS {
+        return false;
+    }
+    outer.nested = outer.nested.saturating_add(1);
+    true
+}
+
+/// Takes this thread's record for `slot`, unless this is the exit of a call nested in the one
+/// that kept it (then it only uncounts itself). A missing one is counted as unpaired only
+/// when `expected`, which only the kprobe tier's bind and listen exits pass
+/// (`bind_kretprobe`, `listen_kretprobe`: their entries stash on every call but the agent's);
+/// no other exit counts it.
 #[inline(always)]
 pub fn take(slot: Slot, expected: bool) -> Option<Pending> {
     let k = key(slot);
-    // SAFETY: the value is copied at once, before any update of the map could free it.
-    let p = unsafe { PENDING.get(k) }.copied();
-    match p {
-        Some(_) => {
-            let _ = PENDING.remove(k);
+    let Some(rec) = PENDING.get_ptr_mut(k) else {
+        if expected {
+            count(Counter::Unpaired);
         }
-        None if expected => count(Counter::Unpaired),
-        None => {}
+        return None;
+    };
+    // SAFETY: as in `nested_in_outer`; the value is copied before the map frees it.
+    let rec = unsafe { &mut *rec };
+    if slot.nests() && rec.nested > 0 {
+        rec.nested -= 1;
+        return None;
     }
-    p
+    let p = *rec;
+    let _ = PENDING.remove(k);
+    Some(p)
 }

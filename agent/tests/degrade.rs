@@ -7,10 +7,12 @@ mod common;
 
 use std::{
     net::{SocketAddr, TcpListener},
+    os::unix::net::UnixStream,
     process::{Command, Output},
     time::Instant,
 };
 
+use agent_common::Tier;
 use common::{
     actor::Actor,
     agent::{Agent, sockwatch_bin},
@@ -350,5 +352,147 @@ fn sweeps_prune_what_an_unseen_exit_left_in_the_kernel_tables() {
     }
     std::thread::sleep(std::time::Duration::from_secs(2)); // two more sweeps: nothing more
     assert_eq!((pruned("live"), pruned("tracked")), want);
+    agent.stop();
+}
+
+/// A listener whose backlog of 0 is full (one connection queued): the next stream connect to
+/// `path` blocks in the kernel until it is killed.
+fn full_listener(path: &std::path::Path) -> (std::os::unix::net::UnixListener, UnixStream) {
+    let l = std::os::unix::net::UnixListener::bind(path).expect("bind");
+    // SAFETY: listen(2) takes no pointers; the descriptor is the listener's own.
+    let rc = unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 0) };
+    assert_eq!(rc, 0, "listen with backlog 0");
+    let queued = UnixStream::connect(path).expect("the one connection the backlog admits");
+    (l, queued)
+}
+
+/// A child process blocked in `connect(path)` (a full backlog), its entry hooks run and its
+/// exit not yet; returns its pid once its `/proc` says it is in that syscall.
+fn blocked_connector(path: &std::path::Path) -> libc::pid_t {
+    let addr = std::os::unix::net::SocketAddr::from_pathname(path).expect("address");
+    let name = addr
+        .as_pathname()
+        .expect("path")
+        .as_os_str()
+        .as_encoded_bytes();
+    // SAFETY: an all-zero sockaddr_un is valid; the path fits (checked above by `from_pathname`).
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in sun.sun_path.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: the child calls only async-signal-safe functions (socket, connect, _exit) on
+    // memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; `sun` is a valid sockaddr_un of the size passed.
+        unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            libc::connect(
+                fd,
+                (&raw const sun).cast(),
+                size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            );
+            libc::_exit(0);
+        }
+    }
+    assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+    let deadline = Instant::now() + common::patience();
+    let syscall = format!("/proc/{pid}/syscall");
+    // x86_64's connect(2) is syscall 42.
+    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with("42 ")) {
+        assert!(
+            Instant::now() < deadline,
+            "child {pid} never blocked in connect"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    pid
+}
+
+/// A connect blocked past the pending bound leaves its entry's record unclaimed in the
+/// kernel's `PENDING` (one per hook pair kept: the kprobe tier keeps the connect's address
+/// and its target, the others one): a sweep prunes it once it is older than the bound, not
+/// before, counted under `table="pending"`; the connect's late exit then finds nothing. On
+/// every tier this kernel loads.
+#[test]
+fn sweeps_prune_pending_records_no_exit_took() {
+    let test = "sweeps_prune_pending_records_no_exit_took";
+    if !root(test) {
+        return;
+    }
+    let modes: Vec<_> = agent_modes()
+        .into_iter()
+        .filter(|(mode, tier)| load(&format!("{test}_{}", tier.name()), *mode, *tier).is_some())
+        .collect();
+    for (mode, tier) in modes {
+        let kept = if tier == Tier::Kprobe { 2.0 } else { 1.0 };
+        stale_pending_record_is_pruned(mode.name(), kept);
+    }
+}
+
+/// Blocks a connect under `--probe-mode mode` and waits for the sweep to prune the `kept`
+/// records its hooks left.
+fn stale_pending_record_is_pruned(mode: &str, kept: f64) {
+    let (dir, watch) = watched_tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start(
+        dir.path(),
+        &watch,
+        &[
+            "--listen",
+            &listen,
+            "--scan-interval-secs",
+            "1",
+            "--probe-mode",
+            mode,
+        ],
+    );
+    let pruned = || {
+        value(
+            &Agent::metrics(addr),
+            r#"sockwatch_kernel_pruned_total{table="pending"}"#,
+        )
+    };
+    assert_eq!(pruned(), Some(0.0), "{mode}");
+    let sock = watch.join("full.sock");
+    let _listener = full_listener(&sock);
+    let began = Instant::now();
+    let child = blocked_connector(&sock);
+    let bound = std::time::Duration::from_nanos(sockwatch::kernel::live::PENDING_STALE_NS);
+    let deadline = began + bound + common::patience();
+    loop {
+        let p = pruned();
+        // Read after the count: a record is pruned no sooner than the bound after its stash.
+        let waited = began.elapsed();
+        if p == Some(kept) {
+            break;
+        }
+        assert!(
+            p == Some(0.0) || (waited >= bound && p.is_some_and(|n| n < kept)),
+            "{mode}: pruned {p:?} after {waited:?}, want {kept} after {bound:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{mode}: pruned {p:?}: {}",
+            agent.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        agent
+            .log_text()
+            .contains("stale entries removed from the kernel's pending table"),
+        "{mode}: {}",
+        agent.log_text()
+    );
+    // SAFETY: signals and reaps this test's own child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2)); // two more sweeps: nothing more
+    assert_eq!(pruned(), Some(kept), "{mode}");
     agent.stop();
 }

@@ -116,18 +116,6 @@ fn foreign_unlink_in_merged_dir(test: &str, node_wide: bool) {
     } else {
         Agent::start(&agent_dir, &overlay.merged, &[])
     };
-    let log = agent.log_text();
-    let nested_unseen = ["fentry", "kprobe"]
-        .iter()
-        .any(|t| log.contains(&format!("] attached unlink: {t}")));
-    if node_wide && nested_unseen {
-        // Known gap (docs/ARCHITECTURE.md): with every socket watched, overlayfs's nested
-        // vfs_unlink on the upper layer overwrites the outer call's pending record on these
-        // tiers, and the foreign unlink is lost. The watched variant above passes here.
-        eprintln!("SKIP {test}: nested vfs_unlink overwrites the outer call's record on this tier");
-        agent.stop();
-        return;
-    }
     let sock = overlay.merged.join("app.sock");
     let path = sock.to_str().expect("utf-8");
     let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
@@ -159,4 +147,59 @@ fn s19_foreign_unlink_in_an_overlay_merged_dir() {
 #[test]
 fn s19_node_wide_foreign_unlink_in_an_overlay_merged_dir() {
     foreign_unlink_in_merged_dir("s19_node_wide", true);
+}
+
+/// A listens in the merged directory; B renames its own socket file over A's there (overlayfs
+/// runs a nested `vfs_rename` on the upper layer): one `replaced`, naming A's file as `stat`
+/// saw it in the merged directory.
+fn rename_over_in_merged_dir(test: &str, node_wide: bool) {
+    if !root(test) {
+        return;
+    }
+    let tmp = tempdir();
+    let base = tmp.path().join("ovl");
+    std::fs::create_dir(&base).expect("mkdir");
+    let overlay = Overlay::mount(&base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir(&agent_dir).expect("mkdir");
+    let agent = if node_wide {
+        Agent::start_node_wide(&agent_dir, &[])
+    } else {
+        Agent::start(&agent_dir, &overlay.merged, &[])
+    };
+    let (sock, new) = (
+        overlay.merged.join("svc.sock"),
+        overlay.merged.join("svc.sock.new"),
+    );
+    let (path, new_path) = (sock.to_str().expect("utf-8"), new.to_str().expect("utf-8"));
+    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+    a.must(&format!("listen-on {path}"));
+    b.must(&format!("listen-on {new_path}"));
+    let st = std::fs::metadata(&sock).expect("stat the merged socket file");
+    b.must(&format!("rename {new_path} {path}"));
+    let v = agent.expect_verdict("B's rename over A's socket", |v| {
+        v["verdict"] == "replaced" && tgid(v, "actor") == u64::from(b.pid)
+    });
+    assert_eq!(tgid(&v, "victim"), u64::from(a.pid), "{v}");
+    assert_eq!(v["file"]["ino"], st.ino(), "{v}");
+    assert_eq!(v["file"]["dev"], st.dev(), "{v}");
+    assert_eq!(v["path"], path, "{v}");
+    drop((a, b));
+    let verdicts = agent.stop();
+    let replaced = verdicts
+        .iter()
+        .filter(|v| v["verdict"] == "replaced")
+        .count();
+    assert_eq!(replaced, 1, "exactly one replaced: {verdicts:#?}");
+    drop(overlay);
+}
+
+#[test]
+fn s19_rename_over_in_an_overlay_merged_dir() {
+    rename_over_in_merged_dir("s19_rename", false);
+}
+
+#[test]
+fn s19_node_wide_rename_over_in_an_overlay_merged_dir() {
+    rename_over_in_merged_dir("s19_node_wide_rename", true);
 }

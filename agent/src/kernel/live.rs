@@ -1,5 +1,8 @@
 //! The kernel's table of live sockets, as userspace reads and seeds it.
-use agent_common::{FileId, LiveSock};
+use agent_common::{
+    FileId, LiveSock,
+    maps::{Pending, PendingKey},
+};
 use aya::maps::{HashMap, MapData};
 
 /// `BPF_NOEXIST`: create only.
@@ -12,7 +15,15 @@ pub struct LiveTable {
     pub(super) names: HashMap<MapData, u64, u64>,
     /// tgid -> 1 for the processes the exit hook releases sockets of.
     pub(super) tracked: HashMap<MapData, u32, u32>,
+    /// What hooks' entries keep for their exits, per thread and hook.
+    pub(super) pending: HashMap<MapData, PendingKey, Pending>,
 }
+
+/// A pending record this old is one no exit will take: its exit was never seen (a kretprobe
+/// missed past its `maxactive`, a thread gone), or its entry has no exit of its own (the
+/// fentry tier's `kern_path` of a socket file outside a connect). A call still running this
+/// long (a connect waiting on a full backlog) loses its exit's report, counted as pruned.
+pub const PENDING_STALE_NS: u64 = 10_000_000_000;
 
 impl LiveTable {
     pub fn get(&self, id: &FileId) -> Option<LiveSock> {
@@ -96,6 +107,32 @@ impl LiveTable {
         Ok(gone.len())
     }
 
+    /// Removes the pending records kept more than `older_than_ns` ago (`CLOCK_MONOTONIC`, the
+    /// kernel's `bpf_ktime_get_ns`). A record the kernel replaced since the walk is kept.
+    /// Walks the table: for sweeps only.
+    pub fn prune_pending(&mut self, older_than_ns: u64) -> Result<usize, aya::maps::MapError> {
+        let now = monotonic_ns();
+        let stale: Vec<(PendingKey, u64)> = self
+            .pending
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, p)| now.saturating_sub(p.stamp_ns) > older_than_ns)
+            .map(|(k, p)| (k, p.stamp_ns))
+            .collect();
+        let mut removed = 0;
+        for (key, stamp_ns) in stale {
+            if self
+                .pending
+                .get(&key, 0)
+                .is_ok_and(|now| now.stamp_ns == stamp_ns)
+            {
+                self.pending.remove(&key)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
         match self.names.get(&hash, 0) {
             Ok(n) if n > 1 => self.names.insert(hash, n - 1, 0),
@@ -103,4 +140,15 @@ impl LiveTable {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -184,8 +184,8 @@ impl Probes {
         Ok(EventReader { ring })
     }
 
-    /// The kernel's live-socket table, its name index and the tracked processes, for
-    /// userspace lookups, seeding and the sweeps' pruning. Can be taken once.
+    /// The kernel's live-socket table, its name index, the tracked processes and the pending
+    /// records, for userspace lookups, seeding and the sweeps' pruning. Can be taken once.
     pub fn live_table(&mut self) -> Result<LiveTable, LoadError> {
         let live = self
             .ebpf
@@ -199,10 +199,15 @@ impl Probes {
             .ebpf
             .take_map(maps::TRACKED)
             .ok_or(LoadError::Map(maps::TRACKED))?;
+        let pending = self
+            .ebpf
+            .take_map(maps::PENDING)
+            .ok_or(LoadError::Map(maps::PENDING))?;
         Ok(LiveTable {
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
+            pending: HashMap::try_from(pending).map_err(|_| LoadError::Map(maps::PENDING))?,
         })
     }
 

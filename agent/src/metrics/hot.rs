@@ -20,8 +20,8 @@ const SCAN_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// The kernel maps sweeps prune: `LIVE` and `TRACKED`.
-pub const PRUNED_TABLES: [&str; 2] = ["live", "tracked"];
+/// The kernel maps sweeps prune: `LIVE`, `TRACKED` and `PENDING`.
+pub const PRUNED_TABLES: [&str; 3] = ["live", "tracked", "pending"];
 
 /// The pushed metrics, registered.
 pub(super) struct HotCounters {

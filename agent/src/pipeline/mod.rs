@@ -12,7 +12,7 @@ use crate::{
     config::Config,
     engine::{Engine, Input, Verdict},
     events::{EventLine, KernelEvent, complete::Completer},
-    kernel::live::LiveTable,
+    kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
     scan::ScanReport,
 };
@@ -192,7 +192,7 @@ impl Pipeline {
     /// Drops the kernel's live entries of sockets the engine now knows closed: a release no
     /// hook saw (close_range, close-on-exec on the tracepoint tier) would otherwise keep
     /// answering "bound" for a dead file, hiding its stale connects. Also the tracked
-    /// processes that are gone, whose exit no hook saw.
+    /// processes that are gone, whose exit no hook saw, and the pending records no exit took.
     fn prune_live(&mut self) {
         let Some(live) = &mut self.live else {
             return;
@@ -206,6 +206,7 @@ impl Pipeline {
         let pruned = [
             ("live", live.prune(released)),
             ("tracked", live.prune_tracked(process_exists)),
+            ("pending", live.prune_pending(PENDING_STALE_NS)),
         ];
         for (table, result) in pruned {
             match result {
