@@ -52,7 +52,7 @@ struct Results {
 }
 
 /// Runs the suite; `true` when everything passed.
-pub fn run(series: &[Series], tiers: vm::Tiers, vm_timeout: Duration) -> bool {
+pub fn run(series: &[Series], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
     let mut steps = Vec::new();
     let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         println!("xtask: ===== {name} =====");
@@ -87,7 +87,7 @@ pub fn run(series: &[Series], tiers: vm::Tiers, vm_timeout: Duration) -> bool {
         host_tests(&mut results)
     });
     step("vm tests (QEMU)", &mut || {
-        vm_tests(kernels.as_deref(), tiers, vm_timeout, &mut results)
+        vm_tests(kernels.as_deref(), tiers, vm_timeout, vm_jobs, &mut results)
     });
     step("verifier table (docs/VERIFIER.md)", &mut || {
         headroom::update(&cmd::workspace_root(), &results.headroom, 1 + series.len())
@@ -158,6 +158,7 @@ fn vm_tests(
     kernels: Option<&[Kernel]>,
     tiers: vm::Tiers,
     vm_timeout: Duration,
+    vm_jobs: usize,
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
@@ -165,7 +166,7 @@ fn vm_tests(
         results.layers.push(failed_vm("setup --vm failed".into()));
         anyhow::bail!("no kernels: setup --vm failed");
     };
-    let outcomes = match vm::test(kernels, tiers, vm_timeout) {
+    let outcomes = match vm::test(kernels, tiers, vm_timeout, vm_jobs) {
         Ok(o) => o,
         Err(e) => {
             results.layers.push(failed_vm(format!("{e:#}")));

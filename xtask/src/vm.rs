@@ -6,7 +6,11 @@ use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     path::{Path, PathBuf},
     process::{ChildStdout, Command, Stdio},
-    sync::mpsc,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -495,9 +499,15 @@ impl Console {
     }
 }
 
-/// Builds the payload and initramfs once, then boots each kernel in turn (two cores: one VM at a
-/// time). A failed boot prints its whole console log.
-pub fn test(kernels: &[Kernel], tiers: Tiers, timeout: Duration) -> anyhow::Result<Vec<Outcome>> {
+/// Builds the payload and initramfs once, then boots the kernels, `jobs` guests at a time (each
+/// guest's tests run one thread, which leaves a core idle while a lone guest runs). A failed
+/// boot prints its whole console log.
+pub fn test(
+    kernels: &[Kernel],
+    tiers: Tiers,
+    timeout: Duration,
+    jobs: usize,
+) -> anyhow::Result<Vec<Outcome>> {
     let started = Instant::now();
     let payload = build_payload()?;
     let initrd = cmd::target_dir().join("vm").join("initrd.gz");
@@ -515,23 +525,47 @@ pub fn test(kernels: &[Kernel], tiers: Tiers, timeout: Duration) -> anyhow::Resu
             .join(", "),
         started.elapsed()
     );
-    let mut outcomes = Vec::new();
-    for kernel in kernels {
-        println!(
-            "xtask: booting {} ({}) under QEMU/TCG",
-            kernel.package, kernel.version
-        );
-        let o = boot(kernel, &initrd, timeout)?;
-        if o.failure.is_some() {
-            let log = fs::read_to_string(&o.log).unwrap_or_default();
-            println!("----- {} console ({}) -----", o.label, o.log.display());
-            print!("{log}");
-            println!("----- end of {} console -----", o.label);
+    // A queue of kernels: each of `jobs` threads boots the next one when its guest is done.
+    let next = AtomicUsize::new(0);
+    let booted = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, kernels.len().max(1)) {
+            s.spawn(|| {
+                while let Some(kernel) = kernels.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let o = boot_and_report(kernel, &initrd, timeout);
+                    booted.lock().expect("outcomes lock").push(o);
+                }
+            });
         }
-        println!("{}", o.summary());
-        outcomes.push(o);
-    }
+    });
+    let mut outcomes = booted
+        .into_inner()
+        .expect("outcomes lock")
+        .into_iter()
+        .collect::<anyhow::Result<Vec<Outcome>>>()?;
+    // In the order asked for, whichever guest finished first.
+    outcomes.sort_by_key(|o| kernels.iter().position(|k| k.package == o.kernel.package));
     Ok(outcomes)
+}
+
+/// [`boot`], then the summary line, and the whole console log when the guest failed.
+fn boot_and_report(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result<Outcome> {
+    println!(
+        "xtask: booting {} ({}) under QEMU/TCG",
+        kernel.package, kernel.version
+    );
+    let o = boot(kernel, initrd, timeout)?;
+    if o.failure.is_some() {
+        let log = fs::read_to_string(&o.log).unwrap_or_default();
+        // One print: another guest's lines must not land inside this log.
+        print!(
+            "----- {label} console ({path}) -----\n{log}----- end of {label} console -----\n",
+            label = o.label,
+            path = o.log.display()
+        );
+    }
+    println!("{}", o.summary());
+    Ok(o)
 }
 
 impl Outcome {
