@@ -97,8 +97,10 @@ impl Agent {
 
     /// Every line written so far, parsed.
     pub fn lines(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.events)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.events).unwrap_or_default();
+        // The agent may be writing a line as it is read: only whole lines count.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
             .lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
             .collect()
