@@ -23,7 +23,10 @@ named_enum! {
         /// A file was unlinked. `file` (exact tiers), `path`; `owner` and `LIVE`/`LISTENING`/
         /// `HOLDS_FD` flags when it was a live socket's file.
         Unlink = 3 => "unlink",
-        /// A rename displaced a socket file. `file` = displaced inode, `path` = target.
+        /// A rename displaced or moved a socket file, or swapped one (`EXCHANGE`). `file` =
+        /// the socket file at the new name before (displaced; for an exchange, whatever file
+        /// was swapped away), `path` = the new name; `from` = the file moved (`FROM_LIVE` when a live socket's); the old name
+        /// follows in `path` (`FROM_PATH`) for an exchange, and on the tracepoint tier.
         Rename = 4 => "rename",
         /// A connect (or sendto) by path failed. `ret` = -errno, `path`, `aux` = the client's
         /// mount namespace id (0 when unknown); where the kernel saw the target's lookup
@@ -81,7 +84,17 @@ pub mod flags {
     /// Connect: the kernel saw the lookup of the target, so `TARGET_BOUND` is its answer
     /// (unset where that lookup is inlined or unreadable: the agent resolves the path).
     pub const TARGET_SEEN: u16 = 1 << 10;
+    /// Rename: the file moved (`from`) was a live socket's file.
+    pub const FROM_LIVE: u16 = 1 << 11;
+    /// Rename: `path` holds the new name in its first [`super::RENAME_FROM_AT`] bytes and
+    /// the old name after them, NUL-terminated; `aux` is the old name's length and
+    /// `from_dir` its directory (exact tiers: the file's name in it; tracepoint tier: the
+    /// directory a relative name starts from).
+    pub const FROM_PATH: u16 = 1 << 12;
 }
+
+/// Where a rename's old name starts in [`Event::path`] (see [`flags::FROM_PATH`]).
+pub const RENAME_FROM_AT: usize = PATH_CAP / 2;
 
 /// One record in the ring buffer. Fixed size, so the kernel side reserves it in one step.
 #[repr(C)]
@@ -126,6 +139,11 @@ pub struct Event {
     /// The directory holding the file (bind, unlink, rename), or the one a relative path
     /// starts from (tracepoint tier); zero when unknown.
     pub dir: FileId,
+    /// Rename (exact tiers): the file moved, when it is a live socket's file or an exchange's;
+    /// zero otherwise.
+    pub from: FileId,
+    /// Rename with [`flags::FROM_PATH`]: the directory of the old name (see there).
+    pub from_dir: FileId,
     /// The path as the tier saw it (see [`EventKind`]), not NUL-terminated when full.
     pub path: [u8; PATH_CAP],
 }
@@ -168,8 +186,10 @@ const _: () = {
     assert!(offset_of!(Event, aux) == 104);
     assert!(offset_of!(Event, path_len) == 108);
     assert!(offset_of!(Event, dir) == 112);
-    assert!(offset_of!(Event, path) == 128);
-    assert!(size_of::<Event>() == 128 + PATH_CAP);
+    assert!(offset_of!(Event, from) == 128);
+    assert!(offset_of!(Event, from_dir) == 144);
+    assert!(offset_of!(Event, path) == 160);
+    assert!(size_of::<Event>() == 160 + PATH_CAP);
     assert!(size_of::<Event>().is_multiple_of(8));
 };
 

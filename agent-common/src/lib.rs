@@ -20,7 +20,9 @@ pub mod tier;
 mod user;
 
 pub use counters::{Counter, slots};
-pub use event::{COMM_LEN, Event, EventKind, Fidelity, PATH_CAP, SUN_PATH_LEN, flags};
+pub use event::{
+    COMM_LEN, Event, EventKind, Fidelity, PATH_CAP, RENAME_FROM_AT, SUN_PATH_LEN, flags,
+};
 pub use hash::{NAME_HASH_TAIL, name_hash};
 pub use ids::{FileId, Owner, kernel_dev_to_user};
 pub use maps::{FD_SCAN_BOUNDED, FD_SCAN_MAX, LiveSock, WATCH_DEPTH, WatchedName, globals};

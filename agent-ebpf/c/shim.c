@@ -132,6 +132,14 @@ int shim_dentry_name(struct dentry *dentry, char *buf)
 	return name ? bpf_probe_read_kernel_str(buf, SW_PATH_CAP, name) : -1;
 }
 
+// The same into half a path buffer (SW_PATH_CAP / 2 bytes): a rename's old name.
+int shim_dentry_name_half(struct dentry *dentry, char *buf)
+{
+	const unsigned char *name = 0;
+	BPF_CORE_READ_INTO(&name, dentry, d_name.name);
+	return name ? bpf_probe_read_kernel_str(buf, SW_PATH_CAP / 2, name) : -1;
+}
+
 // agent_common::name_hash: FNV-1a over the last SW_NAME_HASH_TAIL bytes of a name, last
 // byte first, so an unlinked path's base name hashes in one bounded backward pass.
 #define SW_FNV_OFFSET 0xcbf29ce484222325ULL
@@ -403,6 +411,33 @@ int shim_syscall_target_path(char *buf)
 	return bpf_probe_read_user_str(buf, SW_PATH_CAP, user);
 }
 
+// The flags of the current renameat2 syscall (x86-64: number 316, flags in r8); 0 for rename,
+// renameat and renames from no syscall (io_uring, nfsd, overlayfs). The LSM hook is not
+// passed them.
+static __always_inline __u32 sw_syscall_rename_flags(struct pt_regs *regs)
+{
+	return BPF_CORE_READ(regs, orig_ax) == 316 ? (__u32)BPF_CORE_READ(regs, r8) : 0;
+}
+
+// Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
+__u32 shim_syscall_rename_flags(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	return sw_syscall_rename_flags((struct pt_regs *)bpf_task_pt_regs(task));
+}
+
+// Without bpf_task_pt_regs: the frame the syscall entry saved at the top of the task's kernel
+// stack, as x86-64's task_pt_regs finds it (THREAD_SIZE 16 KiB: a kernel without KASAN).
+#define SW_THREAD_SIZE (16 * 1024)
+__u32 shim_syscall_rename_flags_bounded(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	char *stack = (char *)BPF_CORE_READ(task, stack);
+	if (!stack)
+		return 0;
+	return sw_syscall_rename_flags((struct pt_regs *)(stack + SW_THREAD_SIZE) - 1);
+}
+
 // ---- processes --------------------------------------------------------------------------
 
 // A forked task: its tgid if it is a new process's leader, else 0 (a new thread).
@@ -438,6 +473,11 @@ int shim_path_file(struct path *path, struct sw_file *out)
 struct dentry *shim_renamedata_target(struct renamedata *rd)
 {
 	return BPF_CORE_READ(rd, new_dentry);
+}
+
+struct dentry *shim_renamedata_source(struct renamedata *rd)
+{
+	return BPF_CORE_READ(rd, old_dentry);
 }
 
 __u32 shim_renamedata_flags(struct renamedata *rd)

@@ -3,8 +3,8 @@
 //! A [`Draft`] writes through a raw pointer into its own reserved ring-buffer record: nothing
 //! else sees that memory before [`Draft::submit`], and `Event` is plain integers and arrays.
 use agent_common::{
-    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Flavor, Owner, PATH_CAP, SUN_PATH_LEN,
-    Tier, flags,
+    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Flavor, Owner, PATH_CAP, RENAME_FROM_AT,
+    SUN_PATH_LEN, Tier, flags,
 };
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -60,6 +60,8 @@ pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft>
         (*ev).path_len = 0;
         (*ev)._pad1 = 0;
         (*ev).dir = FileId::default();
+        (*ev).from = FileId::default();
+        (*ev).from_dir = FileId::default();
     }
     Some(Draft(entry, kind))
 }
@@ -102,6 +104,20 @@ impl Draft {
     pub fn dir(&mut self, d: FileId) -> &mut Self {
         // SAFETY: our reserved record (module doc).
         unsafe { (*self.ev()).dir = d };
+        self
+    }
+
+    #[inline(always)]
+    pub fn from(&mut self, f: FileId) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
+        unsafe { (*self.ev()).from = f };
+        self
+    }
+
+    #[inline(always)]
+    fn old_name_dir(&mut self, d: FileId) -> &mut Self {
+        // SAFETY: our reserved record (module doc).
+        unsafe { (*self.ev()).from_dir = d };
         self
     }
 
@@ -195,6 +211,53 @@ impl Draft {
         // SAFETY: the helper checks `src`, and writes only within `buf`.
         let n = unsafe { bpf_probe_read_user_str_bytes(src, buf) }.map(<[u8]>::len);
         self.copied(n.ok())
+    }
+
+    /// The path's back half, from [`RENAME_FROM_AT`]: a rename's old name.
+    #[inline(always)]
+    fn old_name_buf(&mut self) -> &mut [u8; PATH_CAP - RENAME_FROM_AT] {
+        let path = self.path_buf().as_mut_ptr();
+        // SAFETY: RENAME_FROM_AT < PATH_CAP, so this is the tail of `path`.
+        unsafe { &mut *(path.add(RENAME_FROM_AT) as *mut [u8; PATH_CAP - RENAME_FROM_AT]) }
+    }
+
+    /// Marks the old name in place (`FROM_PATH`, its length in `aux`); a new name that ran
+    /// into the back half is cut there.
+    #[inline(always)]
+    fn old_name_copied(&mut self, len: Option<usize>) -> &mut Self {
+        let ev = self.ev();
+        // SAFETY: our reserved record (module doc).
+        unsafe {
+            let new_len = (*ev).path_len as usize;
+            if new_len >= RENAME_FROM_AT {
+                (*ev).path_len = (RENAME_FROM_AT - 1) as u16;
+                (*ev).flags |= flags::PATH_TRUNCATED;
+            }
+            if len.is_some_and(|n| n + 1 >= PATH_CAP - RENAME_FROM_AT) {
+                (*ev).flags |= flags::PATH_TRUNCATED;
+            }
+            (*ev).aux = len.unwrap_or(0) as u32;
+            (*ev).flags |= flags::FROM_PATH;
+        }
+        self
+    }
+
+    /// Tracepoint tier: a rename's new and old names from user memory; `old_dir` is where a
+    /// relative old name starts.
+    #[inline(always)]
+    pub fn rename_paths(&mut self, new: *const u8, old: *const u8, old_dir: FileId) -> &mut Self {
+        self.user_path(new);
+        let buf = self.old_name_buf();
+        // SAFETY: the helper checks `old`, and writes only within `buf`.
+        let n = unsafe { bpf_probe_read_user_str_bytes(old, buf) }.map(<[u8]>::len);
+        self.old_name_dir(old_dir).old_name_copied(n.ok())
+    }
+
+    /// Exact tiers: an exchange's old name, the name of `dentry` in directory `dir`.
+    #[inline(always)]
+    pub fn exchanged_name(&mut self, dentry: Dentry, dir: FileId) -> &mut Self {
+        let n = shim::dentry_name_half(dentry, self.old_name_buf());
+        self.old_name_dir(dir).old_name_copied(n.map(usize::from))
     }
 
     /// The path of the file an unlink or rename removes: the syscall's path argument, as the

@@ -6,7 +6,7 @@
 //! the build generates for it from `agent_common`).
 use core::ffi::c_void;
 
-use agent_common::{FileId, Flavor, PATH_CAP, SUN_PATH_LEN};
+use agent_common::{FileId, Flavor, PATH_CAP, RENAME_FROM_AT, SUN_PATH_LEN};
 
 /// Mirrors `struct sw_file` in `c/shim.h`.
 #[repr(C)]
@@ -99,6 +99,8 @@ shim_values! {
     fn new_process_tgid(task: Ptr) -> u32 = shim_new_process_tgid;
     /// `rd->new_dentry` of a `struct renamedata *`.
     fn renamedata_target(rd: Ptr) -> Dentry = shim_renamedata_target;
+    /// `rd->old_dentry` of a `struct renamedata *`: the file moved.
+    fn renamedata_source(rd: Ptr) -> Dentry = shim_renamedata_source;
     /// `rd->flags` of a `struct renamedata *`.
     fn renamedata_flags(rd: Ptr) -> u32 = shim_renamedata_flags;
     /// `msg->msg_name` (a kernel copy of the destination address) of a `struct msghdr *`.
@@ -107,6 +109,10 @@ shim_values! {
     fn current_group_dead() -> bool = shim_current_group_dead;
     /// The current task's mount namespace id (`/proc/PID/ns/mnt`), 0 when it has none.
     fn current_mntns() -> u32 = shim_current_mntns;
+    /// The current `renameat2` syscall's flags, through `bpf_task_pt_regs` (0 for others).
+    fn syscall_rename_flags() -> u32 = shim_syscall_rename_flags;
+    /// The same, through the register frame at the top of the task's kernel stack.
+    fn syscall_rename_flags_bounded() -> u32 = shim_syscall_rename_flags_bounded;
 }
 
 unsafe extern "C" {
@@ -116,6 +122,7 @@ unsafe extern "C" {
     fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
     fn shim_sk_path(sk: Sock, buf: *mut u8) -> i32;
     fn shim_dentry_name(d: Dentry, buf: *mut u8) -> i32;
+    fn shim_dentry_name_half(d: Dentry, buf: *mut u8) -> i32;
     fn shim_syscall_target_path(buf: *mut u8) -> i32;
     fn shim_basename_hash(buf: *const u8, len: i32) -> u64;
     fn shim_current_holds_socket(sock_ino: u64) -> i32;
@@ -181,6 +188,13 @@ pub fn sk_path(sk: Sock, buf: &mut [u8; SUN_PATH_LEN]) -> Option<u16> {
 pub fn dentry_name(d: Dentry, buf: &mut [u8; PATH_CAP]) -> Option<u16> {
     // SAFETY: the shim writes at most SW_PATH_CAP (= PATH_CAP) bytes to `buf`.
     copied_len(unsafe { shim_dentry_name(d, buf.as_mut_ptr()) })
+}
+
+/// The name of a dentry into half a path buffer (a rename's old name).
+#[inline(always)]
+pub fn dentry_name_half(d: Dentry, buf: &mut [u8; PATH_CAP - RENAME_FROM_AT]) -> Option<u16> {
+    // SAFETY: the shim writes at most SW_PATH_CAP / 2 (= PATH_CAP - RENAME_FROM_AT) bytes.
+    copied_len(unsafe { shim_dentry_name_half(d, buf.as_mut_ptr()) })
 }
 
 /// The path argument of the current unlink/rename syscall (the file removed, or the rename

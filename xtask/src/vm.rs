@@ -31,7 +31,7 @@ const GUEST_TIERS: &str = "lsm,fentry,kprobe,tracepoint";
 /// (`SOCKWATCH_PROBE_MODE`), so that every verdict is proven on every tier the guest loads,
 /// not only on the one `auto` picks. (`handover`, `late_start` and `stale_connect` loop over
 /// the modes themselves.)
-const PER_TIER_TESTS: &[&str] = &["verdicts", "overlay", "patterns"];
+const PER_TIER_TESTS: &[&str] = &["verdicts", "overlay", "patterns", "renames"];
 /// Every tier, as `vm-test --all-tiers` runs them on every kernel.
 const ALL_MODES: &str = "lsm fentry kprobe tracepoint";
 /// The tiers each kernel runs the agent's end-to-end tests under in the whole suite (`cargo

@@ -1,6 +1,7 @@
 //! What unlink and rename share: the file a removal displaces, checked at the operation's
 //! entry and reported at its exit (exact tiers), or a path filtered by name (tracepoint tier).
-use agent_common::{EventKind, Fidelity, Flavor, PATH_CAP, Tier, flags};
+//! A rename also reports the live socket file it moves, and both files of an exchange.
+use agent_common::{EventKind, Fidelity, FileId, Flavor, PATH_CAP, Tier, flags};
 use aya_ebpf::{
     EbpfContext as _,
     helpers::bpf_probe_read_user_str_bytes,
@@ -23,7 +24,7 @@ pub const AT_FDCWD: i32 = -100;
 #[derive(Clone, Copy)]
 pub enum Removal {
     Unlink,
-    /// A rename onto an existing file.
+    /// A rename onto an existing file, of a live socket's file, or an exchange.
     Rename,
 }
 
@@ -45,16 +46,13 @@ impl Removal {
     }
 }
 
-/// Entry: keeps the record of a socket file about to be removed, with `extra` flags. They
-/// are worked out only for a file that matters: a branch before the fd-table walk would
-/// make the verifier walk it once per side.
+/// Entry: keeps the record of a socket file about to be removed.
 #[inline(always)]
-pub fn begin(op: Removal, victim: Dentry, extra: impl FnOnce() -> u16, flavor: Flavor) {
+pub fn begin(op: Removal, victim: Dentry, flavor: Flavor) {
     if current::is_agent() || victim.is_null() {
         return;
     }
-    if let Some(mut p) = live::inspect_victim(victim, flavor) {
-        p.flags |= extra();
+    if let Some(p) = live::inspect_victim(victim, flavor) {
         pending::stash(op.slot(), &p);
     }
 }
@@ -80,8 +78,57 @@ fn end(op: Removal, ret: i64, tier: Tier, flavor: Flavor) {
     if let Some(p) = pending::take(op.slot(), false)
         && ret == 0
     {
-        report(op, &p, ret, tier, 0, flavor);
+        report(op, &p, ret, tier, 0, flavor, Names::after(&p));
     }
+}
+
+/// Where an event's names and the moved file's identity come from.
+struct Names {
+    /// The dentry bearing the new name (the removed name, for an unlink).
+    new: Dentry,
+    /// An exchange's dentry bearing the old name, else null.
+    old: Dentry,
+    from: FileId,
+}
+
+impl Names {
+    /// Before the operation (LSM): the target bears the new name, the source the old one.
+    #[inline(always)]
+    fn before(p: &Pending) -> Self {
+        Self::of(p, p.ptr as Dentry, p.arg as Dentry)
+    }
+
+    /// After a rename the moved dentry (`arg`, kept for renames only) bears the new name,
+    /// exchanged or not, and after an exchange the target's bears the old one.
+    #[inline(always)]
+    fn after(p: &Pending) -> Self {
+        if p.arg == 0 {
+            return Self::of(p, p.ptr as Dentry, core::ptr::null());
+        }
+        Self::of(p, p.arg as Dentry, p.ptr as Dentry)
+    }
+
+    #[inline(always)]
+    fn of(p: &Pending, new: Dentry, old: Dentry) -> Self {
+        let exchange = p.flags & flags::EXCHANGE != 0;
+        Names {
+            new,
+            old: if exchange { old } else { core::ptr::null() },
+            from: moved_id(p),
+        }
+    }
+}
+
+/// The identity of the file a rename moved (its dentry is `arg`) when it is a live socket's
+/// file or one end of an exchange, else zero.
+#[inline(always)]
+fn moved_id(p: &Pending) -> FileId {
+    if p.flags & (flags::FROM_LIVE | flags::EXCHANGE) == 0 {
+        return FileId::default();
+    }
+    shim::dentry_file(p.arg as Dentry)
+        .map(|f| f.id())
+        .unwrap_or_default()
 }
 
 /// LSM tier: reports a socket file at once, before the removal; its result is not known.
@@ -90,18 +137,120 @@ pub fn report_before(op: Removal, victim: Dentry, flavor: Flavor) -> i32 {
     if !current::is_agent()
         && let Some(p) = live::inspect_victim(victim, flavor)
     {
-        report(op, &p, 0, Tier::Lsm, flags::RESULT_UNKNOWN, flavor);
+        report(
+            op,
+            &p,
+            0,
+            Tier::Lsm,
+            flags::RESULT_UNKNOWN,
+            flavor,
+            Names::before(&p),
+        );
     }
     0
 }
 
+/// Rename entry (fentry, kprobe): keeps the record of a rename that displaces or swaps a
+/// socket file, or moves a live one. `source` is the file moved, `target` the new name's.
 #[inline(always)]
-fn report(op: Removal, p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor) {
+pub fn rename_begin(source: Dentry, target: Dentry, exchange: bool, flavor: Flavor) {
+    if current::is_agent() {
+        return;
+    }
+    if let Some(p) = rename_record(source, target, exchange, flavor) {
+        pending::stash(Slot::Rename, &p);
+    }
+}
+
+/// LSM tier: reports a rename before it happens. An exchange calls the hook twice, the
+/// second time with the arguments swapped back; only that call is reported, so it names the
+/// file moved and the target as the syscall did.
+#[inline(always)]
+pub fn rename_report_before(source: Dentry, target: Dentry, exchange: bool, flavor: Flavor) {
+    if current::is_agent() {
+        return;
+    }
+    if exchange {
+        let first = pending::take(Slot::Rename, false);
+        if !first.is_some_and(|p| p.ptr == source as u64) {
+            // The first call: remember the file it named as the target, the second's source.
+            pending::stash(Slot::Rename, &Pending::args(target as u64, 0));
+            return;
+        }
+    }
+    if let Some(p) = rename_record(source, target, exchange, flavor) {
+        let extra = flags::RESULT_UNKNOWN;
+        report(
+            Removal::Rename,
+            &p,
+            0,
+            Tier::Lsm,
+            extra,
+            flavor,
+            Names::before(&p),
+        );
+    }
+}
+
+/// The record of a rename that concerns a socket file, or `None`: the target's when it is a
+/// socket file (as an unlink's victim; for an exchange, whatever file it is), with the moved
+/// dentry in `arg` and `FROM_LIVE` when that is a live socket's file.
+#[inline(always)]
+fn rename_record(
+    source: Dentry,
+    target: Dentry,
+    exchange: bool,
+    flavor: Flavor,
+) -> Option<Pending> {
+    // The descriptor walk first: a branch before it would make the verifier walk it twice.
+    let victim = live::inspect_victim(target, flavor);
+    let moves_live = is_live_socket_file(source);
+    if victim.is_none() && !moves_live {
+        return None;
+    }
+    let mut p = victim.unwrap_or_else(|| Pending {
+        ptr: target as u64,
+        // An exchange names both ends, socket files or not.
+        file: if exchange {
+            shim::dentry_file(target)
+                .map(|f| f.id())
+                .unwrap_or_default()
+        } else {
+            FileId::default()
+        },
+        dir: live::parent_id(target),
+        ..Default::default()
+    });
+    p.arg = source as u64;
+    if moves_live {
+        p.flags |= flags::FROM_LIVE;
+    }
+    if exchange {
+        p.flags |= flags::EXCHANGE;
+    }
+    Some(p)
+}
+
+/// Whether `dentry` is a live socket's file (in `LIVE`): no descriptor walk, a move is
+/// reported whoever makes it.
+#[inline(always)]
+fn is_live_socket_file(dentry: Dentry) -> bool {
+    !dentry.is_null()
+        && shim::dentry_file(dentry)
+            .is_some_and(|f| shim::is_sock_mode(f.mode) && live::lookup(&f.id()).is_some())
+}
+
+#[inline(always)]
+fn report(op: Removal, p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor, n: Names) {
     if let Some(mut ev) = emit::reserve(op.kind(), tier, Fidelity::Exact) {
         ev.pending(p)
             .ret(ret)
             .flags(extra)
-            .removed_path(flavor, p.ptr as Dentry);
+            .from(n.from)
+            .removed_path(flavor, n.new);
+        if !n.old.is_null() {
+            ev.exchanged_name(n.old, live::parent_id(n.old));
+        }
         ev.submit();
     }
 }
@@ -136,6 +285,88 @@ pub fn path_begin(op: Removal, dirfd: i32, user_path: *const u8) {
         };
         pending::stash(op.slot(), &p);
     }
+}
+
+/// Tracepoint tier, rename entry: keeps a rename whose new or old name is named like a live
+/// socket's file, with the directories relative names start from; the old name is kept when
+/// it matched, or for an exchange (whose other file then takes it).
+#[inline(always)]
+pub fn rename_path_begin(old: (i32, *const u8), new: (i32, *const u8), exchange: bool) {
+    if current::is_agent() || new.1.is_null() || old.1.is_null() {
+        return;
+    }
+    let (Some(new_name), Some(old_name)) = (read_name(new.1), read_name(old.1)) else {
+        return;
+    };
+    if !new_name.live && !old_name.live {
+        return;
+    }
+    let mut p = Pending {
+        ptr: new.1 as u64,
+        dir: new_name.start(new.0),
+        ..Default::default()
+    };
+    if old_name.live || exchange {
+        p.arg = old.1 as u64;
+        p.file = old_name.start(old.0);
+    }
+    if exchange {
+        p.flags |= flags::EXCHANGE;
+    }
+    pending::stash(Slot::Rename, &p);
+}
+
+/// A user path's base name, as far as the tracepoint tier's filter needs it.
+struct Name {
+    /// Named like a live socket's file.
+    live: bool,
+    absolute: bool,
+}
+
+impl Name {
+    /// The directory a relative path starts from (`dirfd`, or the working directory).
+    #[inline(always)]
+    fn start(&self, dirfd: i32) -> FileId {
+        if self.absolute {
+            FileId::default()
+        } else {
+            shim::current_dirfd_id(dirfd)
+        }
+    }
+}
+
+#[inline(always)]
+fn read_name(user_path: *const u8) -> Option<Name> {
+    let buf = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot of SCRATCH: nothing else uses it while this program runs here.
+    let buf: &mut [u8; PATH_CAP] = unsafe { &mut *buf };
+    // SAFETY: the helper checks `user_path`, and writes only within `buf`.
+    let len = unsafe { bpf_probe_read_user_str_bytes(user_path, buf) }
+        .ok()?
+        .len();
+    Some(Name {
+        live: live::name_is_live(shim::basename_hash(buf, len)),
+        absolute: buf[0] == b'/',
+    })
+}
+
+/// Tracepoint tier, rename exit: reports a successful rename kept at entry, with its old
+/// name when kept.
+#[inline(always)]
+pub fn rename_path_end(ctx: &TracePointContext) -> u32 {
+    if let Some(p) = pending::take(Slot::Rename, false)
+        && tp_ret(ctx) == 0
+        && let Some(mut ev) = emit::reserve(EventKind::Rename, Tier::Tracepoint, Fidelity::PathOnly)
+    {
+        ev.dir(p.dir).flags(p.flags);
+        if p.arg == 0 {
+            ev.user_path(p.ptr as *const u8);
+        } else {
+            ev.rename_paths(p.ptr as *const u8, p.arg as *const u8, p.file);
+        }
+        ev.submit();
+    }
+    0
 }
 
 /// Tracepoint tier, exit: reports a successful removal of a kept path.

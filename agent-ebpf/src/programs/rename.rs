@@ -1,7 +1,8 @@
-//! A rename whose target is an existing socket file: the displaced inode is what matters.
+//! A rename that concerns a socket file: the inode it displaces (a rename-over), the live
+//! socket file it moves away from its bound path, or both files of a `RENAME_EXCHANGE`.
 use core::ffi::c_void;
 
-use agent_common::{Flavor, flags};
+use agent_common::Flavor;
 use aya_ebpf::{
     EbpfContext as _,
     macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
@@ -29,24 +30,31 @@ fn takes_renamedata() -> bool {
     shim::renamedata_exists() && VFS_RENAME_ARGS.load() == 1
 }
 
-/// Entry of an exact tier, from `vfs_rename`'s arguments (`arg(n)`): the target and flags are
-/// in `struct renamedata` since 5.12, before that arguments 3 and 5.
+/// Entry of an exact tier, from `vfs_rename`'s arguments (`arg(n)`): the source, target and
+/// flags are in `struct renamedata` since 5.12, before that arguments 1, 3 and 5.
 #[inline(always)]
 fn begin(arg: impl Fn(u32) -> u64, flavor: Flavor) {
-    let (target, rename_flags) = if takes_renamedata() {
+    let (source, target, rename_flags) = if takes_renamedata() {
         let rd = arg(0) as *const c_void;
-        (shim::renamedata_target(rd), shim::renamedata_flags(rd))
+        (
+            shim::renamedata_source(rd),
+            shim::renamedata_target(rd),
+            shim::renamedata_flags(rd),
+        )
     } else {
-        (arg(3) as Dentry, arg(5) as u32)
+        (arg(1) as Dentry, arg(3) as Dentry, arg(5) as u32)
     };
-    let exchange = || {
-        if rename_flags & RENAME_EXCHANGE != 0 {
-            flags::EXCHANGE
-        } else {
-            0
-        }
+    removal::rename_begin(source, target, rename_flags & RENAME_EXCHANGE != 0, flavor);
+}
+
+/// The LSM hook is not passed the flags: they are the syscall's (renameat2's fifth argument).
+#[inline(always)]
+fn syscall_exchanges(flavor: Flavor) -> bool {
+    let rename_flags = match flavor {
+        Flavor::Helpers => shim::syscall_rename_flags(),
+        Flavor::Bounded => shim::syscall_rename_flags_bounded(),
     };
-    removal::begin(Rename, target, exchange, flavor);
+    rename_flags & RENAME_EXCHANGE != 0
 }
 
 flavored! {
@@ -66,7 +74,9 @@ flavored! {
     /// LSM tier: `inode_rename(old_dir, old_dentry, new_dir, new_dentry)`, before the rename.
     #[lsm(hook = "inode_rename")]
     fn rename_lsm / rename_lsm_b(ctx: LsmContext, flavor) -> i32 {
-        removal::report_before(Rename, ctx.arg(3), flavor)
+        let exchange = syscall_exchanges(flavor);
+        removal::rename_report_before(ctx.arg(1), ctx.arg(3), exchange, flavor);
+        0
     }
 
     #[kprobe(function = "vfs_rename")]
@@ -81,42 +91,52 @@ flavored! {
     }
 }
 
-/// Tracepoint tier: `rename(old, new)`; the new name is the one whose file is displaced.
+/// Tracepoint tier: `rename(old, new)`, both names relative to the working directory.
 #[tracepoint(category = "syscalls", name = "sys_enter_rename")]
 pub fn rename_tp_enter(ctx: TracePointContext) -> u32 {
-    removal::path_begin(Rename, AT_FDCWD, tp_arg(&ctx, 1) as *const u8);
+    let (old, new) = (tp_arg(&ctx, 0), tp_arg(&ctx, 1));
+    removal::rename_path_begin(
+        (AT_FDCWD, old as *const u8),
+        (AT_FDCWD, new as *const u8),
+        false,
+    );
     0
 }
 
-/// `renameat(olddirfd, old, newdirfd, new)`; renameat2 adds flags.
+/// `renameat(olddirfd, old, newdirfd, new)`.
 #[tracepoint(category = "syscalls", name = "sys_enter_renameat")]
 pub fn renameat_tp_enter(ctx: TracePointContext) -> u32 {
-    new_name_begin(&ctx)
+    at_begin(&ctx, false)
 }
 
+/// `renameat2(olddirfd, old, newdirfd, new, flags)`.
 #[tracepoint(category = "syscalls", name = "sys_enter_renameat2")]
 pub fn renameat2_tp_enter(ctx: TracePointContext) -> u32 {
-    new_name_begin(&ctx)
+    let exchange = tp_arg(&ctx, 4) as u32 & RENAME_EXCHANGE != 0;
+    at_begin(&ctx, exchange)
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_rename")]
 pub fn rename_tp_exit(ctx: TracePointContext) -> u32 {
-    removal::path_end(Rename, &ctx)
+    removal::rename_path_end(&ctx)
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_renameat")]
 pub fn renameat_tp_exit(ctx: TracePointContext) -> u32 {
-    removal::path_end(Rename, &ctx)
+    removal::rename_path_end(&ctx)
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_renameat2")]
 pub fn renameat2_tp_exit(ctx: TracePointContext) -> u32 {
-    removal::path_end(Rename, &ctx)
+    removal::rename_path_end(&ctx)
 }
 
-/// renameat's and renameat2's entry: the new name is arguments 2 (dirfd) and 3.
+/// renameat's and renameat2's entry: the old name is arguments 0 (dirfd) and 1, the new one
+/// 2 and 3.
 #[inline(always)]
-fn new_name_begin(ctx: &TracePointContext) -> u32 {
-    removal::path_begin(Rename, tp_arg(ctx, 2) as i32, tp_arg(ctx, 3) as *const u8);
+fn at_begin(ctx: &TracePointContext, exchange: bool) -> u32 {
+    let old = (tp_arg(ctx, 0) as i32, tp_arg(ctx, 1) as *const u8);
+    let new = (tp_arg(ctx, 2) as i32, tp_arg(ctx, 3) as *const u8);
+    removal::rename_path_begin(old, new, exchange);
     0
 }

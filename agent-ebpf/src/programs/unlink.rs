@@ -33,7 +33,7 @@ flavored! {
     #[fentry(function = "vfs_unlink")]
     fn unlink_fentry / unlink_fentry_b(ctx: FEntryContext, flavor) -> i32 {
         let dentry = shim::ctx_arg(ctx.as_ptr(), dentry_arg()) as *const c_void;
-        removal::begin(Unlink, dentry, || 0, flavor);
+        removal::begin(Unlink, dentry, flavor);
         0
     }
 
@@ -62,7 +62,7 @@ flavored! {
             )
         };
         let dentry = if dentry_arg() == 2 { a2 } else { a1 };
-        removal::begin(Unlink, dentry as *const c_void, || 0, flavor);
+        removal::begin(Unlink, dentry as *const c_void, flavor);
         0
     }
 

@@ -20,8 +20,8 @@
 //!   engine then decides from its own state (`decided_by: engine`). Likewise
 //!   `unlinker_holds_fd: None` leaves the ownership question to the engine.
 //! - Every `Unlink`/`Rename` is taken as done. Tiers that report before the operation (LSM)
-//!   should drop the ones that failed; a `RENAME_EXCHANGE` displaces nothing and should not be
-//!   sent as a rename-over.
+//!   should drop the ones that failed. A `RENAME_EXCHANGE` (`exchange`) displaces nothing: it
+//!   swaps the two files' paths.
 //! - `Listen`, `Release` and `FdReceived` of sockets never bound nor scanned are counted and
 //!   ignored: only `Bind` and `Scan` (and the kernel's `live` at an unlink) create entries.
 mod connect;
@@ -48,6 +48,7 @@ pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts}
 pub use verdict::{CloseReason, DecidedBy, OrphanCause, Relation, StaleKind, Verdict};
 
 use owners::Owners;
+use removal::Rename;
 use sockets::{Evicted, SocketTable};
 use stats::Counters;
 use takeover::PendingRemovals;
@@ -189,20 +190,24 @@ impl Engine {
                 ts_ns,
                 proc,
                 moved,
+                from,
                 to,
+                exchange,
                 replaced,
                 fidelity,
                 live,
-            } => self.on_rename(
-                *ts_ns,
-                proc,
-                *moved,
-                to,
-                *replaced,
-                *fidelity,
-                live.as_ref(),
-                out,
-            ),
+            } => {
+                let rename = Rename {
+                    moved: *moved,
+                    from: from.as_deref(),
+                    to,
+                    exchange: *exchange,
+                    replaced: *replaced,
+                    fidelity: *fidelity,
+                    live: live.as_ref(),
+                };
+                self.on_rename(*ts_ns, proc, &rename, out);
+            }
             Input::Connect {
                 ts_ns,
                 proc,

@@ -104,13 +104,19 @@ pub enum Input {
         live: Option<LiveAtUnlink>,
     },
     /// `replaced` is the displaced target inode; `live` describes the socket bound to it;
-    /// `moved` is the file now at `to` (the one moved into place), where userspace saw it.
+    /// `moved` is the file now at `to` (the one moved into place: the kernel's, else where
+    /// userspace saw it); `from` its old name, where the tier gave it. An `exchange` swaps the
+    /// two names: `replaced` is then at `from`, and nothing is removed.
     Rename {
         ts_ns: u64,
         proc: Proc,
         #[serde(default)]
         moved: Option<FileId>,
+        #[serde(default)]
+        from: Option<String>,
         to: String,
+        #[serde(default)]
+        exchange: bool,
         #[serde(default)]
         replaced: Option<FileId>,
         #[serde(default)]

@@ -16,6 +16,17 @@ enum Target {
     Ambiguous,
 }
 
+/// A rename as the engine takes it (see [`super::Input::Rename`]).
+pub(super) struct Rename<'a> {
+    pub moved: Option<FileId>,
+    pub from: Option<&'a str>,
+    pub to: &'a str,
+    pub exchange: bool,
+    pub replaced: Option<FileId>,
+    pub fidelity: Fidelity,
+    pub live: Option<&'a LiveAtUnlink>,
+}
+
 /// How the file went away.
 enum How {
     Unlink,
@@ -56,24 +67,27 @@ impl Engine {
             .record(&file, ts_ns, actor.tgid, HistoryEvent::LinkRemoved);
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A rename: a rename-over reports the live socket it displaced (`replaced`), a move the
+    /// live socket whose file it moved (`moved`), an exchange both files it swapped.
     pub(super) fn on_rename(
         &mut self,
         ts_ns: u64,
         actor: &Proc,
-        moved: Option<FileId>,
-        to: &str,
-        replaced: Option<FileId>,
-        fidelity: Fidelity,
-        live: Option<&LiveAtUnlink>,
+        r: &Rename,
         out: &mut Vec<Verdict>,
     ) {
-        let source = moved.filter(|f| self.sockets.get(f).is_some());
+        let source = self.moved_socket(r, actor);
+        if r.exchange {
+            self.exchange(ts_ns, actor, r, source, out);
+            return;
+        }
+        let (to, fidelity, live) = (r.to, r.fidelity, r.live);
+        let start = out.len();
         // Without the kernel's inode, the displaced file is whatever `to` resolved to.
-        let look_up_path = replaced.is_some() || fidelity == Fidelity::PathOnly || live.is_some();
+        let look_up_path = r.replaced.is_some() || fidelity == Fidelity::PathOnly || live.is_some();
         if look_up_path {
             let how = How::Rename { new_file: source };
-            match self.resolve(to, replaced, actor, source) {
+            match self.resolve(to, r.replaced, actor, source) {
                 Target::Found(f) => self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out),
                 Target::Untracked(f) if live.is_some() => {
                     self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out);
@@ -83,15 +97,121 @@ impl Engine {
                 Target::Untracked(_) | Target::NotFound => {}
             }
         }
+        // A socket moved over another (S5's atomic replace) is named by `replaced`.
+        let replaced_one = out[start..]
+            .iter()
+            .any(|v| matches!(v, Verdict::Replaced { .. }));
         if let Some(f) = source {
-            self.sockets.modify(&f, ts_ns, |s| {
-                s.bind_path = Some(to.to_owned());
-                s.paths.clear();
-                s.add_alias(to);
-            });
-            self.sockets
-                .record(&f, ts_ns, actor.tgid, HistoryEvent::Moved);
+            let from = self.known_path(f, r.from);
+            let report = !replaced_one;
+            self.move_socket(ts_ns, actor, f, from, Some(to), None, fidelity, report, out);
         }
+    }
+
+    /// The tracked socket file a rename moved: the kernel's (or userspace's) inode, else on the
+    /// tracepoint tier what its old name resolves to.
+    fn moved_socket(&self, r: &Rename, actor: &Proc) -> Option<FileId> {
+        if let Some(f) = r.moved.filter(|f| self.sockets.get(f).is_some()) {
+            return Some(f);
+        }
+        let from = r.from.filter(|_| r.fidelity == Fidelity::PathOnly)?;
+        match self.resolve(from, None, actor, None) {
+            Target::Found(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// `RENAME_EXCHANGE`: the file moved takes the new name, the one there takes the old name;
+    /// nothing is removed. The file swapped away is the kernel's `replaced` (exact tiers),
+    /// else what the new name led to before.
+    fn exchange(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        r: &Rename,
+        source: Option<FileId>,
+        out: &mut Vec<Verdict>,
+    ) {
+        let other = match self.resolve(r.to, r.replaced, actor, source) {
+            Target::Found(f) => Some(f),
+            _ => None,
+        };
+        let old = source
+            .and_then(|f| self.known_path(f, r.from))
+            .or(r.from.map(str::to_owned));
+        let (moved_file, other_file) = (source.or(r.moved), other.or(r.replaced));
+        if let Some(f) = source {
+            let to = Some(r.to);
+            let (from, fidelity) = (old.clone(), r.fidelity);
+            self.move_socket(ts_ns, actor, f, from, to, other_file, fidelity, true, out);
+        }
+        if let Some(f) = other {
+            let from = Some(r.to.to_owned());
+            let to = old.as_deref();
+            self.move_socket(ts_ns, actor, f, from, to, moved_file, r.fidelity, true, out);
+        }
+    }
+
+    /// The path a tracked socket file was known by: its bind path, else `fallback` (the old
+    /// name as the actor gave it).
+    fn known_path(&self, file: FileId, fallback: Option<&str>) -> Option<String> {
+        self.sockets
+            .get(&file)
+            .and_then(SocketState::display_path)
+            .or(fallback.map(str::to_owned))
+    }
+
+    /// Points a socket file's path index at its new name (`None`: unknown, so no path leads
+    /// to it as far as the engine knows) and, when `report`, reports the move of a live
+    /// socket.
+    #[allow(clippy::too_many_arguments)]
+    fn move_socket(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        file: FileId,
+        from: Option<String>,
+        to: Option<&str>,
+        exchanged_with: Option<FileId>,
+        fidelity: Fidelity,
+        report: bool,
+        out: &mut Vec<Verdict>,
+    ) {
+        self.sockets.modify(&file, ts_ns, |s| {
+            s.bind_path = to.map(str::to_owned);
+            s.paths.clear();
+            if let Some(to) = to {
+                s.add_alias(to);
+            }
+        });
+        self.sockets
+            .record(&file, ts_ns, actor.tgid, HistoryEvent::Moved);
+        let Some(s) = self
+            .sockets
+            .get(&file)
+            .filter(|s| s.is_live() && s.is_linked())
+        else {
+            return;
+        };
+        if !report {
+            return;
+        }
+        let owner = self.victim(s, None);
+        let (foreign, _) = self.ownership(file, s.binder.tgid, actor, None);
+        out.push(Verdict::Moved {
+            ts_ns,
+            relation: Relation::between(actor, &owner),
+            actor: actor.clone(),
+            owner,
+            foreign,
+            file,
+            sock_ino: s.sock_ino,
+            listening: s.listening,
+            from,
+            to: to.map(str::to_owned),
+            exchanged_with,
+            fidelity,
+        });
     }
 
     /// Finds the tracked file a path operation names: the kernel's inode when given, else the

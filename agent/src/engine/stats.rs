@@ -62,6 +62,7 @@ pub struct Evictions {
 pub struct VerdictCounts {
     pub foreign_unlink: u64,
     pub replaced: u64,
+    pub moved: u64,
     pub takeover: u64,
     pub orphan_opened: u64,
     pub orphan_closed: u64,
@@ -74,6 +75,7 @@ impl VerdictCounts {
         let c = match v {
             Verdict::ForeignUnlink { .. } => &mut self.foreign_unlink,
             Verdict::Replaced { .. } => &mut self.replaced,
+            Verdict::Moved { .. } => &mut self.moved,
             Verdict::Takeover { .. } => &mut self.takeover,
             Verdict::OrphanOpened { .. } => &mut self.orphan_opened,
             Verdict::OrphanClosed { .. } => &mut self.orphan_closed,

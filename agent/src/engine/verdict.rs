@@ -150,6 +150,31 @@ pub enum Verdict {
         decided_by: DecidedBy,
         fidelity: Fidelity,
     },
+    /// A live socket's file was renamed: its old path no longer leads to it, its new one does.
+    /// Informational: clients that connect by the old path now fail or reach another file.
+    /// An exchange moves both files: one verdict per live socket, each naming the other file.
+    Moved {
+        ts_ns: u64,
+        actor: Proc,
+        /// The owner of the socket moved.
+        owner: Proc,
+        relation: Relation,
+        /// False when the actor is in the owner set (a daemon moving its own file).
+        foreign: bool,
+        file: FileId,
+        sock_ino: u64,
+        listening: bool,
+        /// The path that led to the socket before (its bind path, else the old name as the
+        /// actor gave it), when known.
+        from: Option<String>,
+        /// The path that leads to it now, when known (an exchange on an exact tier names the
+        /// other file's old name only where its directory is known).
+        to: Option<String>,
+        /// An exchange: the file now at `from`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exchanged_with: Option<FileId>,
+        fidelity: Fidelity,
+    },
     /// A live socket's file was removed by a process outside its owner set that then bound a
     /// new socket at the same path (itself, or a process of its cgroup or pod): the path is
     /// served again, a rolling restart's hand-over.
@@ -237,6 +262,7 @@ impl Verdict {
         match self {
             Verdict::ForeignUnlink { .. } => "foreign_unlink",
             Verdict::Replaced { .. } => "replaced",
+            Verdict::Moved { .. } => "moved",
             Verdict::Takeover { .. } => "takeover",
             Verdict::OrphanOpened { .. } => "orphan_opened",
             Verdict::OrphanClosed { .. } => "orphan_closed",
@@ -249,6 +275,7 @@ impl Verdict {
         match self {
             Verdict::ForeignUnlink { ts_ns, .. }
             | Verdict::Replaced { ts_ns, .. }
+            | Verdict::Moved { ts_ns, .. }
             | Verdict::Takeover { ts_ns, .. }
             | Verdict::OrphanOpened { ts_ns, .. }
             | Verdict::OrphanClosed { ts_ns, .. }
@@ -284,6 +311,7 @@ impl Verdict {
             | Verdict::Takeover { path, .. }
             | Verdict::StaleConnect { path, .. } => Some(path),
             Verdict::OrphanOpened { path, .. }
+            | Verdict::Moved { to: path, .. }
             | Verdict::OrphanClosed { path, .. }
             | Verdict::StaleSocketFile { path, .. } => path.as_deref(),
         }

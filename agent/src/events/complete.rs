@@ -58,6 +58,9 @@ impl Completer {
         if let Some(path) = self.dirs.resolve(&ev) {
             ev.path = path;
         }
+        if let Some(path) = self.dirs.resolve_old_name(&ev) {
+            ev.from_path = Some(path);
+        }
         let mut moved = None;
         if let Some(live) = live {
             self.learn_namespace(&ev);
@@ -91,9 +94,9 @@ impl Completer {
     }
 }
 
-/// The socket file a rename-over put at an absolute path: what the actor's view shows there.
+/// The socket file a rename put at an absolute path: what the actor's view shows there.
 fn moved_into_place(ev: &KernelEvent) -> Option<FileId> {
-    if ev.kind != EventKind::Rename || ev.flags.exchange || !ev.path.starts_with('/') {
+    if ev.kind != EventKind::Rename || !ev.path.starts_with('/') {
         return None;
     }
     let meta = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok()?;

@@ -1,5 +1,7 @@
 //! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
-use agent_common::{Event, EventKind, Fidelity, FileId, Owner, Tier, flags};
+use agent_common::{
+    Event, EventKind, Fidelity, FileId, Owner, PATH_CAP, RENAME_FROM_AT, Tier, flags,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -51,6 +53,18 @@ pub struct KernelEvent {
     /// Connect: the client's mount namespace id, through which the agent resolves the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mntns: Option<u32>,
+    /// Rename (exact tiers): the file moved, when it is a live socket's file (`from_live`) or
+    /// one end of an exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileId>,
+    /// Rename: the old name, for an exchange and on the tracepoint tier (completed to an
+    /// absolute path where its directory is known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_path: Option<String>,
+    /// The directory of `from_path`: holding the file (exact tiers) or where a relative name
+    /// starts (tracepoint tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_dir: Option<FileId>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
 }
@@ -79,6 +93,9 @@ pub struct EventFlags {
     pub result_unknown: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub exchange: bool,
+    /// Rename: the file moved was a live socket's file.
+    #[serde(skip_serializing_if = "is_false")]
+    pub from_live: bool,
     /// Connect: the kernel saw the target's lookup (`target_bound` is its answer).
     #[serde(skip_serializing_if = "is_false")]
     pub target_seen: bool,
@@ -101,6 +118,7 @@ impl EventFlags {
             path_relative: on(flags::PATH_RELATIVE),
             result_unknown: on(flags::RESULT_UNKNOWN),
             exchange: on(flags::EXCHANGE),
+            from_live: on(flags::FROM_LIVE),
             target_seen: on(flags::TARGET_SEEN),
             resolved_in_userspace: false,
         }
@@ -125,6 +143,8 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
     let kind = EventKind::from_repr(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
     let tier = Tier::from_repr(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
     let fidelity = Fidelity::from_repr(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
+    let from_path =
+        (kind == EventKind::Rename && raw.flags & flags::FROM_PATH != 0).then(|| old_name(&raw));
     Ok(KernelEvent {
         kind,
         tier,
@@ -145,8 +165,17 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         child_tgid: (kind == EventKind::Fork).then_some(raw.aux),
         dir: (raw.dir.ino != 0).then_some(raw.dir),
         mntns: (kind == EventKind::Connect && raw.aux != 0).then_some(raw.aux),
+        from: (kind == EventKind::Rename && raw.from.ino != 0).then_some(raw.from),
+        from_dir: (from_path.is_some() && raw.from_dir.ino != 0).then_some(raw.from_dir),
+        from_path,
         flags: EventFlags::from_bits(raw.flags),
     })
+}
+
+/// A rename's old name, in the back half of the path (`FROM_PATH`).
+fn old_name(raw: &Event) -> String {
+    let len = (raw.aux as usize).min(PATH_CAP - RENAME_FROM_AT);
+    c_string(&raw.path[RENAME_FROM_AT..RENAME_FROM_AT + len])
 }
 
 /// Bytes up to the first NUL, lossily as UTF-8 (paths are bytes; JSON wants text).
@@ -186,6 +215,8 @@ mod tests {
             owner: Owner::default(),
             aux: 0,
             dir: FileId::default(),
+            from: FileId::default(),
+            from_dir: FileId::default(),
             path_len: 11,
             _pad1: 0,
             path,

@@ -38,12 +38,23 @@ impl KnownDirs {
         if ev.path.starts_with('/') || !matches!(ev.kind, EventKind::Unlink | EventKind::Rename) {
             return None;
         }
+        self.absolute(&ev.path, dir, ev.fidelity)
+    }
+
+    /// The absolute form of a rename's relative old name (`from_path`), where its directory
+    /// is known.
+    pub fn resolve_old_name(&self, ev: &KernelEvent) -> Option<String> {
+        let path = ev.from_path.as_deref().filter(|p| !p.starts_with('/'))?;
+        self.absolute(path, ev.from_dir?, ev.fidelity)
+    }
+
+    /// A relative `path` made absolute: an exact tier's `dir` holds the file itself; a
+    /// path-only one's is where the relative path starts (the working directory or `dirfd`).
+    fn absolute(&self, path: &str, dir: FileId, fidelity: Fidelity) -> Option<String> {
         let parent = self.dirs.get(&dir)?;
-        // An exact tier's `dir` holds the file itself; a path-only one's is where the
-        // relative path starts (the working directory or the `dirfd`).
-        let rest = match ev.fidelity {
-            Fidelity::Exact => ev.path.rsplit('/').next().unwrap_or(&ev.path),
-            _ => &ev.path,
+        let rest = match fidelity {
+            Fidelity::Exact => path.rsplit('/').next().unwrap_or(path),
+            _ => path,
         };
         Some(format!("{}/{rest}", parent.trim_end_matches('/')))
     }
@@ -117,6 +128,9 @@ mod tests {
             backlog: None,
             child_tgid: None,
             mntns: None,
+            from: None,
+            from_path: None,
+            from_dir: None,
             dir: Some(FileId { dev: 5, ino: dir }),
             flags: EventFlags::default(),
         }

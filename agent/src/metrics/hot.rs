@@ -169,7 +169,8 @@ impl Metrics {
             Verdict::StaleSocketFile { .. } => {
                 hot.stale_socket_files.with_label_values(&[watch]).inc();
             }
-            Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } => {}
+            Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } | Verdict::Moved { .. } => {
+            }
         }
     }
 

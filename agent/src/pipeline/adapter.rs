@@ -6,9 +6,8 @@ use crate::{
     events::{EventLine, KernelEvent},
 };
 
-/// The engine input for one kernel event, or `None` when it carries nothing the engine
-/// uses (a `RENAME_EXCHANGE` swaps names and displaces nothing).
-pub fn to_input(line: &EventLine) -> Option<Input> {
+/// The engine input for one kernel event.
+pub fn to_input(line: &EventLine) -> Input {
     let ev = &line.event;
     let ts_ns = ev.ts_ns;
     let proc = acting_proc(line);
@@ -20,7 +19,7 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
     let exact = fidelity == Fidelity::Exact;
     let live = kernel_decision(ev);
     let seen = |yes: bool| (exact && yes).then_some(file);
-    Some(match ev.kind {
+    match ev.kind {
         EventKind::Bind => Input::Bind {
             ts_ns,
             proc,
@@ -48,12 +47,13 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
             fidelity,
             live,
         },
-        EventKind::Rename if ev.flags.exchange => return None,
         EventKind::Rename => Input::Rename {
             ts_ns,
             proc,
-            moved: line.moved,
+            moved: ev.from.or(line.moved),
+            from: ev.from_path.clone(),
             to: ev.path.clone(),
+            exchange: ev.flags.exchange,
             replaced: seen(ev.ino != 0),
             fidelity,
             live,
@@ -74,7 +74,7 @@ pub fn to_input(line: &EventLine) -> Option<Input> {
             file,
             sock_ino: ev.sock_ino,
         },
-    })
+    }
 }
 
 /// The process behind a line, as the engine knows processes.
@@ -128,7 +128,7 @@ mod tests {
 
     use crate::events::EventFlags;
 
-    fn input(e: &KernelEvent) -> Option<Input> {
+    fn input(e: &KernelEvent) -> Input {
         to_input(&EventLine {
             event: e.clone(),
             workload: None,
@@ -157,6 +157,9 @@ mod tests {
             child_tgid: None,
             dir: None,
             mntns: None,
+            from: None,
+            from_path: None,
+            from_dir: None,
             flags: EventFlags::default(),
         }
     }
@@ -173,13 +176,13 @@ mod tests {
             cgroup_id: 8,
             bind_ns: 1,
         });
-        let Some(Input::Unlink {
+        let Input::Unlink {
             file,
             fidelity,
             live,
             proc,
             ..
-        }) = input(&e)
+        } = input(&e)
         else {
             panic!("unlink")
         };
@@ -210,12 +213,12 @@ mod tests {
         e.fidelity = Fidelity::PathOnly;
         e.dev = 0;
         e.ino = 0;
-        let Some(Input::Unlink {
+        let Input::Unlink {
             file,
             fidelity,
             live,
             ..
-        }) = input(&e)
+        } = input(&e)
         else {
             panic!("unlink")
         };
@@ -223,18 +226,25 @@ mod tests {
     }
 
     #[test]
-    fn rename_exchange_displaces_nothing() {
+    fn a_rename_carries_the_file_moved_and_an_exchange_both_names() {
         let mut e = ev(EventKind::Rename);
+        let moved = FileId { dev: 3, ino: 44 };
+        e.from = Some(moved);
+        e.from_path = Some("/run/old.sock".into());
         e.flags.exchange = true;
-        assert_eq!(input(&e), None);
-        e.flags.exchange = false;
-        assert!(matches!(
-            input(&e),
-            Some(Input::Rename {
-                replaced: Some(_),
-                ..
-            })
-        ));
+        let Input::Rename {
+            moved: m,
+            from,
+            exchange,
+            replaced,
+            ..
+        } = input(&e)
+        else {
+            panic!("rename")
+        };
+        assert_eq!(m, Some(moved));
+        assert_eq!(from.as_deref(), Some("/run/old.sock"));
+        assert!(exchange && replaced.is_some());
     }
 
     #[test]
@@ -243,14 +253,14 @@ mod tests {
         e.ret = -111;
         e.nlink = 0;
         e.flags.target_seen = true;
-        let Some(Input::Connect {
+        let Input::Connect {
             errno,
             target,
             target_nlink,
             target_bound,
             target_listening,
             ..
-        }) = input(&e)
+        } = input(&e)
         else {
             panic!("connect")
         };
@@ -268,11 +278,11 @@ mod tests {
         // The lookup unseen (inlined, or the tracepoint tier), unresolved: nothing known.
         e.flags.target_seen = false;
         e.ino = 0;
-        let Some(Input::Connect {
+        let Input::Connect {
             target,
             target_bound,
             ..
-        }) = input(&e)
+        } = input(&e)
         else {
             panic!("connect")
         };
@@ -281,12 +291,12 @@ mod tests {
 
     #[test]
     fn a_received_socket_names_the_receiver_and_the_socket() {
-        let Some(Input::FdReceived {
+        let Input::FdReceived {
             ts_ns,
             proc,
             file,
             sock_ino,
-        }) = input(&ev(EventKind::Receive))
+        } = input(&ev(EventKind::Receive))
         else {
             panic!("fd received")
         };
@@ -306,14 +316,14 @@ mod tests {
         let mut e = ev(EventKind::Fork);
         e.child_tgid = Some(500);
         assert!(
-            matches!(input(&e), Some(Input::Fork { child_tgid: 500, parent, .. }) if parent.tgid == 412)
+            matches!(input(&e), Input::Fork { child_tgid: 500, parent, .. } if parent.tgid == 412)
         );
         assert_eq!(
             input(&ev(EventKind::Exit)),
-            Some(Input::Exit {
+            Input::Exit {
                 ts_ns: 10,
                 tgid: 412
-            })
+            }
         );
     }
 }

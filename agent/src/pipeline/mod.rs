@@ -84,10 +84,7 @@ impl Pipeline {
 
     /// Correlates one completed line (a live event's, or a recorded one).
     pub fn line(&mut self, line: &EventLine) -> io::Result<()> {
-        match adapter::to_input(line) {
-            Some(input) => self.input(&input),
-            None => Ok(()),
-        }
+        self.input(&adapter::to_input(line))
     }
 
     /// A ring-buffer record that did not decode (and was dropped).

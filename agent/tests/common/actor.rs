@@ -106,6 +106,14 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
         ["mkdir", dir] => std::fs::create_dir(dir).map(|_| String::new()),
         ["touch", path] => std::fs::write(path, b"").map(|_| String::new()),
         ["rename", from, to] => std::fs::rename(from, to).map(|_| String::new()),
+        // exchange A B: renameat2(A, B, RENAME_EXCHANGE), both names swapped atomically.
+        ["exchange", a, b] => {
+            let (a, b) = (cstr(a), cstr(b));
+            let (cwd, flags) = (libc::AT_FDCWD, libc::RENAME_EXCHANGE);
+            // SAFETY: both arguments are NUL-terminated strings that outlive the call.
+            check(unsafe { libc::renameat2(cwd, a.as_ptr(), cwd, b.as_ptr(), flags) })
+                .map(|_| String::new())
+        }
         ["connect", path] => match UnixStream::connect(path) {
             Ok(_) => Ok("0".into()),
             Err(e) => Ok(e.raw_os_error().unwrap_or(-1).to_string()),

@@ -113,8 +113,8 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         4 => (tgid(), path(), fidelity_file(), live_at()).prop_map(move |(t, path, (fidelity, file), live)| Input::Unlink {
             ts_ns: ts, proc: proc_(t), path, file, fidelity, live,
         }),
-        2 => (tgid(), prop::option::of(file()), path(), fidelity_file(), live_at()).prop_map(move |(t, moved, to, (fidelity, replaced), live)| Input::Rename {
-            ts_ns: ts, proc: proc_(t), moved, to, replaced, fidelity, live,
+        2 => (tgid(), prop::option::of(file()), prop::option::of(path()), path(), any::<bool>(), fidelity_file(), live_at()).prop_map(move |(t, moved, from, to, exchange, (fidelity, replaced), live)| Input::Rename {
+            ts_ns: ts, proc: proc_(t), moved, from, to, exchange, replaced, fidelity, live,
         }),
         3 => (tgid(), path(), prop_oneof![Just(0), Just(111), Just(2)], prop::option::of(file()),
               prop::option::of(0u32..2), prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))
@@ -216,6 +216,15 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
                     *replaced == Some(*file) || to == path,
                     "{v:?} from {input:?}"
                 );
+            }
+            _ => panic!("{v:?} from {input:?}"),
+        },
+        // A move names the rename's new name; an exchange's other file takes the old one.
+        Verdict::Moved { to, .. } => match input {
+            Input::Rename {
+                to: t, exchange, ..
+            } => {
+                assert!(to.as_ref() == Some(t) || *exchange, "{v:?} from {input:?}");
             }
             _ => panic!("{v:?} from {input:?}"),
         },
@@ -357,6 +366,7 @@ fn the_generator_reaches_every_verdict_kind() {
         seen.into_iter().collect::<Vec<_>>(),
         vec![
             "foreign_unlink",
+            "moved",
             "orphan_closed",
             "orphan_opened",
             "replaced",

@@ -134,7 +134,9 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
         ts_ns: 3,
         proc: b(),
         moved: Some(fid(1)),
+        from: None,
         to: "/run/other.sock".into(),
+        exchange: false,
         replaced: None,
         fidelity: Fidelity::Exact,
         live: None,
@@ -266,4 +268,53 @@ fn an_incomplete_scan_releases_only_what_no_unreadable_process_may_hold() {
             "unreadable {unreadable:?}"
         );
     }
+}
+
+/// A path-only exchange of two live listeners' files swaps the engine's path index: one
+/// `moved` each, naming the other file, no `replaced`; the old path's unlink is B's.
+#[test]
+fn an_exchange_swaps_the_path_index_and_removes_nothing() {
+    const Q: &str = "/run/b.sock";
+    let mut e = engine();
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    e.apply(&bind(3, &b(), fid(2), 22, Q));
+    e.apply(&listen(4, &b(), fid(2), 22));
+    let out = e.apply(&Input::Rename {
+        ts_ns: 5,
+        proc: c(),
+        moved: None,
+        from: Some(P.into()),
+        to: Q.into(),
+        exchange: true,
+        replaced: None,
+        fidelity: Fidelity::PathOnly,
+        live: None,
+    });
+    let moves: Vec<_> = out
+        .iter()
+        .map(|v| match v {
+            Verdict::Moved {
+                file,
+                from,
+                to,
+                exchanged_with,
+                foreign: true,
+                ..
+            } => (*file, from.as_deref(), to.as_deref(), *exchanged_with),
+            other => panic!("only moves: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        vec![
+            (fid(1), Some(P), Some(Q), Some(fid(2))),
+            (fid(2), Some(Q), Some(P), Some(fid(1))),
+        ]
+    );
+    let out = e.apply(&unlink_path(6, &c(), P));
+    assert!(
+        matches!(&out[..], [Verdict::ForeignUnlink { file, .. }, ..] if *file == fid(2)),
+        "{out:?}"
+    );
 }
