@@ -19,7 +19,9 @@ use crate::scan::procfs::{self, DEFAULT_PROC_ROOT};
 
 /// Namespaces remembered; past it the one learned first is forgotten.
 const MAX_NAMESPACES: usize = 1024;
-/// Processes remembered per namespace: any live one will do.
+/// Processes remembered per namespace: any live one will do. A full namespace takes no new
+/// one until a check drops a dead one: evicting the first learned (the container's main
+/// process, say) for exec probes that exit at once left no live member for a second.
 const PIDS_PER_NS: usize = 4;
 /// A namespace with no live member rescans `/proc` at most this often (event time, ns).
 const RESCAN_EVERY_NS: u64 = 1_000_000_000;
@@ -65,8 +67,7 @@ impl MntnsIndex {
         }
         let pids = self.pids.entry(mntns).or_default();
         if pids.len() == PIDS_PER_NS {
-            let oldest = pids.remove(0);
-            self.members_of.remove(&oldest);
+            return;
         }
         pids.push(tgid);
         self.members_of.insert(tgid, mntns);
@@ -223,7 +224,7 @@ mod tests {
         assert_eq!(idx.order.len(), MAX_NAMESPACES);
         assert!(!idx.pids.contains_key(&9) && idx.pids.contains_key(&10));
         assert!(idx.pids.values().all(|p| p.len() == PIDS_PER_NS));
-        assert_eq!(idx.pids[&10], vec![1003, 1004, 1005, 1006]);
+        assert_eq!(idx.pids[&10], vec![1000, 1001, 1002, 1003]);
         assert_eq!(idx.members_of.len(), MAX_NAMESPACES * PIDS_PER_NS);
     }
 
@@ -264,5 +265,28 @@ mod tests {
         // The check dropped it from namespace 5; the rescan that followed found it in 6.
         assert!(idx.pids[&5].is_empty());
         assert_eq!(idx.members_of[&42], 6);
+    }
+
+    #[test]
+    fn a_full_namespace_keeps_its_first_members_until_one_is_found_dead() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut idx = MntnsIndex::new(tmp.path().to_path_buf());
+        fake_proc(tmp.path(), 5); // 42 lives in 5; 1..=4 do not exist
+        idx.learn_pid(42);
+        for client in 1..=4 {
+            idx.learn(5, client);
+        }
+        assert_eq!(
+            idx.pids[&5],
+            vec![42, 1, 2, 3],
+            "the long-lived member stays"
+        );
+        assert_eq!(idx.members(5, 0), vec![42]);
+        idx.learn(5, 4);
+        assert_eq!(
+            idx.pids[&5],
+            vec![42, 4],
+            "room again once the dead were dropped"
+        );
     }
 }
