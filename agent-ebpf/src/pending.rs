@@ -2,9 +2,10 @@
 //!
 //! Of nested calls (see [`Slot::nests`]) the outermost keeps its record: an inner call that
 //! would keep one only counts itself in it, and its exit uncounts itself, so the outer exit
-//! reports the file the caller named (overlayfs's own inode, not the upper layer's). An
-//! inner call that keeps nothing (its file not a watched socket) is not counted: its exit
-//! takes the outer record and reports it with its own result.
+//! reports the file the caller named (overlayfs's own inode, not the upper layer's), with
+//! the outer call's result and after its names moved. An inner call that keeps nothing (its
+//! file not a watched socket) counts itself too ([`nest`]): its exit must not take the outer
+//! record, whose rename has not moved the names yet.
 use agent_common::Counter;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 
@@ -44,6 +45,15 @@ pub fn stash(slot: Slot, p: &Pending) {
     if PENDING.insert(k, p, 0).is_err() {
         count(Counter::MapFull);
     }
+}
+
+/// A call of `slot` that keeps no record of its own: counted in the thread's running outer
+/// call, if there is one, so that its exit leaves that call's record alone.
+#[inline(always)]
+pub fn nest(slot: Slot) {
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = nested_in_outer(&key(slot), now);
 }
 
 /// Counts a call begun inside the still-running one whose record this thread keeps.

@@ -52,8 +52,9 @@ pub fn begin(op: Removal, victim: Dentry, flavor: Flavor) {
     if current::is_agent() || victim.is_null() {
         return;
     }
-    if let Some(p) = live::inspect_victim(victim, flavor) {
-        pending::stash(op.slot(), &p);
+    match live::inspect_victim(victim, flavor) {
+        Some(p) => pending::stash(op.slot(), &p),
+        None => pending::nest(op.slot()),
     }
 }
 
@@ -157,8 +158,9 @@ pub fn rename_begin(source: Dentry, target: Dentry, exchange: bool, flavor: Flav
     if current::is_agent() {
         return;
     }
-    if let Some(p) = rename_record(source, target, exchange, flavor) {
-        pending::stash(Slot::Rename, &p);
+    match rename_record(source, target, exchange, flavor) {
+        Some(p) => pending::stash(Slot::Rename, &p),
+        None => pending::nest(Slot::Rename),
     }
 }
 
