@@ -3,7 +3,7 @@
 //! LSM are all available.
 use std::{
     fs,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write},
     path::{Path, PathBuf},
     process::{ChildStdout, Command, Stdio},
     sync::{
@@ -54,8 +54,27 @@ pub enum Tiers {
     /// [`ROTATION`].
     Rotation,
 }
-/// How long to let the guest power off after its verdict before killing QEMU.
-const POWEROFF_GRACE: Duration = Duration::from_secs(30);
+/// How long the host waits on a guest's console.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// From the verdict line to killing QEMU, for the guest to power off.
+    poweroff_grace: Duration,
+    /// From QEMU's start to `/init`'s first line (12-16 s with three guests on two cores). TCG
+    /// guests sometimes hang in early boot (a CI run's 5.10 guest: RCU stalls on its second
+    /// vCPU at 30 s, `/init` never ran); past this the boot is tried again.
+    boot: Duration,
+    /// Console silence once `/init` runs that means a hung guest (a test binary prints a line
+    /// per test; the slowest test takes about two minutes under TCG).
+    silence: Duration,
+}
+
+const LIMITS: Limits = Limits {
+    poweroff_grace: Duration::from_secs(30),
+    boot: Duration::from_secs(240),
+    silence: Duration::from_secs(900),
+};
+/// Boots of one kernel that may hang before `/init` runs before the guest counts as failed.
+const BOOT_ATTEMPTS: u32 = 3;
 /// The Go daemon's listener the verdict tests drive (a real `net.Listen("unix", …)`). The guest
 /// has no Go toolchain, so it is built here and handed over as `SOCKWATCH_GO_LISTENER`.
 const GO_LISTENER_SRC: &str = "agent/tests/go/golistener.go";
@@ -327,7 +346,8 @@ pub struct Outcome {
 }
 
 /// Boots `kernel` with `initrd` under TCG, streams the serial console to
-/// `target/vm/<kernel>/console.log` and reads the verdict from it.
+/// `target/vm/<kernel>/console.log` and reads the verdict from it. A boot that hangs before
+/// `/init` runs is tried again, up to [`BOOT_ATTEMPTS`] boots within `timeout`.
 pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result<Outcome> {
     let label = format!("vm {}", kernel.upstream());
     let dir = cmd::target_dir().join("vm").join(kernel.upstream());
@@ -335,7 +355,43 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     let log_path = dir.join("console.log");
     let mut log =
         fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut attempt = 1;
+    loop {
+        let (console, stop) = boot_once(kernel, initrd, &label, &mut log, deadline)?;
+        if stop == Stop::BootStalled && attempt < BOOT_ATTEMPTS {
+            println!(
+                "xtask: {label}: /init did not start within {:?} (boot {attempt} of \
+                 {BOOT_ATTEMPTS}); booting again",
+                LIMITS.boot
+            );
+            writeln!(log, "\n----- boot {} -----", attempt + 1)?;
+            attempt += 1;
+            continue;
+        }
+        let counts = testrun::sum_results(&console.text);
+        return Ok(Outcome {
+            failure: stop.failure(&console, &counts, timeout, attempt),
+            label: console.label,
+            kernel: kernel.clone(),
+            release: console.release,
+            counts,
+            boot_time: console.boot_time,
+            elapsed: started.elapsed(),
+            log: log_path,
+        });
+    }
+}
 
+/// One QEMU run, its console appended to `log`, until it exits or a limit ends it.
+fn boot_once(
+    kernel: &Kernel,
+    initrd: &Path,
+    label: &str,
+    log: &mut fs::File,
+    deadline: Instant,
+) -> anyhow::Result<(Console, Stop)> {
     let started = Instant::now();
     let mut child = qemu(kernel, initrd)
         .spawn()
@@ -348,8 +404,8 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
         s
     });
 
-    let mut console = Console::new(label, started);
-    let timed_out = console.follow(&lines, &mut log, started + timeout)?;
+    let mut console = Console::new(label.to_owned(), started);
+    let mut stop = console.follow(&lines, log, deadline, LIMITS)?;
     let _ = child.kill();
     let status = child.wait().context("waiting for qemu")?;
     let _ = reader.join();
@@ -357,28 +413,60 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     if !qemu_stderr.is_empty() {
         writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
     }
+    if stop == Stop::Exited && console.verdict.is_none() {
+        console.exit_status = Some(status.to_string());
+    }
+    if stop == Stop::PoweredOff {
+        stop = Stop::Exited;
+    }
+    Ok((console, stop))
+}
 
-    let counts = testrun::sum_results(&console.text);
-    let failure = if timed_out {
-        Some(format!("timed out after {timeout:?}"))
-    } else {
-        match console.verdict {
-            Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
-            Some(true) => None,
-            Some(false) => Some("guest verdict FAIL".to_owned()),
-            None => Some(format!("no verdict line; qemu exited ({status})")),
+/// Why [`Console::follow`] stopped reading a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// QEMU closed its console.
+    Exited,
+    /// The guest had its grace to power off after its verdict.
+    PoweredOff,
+    /// The whole run's deadline passed.
+    TimedOut,
+    /// No line from `/init` within the boot limit.
+    BootStalled,
+    /// `/init` ran, then the console was silent past the silence limit.
+    Silent,
+}
+
+impl Stop {
+    /// `None` when the guest passed; otherwise why it failed.
+    fn failure(
+        self,
+        console: &Console,
+        counts: &Counts,
+        timeout: Duration,
+        boots: u32,
+    ) -> Option<String> {
+        match self {
+            Stop::TimedOut => Some(format!("timed out after {timeout:?}")),
+            Stop::BootStalled => Some(format!(
+                "/init never started: {boots} boots hung past {:?}",
+                LIMITS.boot
+            )),
+            Stop::Silent => Some(format!(
+                "hung: the console was silent for {:?}",
+                LIMITS.silence
+            )),
+            Stop::Exited | Stop::PoweredOff => match console.verdict {
+                Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
+                Some(true) => None,
+                Some(false) => Some("guest verdict FAIL".to_owned()),
+                None => Some(format!(
+                    "no verdict line; qemu exited ({})",
+                    console.exit_status.as_deref().unwrap_or("?")
+                )),
+            },
         }
-    };
-    Ok(Outcome {
-        label: console.label,
-        kernel: kernel.clone(),
-        release: console.release,
-        counts,
-        boot_time: console.boot_time,
-        failure,
-        elapsed: started.elapsed(),
-        log: log_path,
-    })
+    }
 }
 
 /// `qemu-system-x86_64` booting `kernel` with `initrd`, the serial console on stdout.
@@ -433,6 +521,8 @@ struct Console {
     verdict: Option<bool>,
     release: Option<String>,
     boot_time: Option<Duration>,
+    /// QEMU's exit status when it exited without a verdict.
+    exit_status: Option<String>,
 }
 
 impl Console {
@@ -444,36 +534,58 @@ impl Console {
             verdict: None,
             release: None,
             boot_time: None,
+            exit_status: None,
         }
     }
 
-    /// Takes `lines` into `log` until QEMU closes its console, `deadline` passes, or the
-    /// guest has had [`POWEROFF_GRACE`] to power off after its verdict; whether it timed out
-    /// without a verdict.
+    /// Takes `lines` into `log` until QEMU closes its console or the first of `deadline` and
+    /// `limits` passes.
     fn follow(
         &mut self,
         lines: &mpsc::Receiver<String>,
-        log: &mut fs::File,
+        log: &mut impl Write,
         deadline: Instant,
-    ) -> anyhow::Result<bool> {
+        limits: Limits,
+    ) -> anyhow::Result<Stop> {
+        let mut last_line = Instant::now();
         loop {
-            let now = Instant::now();
-            let limit = match self.verdict {
-                Some(_) => deadline.min(now + POWEROFF_GRACE),
-                None => deadline,
-            };
-            let Some(wait) = limit.checked_duration_since(now) else {
-                return Ok(self.verdict.is_none());
+            let (limit, stop) = self.next_limit(deadline, last_line, limits);
+            let Some(wait) = limit.checked_duration_since(Instant::now()) else {
+                return Ok(stop);
             };
             match lines.recv_timeout(wait) {
                 Ok(line) => {
+                    last_line = Instant::now();
                     log.write_all(line.as_bytes())?;
                     self.take(line);
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(self.verdict.is_none()),
+                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(stop),
                 // QEMU closed its console: it has exited.
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(false),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(Stop::Exited),
             }
+        }
+    }
+
+    /// The earliest limit that applies now, and what passing it means.
+    fn next_limit(&self, deadline: Instant, last_line: Instant, limits: Limits) -> (Instant, Stop) {
+        let own = if self.verdict.is_some() {
+            (last_line + limits.poweroff_grace, Stop::PoweredOff)
+        } else if self.boot_time.is_none() {
+            (self.started + limits.boot, Stop::BootStalled)
+        } else {
+            (last_line + limits.silence, Stop::Silent)
+        };
+        if deadline <= own.0 {
+            (
+                deadline,
+                if self.verdict.is_some() {
+                    Stop::PoweredOff
+                } else {
+                    Stop::TimedOut
+                },
+            )
+        } else {
+            own
         }
     }
 
@@ -687,5 +799,69 @@ mod tests {
             modes_in("6.1.0-57-cloud-amd64", Tiers::All),
             "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint"
         );
+    }
+
+    /// A guest's console: `lines` sent by a thread, one every `gap`, then held open for `hold`.
+    fn guest(lines: &[&str], gap: Duration, hold: Duration) -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel();
+        let lines: Vec<String> = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::thread::spawn(move || {
+            for l in lines {
+                std::thread::sleep(gap);
+                let _ = tx.send(l);
+            }
+            std::thread::sleep(hold);
+        });
+        rx
+    }
+
+    fn follow(lines: &[&str], hold: Duration, deadline: Duration) -> (Stop, Console) {
+        let limits = Limits {
+            poweroff_grace: Duration::from_millis(300),
+            boot: Duration::from_millis(600),
+            silence: Duration::from_millis(600),
+        };
+        let rx = guest(lines, Duration::from_millis(50), hold);
+        let started = Instant::now();
+        let mut console = Console::new("vm test".to_owned(), started);
+        let stop = console
+            .follow(&rx, &mut Vec::new(), started + deadline, limits)
+            .expect("follow");
+        (stop, console)
+    }
+
+    const KERNEL: &str = "SOCKWATCH-VM-KERNEL: 6.1.0 lsm=bpf";
+    const LONG: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_boot_that_never_reaches_init_is_stalled_not_timed_out() {
+        let (stop, console) = follow(
+            &["[ 29.7] rcu: INFO: rcu_sched detected stalls"],
+            LONG,
+            LONG,
+        );
+        assert_eq!(stop, Stop::BootStalled);
+        assert!(console.boot_time.is_none());
+    }
+
+    #[test]
+    fn a_silent_guest_after_init_is_hung() {
+        let (stop, _) = follow(&[KERNEL, "test a ... ok"], LONG, LONG);
+        assert_eq!(stop, Stop::Silent);
+    }
+
+    #[test]
+    fn a_verdict_ends_the_run_after_the_grace_or_at_exit() {
+        let verdict = "SOCKWATCH-VM-VERDICT: PASS";
+        let (stop, console) = follow(&[KERNEL, verdict], LONG, LONG);
+        assert_eq!((stop, console.verdict), (Stop::PoweredOff, Some(true)));
+        let (stop, _) = follow(&[KERNEL, verdict], Duration::ZERO, LONG);
+        assert_eq!(stop, Stop::Exited);
+    }
+
+    #[test]
+    fn the_deadline_wins_over_a_later_limit() {
+        let (stop, _) = follow(&[KERNEL], LONG, Duration::from_millis(200));
+        assert_eq!(stop, Stop::TimedOut);
     }
 }
