@@ -60,7 +60,7 @@ struct VmArgs {
     vm_timeout: u64,
     /// Run the end-to-end tests under every tier on every kernel (~90 minutes for three
     /// kernels), not the suite's rotation of two or three tiers per kernel.
-    #[arg(long, env = "SOCKWATCH_ALL_TIERS")]
+    #[arg(long, env = "SOCKWATCH_ALL_TIERS", value_parser = clap::builder::BoolishValueParser::new())]
     all_tiers: bool,
     /// Guests booted at once; every kernel's by default. A guest's tests run one thread and keep
     /// about one core busy, so a lone guest leaves the second core of a 2-core machine idle.
