@@ -152,10 +152,9 @@ fn exchange_of_two_live_listeners_swaps_their_paths() {
 }
 
 /// A live listener's file renamed away by another process: `moved` names the socket, both
-/// paths and who moved it; clients reach it at the new path. On the exact tiers the kernel
-/// follows the inode, so a later unlink at the new path is that socket's foreign unlink. The
-/// tracepoint tier filters unlinks by the live socket's file name, which is still the old
-/// one: that unlink is not seen (a documented gap), and the test asserts so.
+/// paths and who moved it; clients reach it at the new path. A later unlink at the new path is
+/// that socket's foreign unlink: the exact tiers follow the inode, the tracepoint tier (which
+/// filters removals by base name) the name the agent gave the kernel's table at the move.
 #[test]
 fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
     if !root("a_listener_renamed_away") {
@@ -185,16 +184,6 @@ fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
     );
 
     c.must(&format!("unlink {}", s(&away)));
-    let by_name = agent.log_text().contains("] attached unlink: tracepoint");
-    if by_name {
-        eprintln!(
-            "tracepoint tier: the unlink of the new name is filtered out by file name (known \
-             gap, docs/ARCHITECTURE.md); asserting that no verdict follows"
-        );
-        drop((a, c));
-        assert_none_of(agent, &["foreign_unlink", "replaced", "orphan_opened"]);
-        return;
-    }
     let v = agent.expect_verdict("the foreign unlink at the new path", |v| {
         v["verdict"] == "foreign_unlink" && v["file"]["ino"] == file
     });
@@ -207,7 +196,8 @@ fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
 
 /// S5: a daemon binds its successor at a temporary name and renames it over the live
 /// listener's file: still one `replaced` naming both files, and no `moved` for the socket
-/// moved into place (the `replaced` names it).
+/// moved into place (the `replaced` names it); a later foreign unlink of that socket at its
+/// new path is reported.
 #[test]
 fn s5_rename_over_a_live_listener_is_still_replaced() {
     if !root("s5_rename_over") {
@@ -229,6 +219,18 @@ fn s5_rename_over_a_live_listener_is_still_replaced() {
     assert_eq!(tgid(&v, "victim"), u64::from(a.pid), "{v}");
     assert_eq!(v["new_file"]["ino"], new, "{v}");
     assert_eq!(v["path"], s(&sock), "{v}");
-    drop((a, b));
-    assert_none_of(agent, &["moved", "foreign_unlink"]);
+
+    // A closes; B's socket bears A's old name now, so a third process's unlink of it is B's
+    // foreign unlink on every tier (the tracepoint tier filters by the name the agent gave
+    // the kernel's table at the rename, not by the one B bound).
+    drop(a);
+    let mut c = Actor::spawn();
+    c.must(&format!("unlink {}", s(&sock)));
+    let v = agent.expect_verdict("the foreign unlink of B's socket", |v| {
+        v["verdict"] == "foreign_unlink" && v["file"]["ino"] == new
+    });
+    assert_eq!(tgid(&v, "victim"), u64::from(b.pid), "{v}");
+    assert_eq!(tgid(&v, "actor"), u64::from(c.pid), "{v}");
+    drop((b, c));
+    assert_none_of(agent, &["moved"]);
 }

@@ -7,6 +7,8 @@ use aya::maps::{HashMap, MapData};
 
 /// `BPF_NOEXIST`: create only.
 const BPF_NOEXIST: u64 = 1;
+/// `BPF_EXIST`: update only.
+const BPF_EXIST: u64 = 2;
 
 /// The kernel's table of live sockets, and its base-name index (the tracepoint tier's
 /// filter), as userspace reads and seeds them.
@@ -56,8 +58,35 @@ impl LiveTable {
             }
             Err(e) => return Err(e),
         }
-        let n = self.names.get(&entry.name_hash, 0).unwrap_or(0);
-        self.names.insert(entry.name_hash, n + 1, 0)?;
+        self.add_name(entry.name_hash)?;
+        Ok(true)
+    }
+
+    /// A live socket's file now bears another base name (renamed away, or exchanged): its
+    /// entry and the base-name index follow, so the tracepoint tier, which filters unlinks and
+    /// renames by base name, sees the next removal of the new name. Returns whether the entry
+    /// changed (false when the socket is not in the table any more, or kept its name).
+    pub fn rename(&mut self, file: FileId, name_hash: u64) -> Result<bool, aya::maps::MapError> {
+        let Some(mut entry) = self.get(&file) else {
+            return Ok(false);
+        };
+        let old = entry.name_hash;
+        if old == name_hash {
+            return Ok(false);
+        }
+        entry.name_hash = name_hash;
+        match self.live.insert(file, entry, BPF_EXIST) {
+            Ok(()) => {}
+            // Released since the look-up: the kernel dropped its old name already.
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        self.add_name(name_hash)?;
+        self.drop_name(old)?;
         Ok(true)
     }
 
@@ -131,6 +160,11 @@ impl LiveTable {
             }
         }
         Ok(removed)
+    }
+
+    fn add_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
+        let n = self.names.get(&hash, 0).unwrap_or(0);
+        self.names.insert(hash, n + 1, 0)
     }
 
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {

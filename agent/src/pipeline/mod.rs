@@ -126,7 +126,35 @@ impl Pipeline {
     /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.
     pub fn input(&mut self, input: &Input) -> io::Result<()> {
         let verdicts = self.engine.apply(input);
+        self.follow_moves(&verdicts);
         self.emit(verdicts)
+    }
+
+    /// The kernel's live table learns the new base name of each live socket file the engine
+    /// saw moved (renamed away, exchanged, or renamed over another), before the verdict is
+    /// written: the tracepoint tier filters removals by the
+    /// base name the table holds, and would otherwise miss an unlink of the new name.
+    fn follow_moves(&mut self, verdicts: &[Verdict]) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        for v in verdicts {
+            let (file, to) = match v {
+                Verdict::Moved {
+                    file, to: Some(to), ..
+                } => (file, to),
+                Verdict::Replaced {
+                    new_file: Some(file),
+                    path,
+                    ..
+                } => (file, path),
+                _ => continue,
+            };
+            let base = to.rsplit('/').next().unwrap_or(to);
+            if let Err(e) = live.rename(*file, agent_common::name_hash(base.as_bytes())) {
+                log::warn!("the kernel's live table keeps the old name of {to}: {e}");
+            }
+        }
     }
 
     /// Writes verdicts, counts them and keeps them for the API.
@@ -234,12 +262,12 @@ impl Pipeline {
     }
 }
 
-/// A verdict that says a socket is open stands only while its holder still has it.
 /// Is `tgid` a process of this node (its `/proc` entry exists)?
 fn process_exists(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
+/// A verdict that says a socket is open stands only while its holder still has it.
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
         crate::scan::procfd::holds_socket(
