@@ -48,15 +48,9 @@ impl LiveTable {
         if self.get(&file).is_some() {
             return Ok(false);
         }
-        match self.live.insert(file, entry, BPF_NOEXIST) {
-            Ok(()) => {}
-            // The kernel got there first.
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
-            {
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
+        // EEXIST: the kernel got there first.
+        if !self.insert_unless(file, entry, BPF_NOEXIST, libc::EEXIST)? {
+            return Ok(false);
         }
         self.add_name(entry.name_hash)?;
         Ok(true)
@@ -75,15 +69,9 @@ impl LiveTable {
             return Ok(false);
         }
         entry.name_hash = name_hash;
-        match self.live.insert(file, entry, BPF_EXIST) {
-            Ok(()) => {}
-            // Released since the look-up: the kernel dropped its old name already.
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
+        // ENOENT: released since the look-up; the kernel dropped its old name already.
+        if !self.insert_unless(file, entry, BPF_EXIST, libc::ENOENT)? {
+            return Ok(false);
         }
         self.add_name(name_hash)?;
         self.drop_name(old)?;
@@ -160,6 +148,26 @@ impl LiveTable {
             }
         }
         Ok(removed)
+    }
+
+    /// Writes `entry` under `flags` (`BPF_NOEXIST`, `BPF_EXIST`); false when the kernel
+    /// refused it with `raced`, the errno of an entry the kernel changed in the meantime.
+    fn insert_unless(
+        &mut self,
+        file: FileId,
+        entry: LiveSock,
+        flags: u64,
+        raced: i32,
+    ) -> Result<bool, aya::maps::MapError> {
+        match self.live.insert(file, entry, flags) {
+            Ok(()) => Ok(true),
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(raced) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn add_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
