@@ -57,7 +57,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", env = "SOCKWATCH_CONFIG")]
     pub config: Option<PathBuf>,
     /// Watch only sockets in (or below, up to 8 levels) this directory; repeatable; `NAME=DIR`
-    /// names it in metrics. Without any, every path socket on the node is watched.
+    /// names it in metrics. A directory that does not exist yet is waited for. Without any,
+    /// every path socket on the node is watched.
     #[arg(
         long = "watch",
         value_name = "[NAME=]DIR",

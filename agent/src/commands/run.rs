@@ -56,12 +56,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .iter()
         .map(|w| watch::resolve(&w.path))
         .collect::<Result<_, _>>()?;
+    for w in watches.iter().filter(|w| w.is_missing()) {
+        log::warn!(
+            "watch {}: directory does not exist yet; waiting for it (watched from its creation)",
+            w.path.display()
+        );
+    }
     crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?;
     let mut probes = attach(&args, &config, &watches)?;
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());
+    for (w, dir) in config.watches.iter().zip(&watches) {
+        metrics.watch_missing(&w.name, dir.is_missing());
+    }
     metrics.probes(&probes.report);
     let reader = probes.events()?;
     let engine = Engine::new(Limits::default())?.with_takeover_window(window_ns(&config));
@@ -115,7 +124,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         tokio::select! {
             r = pump => r.map_err(anyhow::Error::from),
-            _ = refresh_watches(&shared.probes, watches) => unreachable!("refresh never ends"),
+            _ = refresh_watches(&shared.probes, &shared.metrics, &config, watches) => {
+                unreachable!("refresh never ends")
+            }
         }
     })?;
     let probes = shared.probes.lock().expect("probes lock");
@@ -174,10 +185,14 @@ fn startup_scan(
 ) -> anyhow::Result<()> {
     let started = reconcile::boot_ns();
     let clock = Instant::now();
-    let report = match scan::scan(opts) {
-        Ok(report) => report,
-        Err(e) => {
+    let report = match scan_present(opts) {
+        Some(Ok(report)) => report,
+        Some(Err(e)) => {
             log::warn!("startup scan failed, continuing on kernel events alone: {e}");
+            return Ok(());
+        }
+        None => {
+            log::info!("startup scan skipped: no watched directory exists yet");
             return Ok(());
         }
     };
@@ -313,39 +328,75 @@ async fn sweep_periodically(
         let opts = opts.clone();
         let started = reconcile::boot_ns();
         let clock = Instant::now();
-        match tokio::task::spawn_blocking(move || scan::scan(&opts)).await {
-            Ok(Ok(report)) => {
+        match tokio::task::spawn_blocking(move || scan_present(&opts)).await {
+            Ok(None) => log::debug!("sweep skipped: no watched directory exists yet"),
+            Ok(Some(Ok(report))) => {
                 record_scan(&metrics, &config, Scan::Periodic, clock.elapsed(), &report);
                 if tx.send((started, report)).await.is_err() {
                     return;
                 }
             }
-            Ok(Err(e)) => log::warn!("sweep failed: {e}"),
+            Ok(Some(Err(e))) => log::warn!("sweep failed: {e}"),
             Err(e) => log::warn!("sweep task failed: {e}"),
         }
     }
 }
 
-/// A watched directory deleted and re-created has a new identity: the kernel adopts it on the
-/// first bind below it; this catches up for the rest (and for a re-created parent).
-async fn refresh_watches(probes: &Mutex<Probes>, mut watches: Vec<WatchedDir>) {
+/// A scan of the watched paths that exist now: a missing one is waited for, not an error.
+/// `None` when paths are watched and none exists (a scan without them would cover the whole
+/// node). The findings' watch indices are the configured ones.
+fn scan_present(opts: &ScanOptions) -> Option<Result<ScanReport, scan::ScanError>> {
+    let present: Vec<usize> = (0..opts.watch.len())
+        .filter(|&i| opts.watch[i].exists())
+        .collect();
+    if present.is_empty() && !opts.watch.is_empty() {
+        return None;
+    }
+    let only = ScanOptions {
+        watch: present.iter().map(|&i| opts.watch[i].clone()).collect(),
+        ..opts.clone()
+    };
+    Some(scan::scan(&only).map(|mut report| {
+        for m in &mut report.findings.socket_file_mounts {
+            m.watch = m.watch.and_then(|i| present.get(i).copied());
+        }
+        report
+    }))
+}
+
+/// A watched directory created after the start, or deleted and re-created, has a new
+/// identity: the kernel adopts it on the first bind below it where its parent is known; this
+/// catches up for the rest (a deeper missing path, a re-created parent) within a second.
+async fn refresh_watches(
+    probes: &Mutex<Probes>,
+    metrics: &Metrics,
+    config: &Config,
+    mut watches: Vec<WatchedDir>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for w in &mut watches {
+        for (w, c) in watches.iter_mut().zip(&config.watches) {
             let Ok(now) = watch::resolve(&w.path) else {
                 continue;
             };
-            if now != *w {
-                match probes.lock().expect("probes lock").watch(&now) {
-                    Ok(()) => log::info!(
-                        "watch {}: directory re-created, following it",
-                        w.path.display()
-                    ),
-                    Err(e) => log::warn!("watch {}: {e}", w.path.display()),
-                }
-                *w = now;
+            if now == *w {
+                continue;
             }
+            match probes.lock().expect("probes lock").watch(&now) {
+                Ok(()) => log::info!(
+                    "watch {}: {}",
+                    w.path.display(),
+                    match (w.is_missing(), now.is_missing()) {
+                        (true, false) => "directory created, watching it",
+                        (false, true) => "directory removed, waiting for it",
+                        _ => "directory re-created, following it",
+                    }
+                ),
+                Err(e) => log::warn!("watch {}: {e}", w.path.display()),
+            }
+            metrics.watch_missing(&c.name, now.is_missing());
+            *w = now;
         }
     }
 }

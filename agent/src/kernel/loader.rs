@@ -423,8 +423,10 @@ fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
         .ok_or(LoadError::Map(maps::WATCHED_DIRS))?;
     let mut dirs =
         HashMap::<_, FileId, u32>::try_from(map).map_err(|_| LoadError::Map(maps::WATCHED_DIRS))?;
-    dirs.insert(w.dir, 1, 0)
-        .map_err(|e| LoadError::MapUpdate(maps::WATCHED_DIRS, e))?;
+    if let Some(dir) = w.dir {
+        dirs.insert(dir, 1, 0)
+            .map_err(|e| LoadError::MapUpdate(maps::WATCHED_DIRS, e))?;
+    }
     if let Some(by_name) = w.by_name {
         let map = ebpf
             .map_mut(maps::WATCHED_NAMES)

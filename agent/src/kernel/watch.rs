@@ -21,9 +21,18 @@ pub enum WatchError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchedDir {
     pub path: PathBuf,
-    pub dir: FileId,
-    /// The directory by parent and name, so its replacement is recognised in the kernel.
+    /// Its identity; `None` while it does not exist.
+    pub dir: Option<FileId>,
+    /// The directory by parent and name, so the kernel recognises it at the first bind below
+    /// it once it is created (or re-created), when its parent exists.
     pub by_name: Option<WatchedName>,
+}
+
+impl WatchedDir {
+    /// The directory does not exist (yet): the agent waits for it.
+    pub fn is_missing(&self) -> bool {
+        self.dir.is_none()
+    }
 }
 
 fn id(path: &Path) -> std::io::Result<(FileId, bool)> {
@@ -37,15 +46,18 @@ fn id(path: &Path) -> std::io::Result<(FileId, bool)> {
     ))
 }
 
-/// Resolves `path`, which must be an existing absolute directory.
+/// Resolves `path`, which must be absolute and a directory or missing (a DaemonSet may start
+/// before the daemon that creates its directory).
 pub fn resolve(path: &Path) -> Result<WatchedDir, WatchError> {
     if !path.is_absolute() {
         return Err(WatchError::Relative(path.to_path_buf()));
     }
-    let (dir, is_dir) = id(path).map_err(|e| WatchError::Unreadable(path.to_path_buf(), e))?;
-    if !is_dir {
-        return Err(WatchError::NotADirectory(path.to_path_buf()));
-    }
+    let dir = match id(path) {
+        Ok((_, false)) => return Err(WatchError::NotADirectory(path.to_path_buf())),
+        Ok((dir, true)) => Some(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(WatchError::Unreadable(path.to_path_buf(), e)),
+    };
     let by_name = match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => id(parent).ok().map(|(p, _)| WatchedName {
             parent: p,
@@ -69,7 +81,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let w = resolve(tmp.path()).expect("resolves");
         let (dir, _) = id(tmp.path()).expect("stat");
-        assert_eq!(w.dir, dir);
+        assert_eq!(w.dir, Some(dir));
         let (parent, _) = id(tmp.path().parent().expect("parent")).expect("stat");
         let name = tmp.path().file_name().expect("name").as_bytes();
         assert_eq!(
@@ -87,12 +99,25 @@ mod tests {
             format!("--watch {}: not a directory", file.display())
         );
         let missing = tmp.path().join("missing");
-        assert!(
-            resolve(&missing)
-                .unwrap_err()
-                .to_string()
-                .starts_with(&format!("--watch {}: No such file", missing.display()))
+        let (parent, _) = id(tmp.path()).expect("stat");
+        assert_eq!(
+            resolve(&missing).expect("a missing directory is waited for"),
+            WatchedDir {
+                path: missing.clone(),
+                dir: None,
+                by_name: Some(WatchedName {
+                    parent,
+                    name_hash: name_hash(b"missing")
+                }),
+            }
         );
+        let deeper = missing.join("deeper");
+        let w = resolve(&deeper).expect("waited for");
+        assert!(w.is_missing() && w.by_name.is_none(), "{w:?}");
+        assert!(matches!(
+            resolve(&file.join("x")),
+            Err(WatchError::Unreadable(_, _))
+        ));
         assert!(matches!(
             resolve(Path::new("rel")),
             Err(WatchError::Relative(_))

@@ -40,6 +40,7 @@ pub(super) struct HotCounters {
     found_stale_bind_mounts: IntGaugeVec,
     found_stale_socket_files: IntGaugeVec,
     found_socket_file_mounts: IntGaugeVec,
+    watch_missing: IntGaugeVec,
 }
 
 impl HotCounters {
@@ -67,6 +68,7 @@ impl HotCounters {
             found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
             found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES),
             found_socket_file_mounts: gauge(registry, &SOCKET_FILE_MOUNTS),
+            watch_missing: gauge(registry, &WATCH_MISSING),
         };
         hot.init_series();
         hot
@@ -108,6 +110,7 @@ impl HotCounters {
         }
         self.stale_socket_files.with_label_values(&[watch]);
         self.found_socket_file_mounts.with_label_values(&[watch]);
+        self.watch_missing.with_label_values(&[watch]);
     }
 }
 
@@ -172,6 +175,15 @@ impl Metrics {
             Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } | Verdict::Moved { .. } => {
             }
         }
+    }
+
+    /// Whether the directory of watch `watch` is missing (the agent waits for it).
+    pub fn watch_missing(&self, watch: &str, missing: bool) {
+        let label = self.watch_label(watch);
+        self.hot
+            .watch_missing
+            .with_label_values(&[label.as_str()])
+            .set(i64::from(missing));
     }
 
     /// The live socket files the last scan found bind-mounted, one watch name (or "") per

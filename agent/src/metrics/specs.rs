@@ -119,6 +119,7 @@ specs! {
     SCAN_DURATION: Histogram "sockwatch_scan_duration_seconds" ["scan"] "Duration of reconciliation scans (sock_diag, /proc fds, mountinfo).";
     STALE_BIND_MOUNTS: Gauge "sockwatch_stale_bind_mounts" [] "Bind mounts of socket files whose original was unlinked, as the last scan found them.";
     STALE_SOCKET_FILES: Gauge "sockwatch_stale_socket_files" [] "Socket files with no bound socket, as the last scan found them.";
+    WATCH_MISSING: Gauge "sockwatch_watch_directory_missing" ["watch"] "1 while a watched directory does not exist: the agent waits for it and watches it from its creation (its first bind where its parent exists, else within a second).";
     SOCKET_FILE_MOUNTS: Gauge "sockwatch_socket_file_mounts" ["watch"] "Live socket files bind-mounted into a mount namespace, as the last scan found them: each becomes a stale bind mount when its daemon restarts (mount the directory instead).";
     MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map.";
     MAP_CAPACITY: Gauge "sockwatch_map_capacity" ["map"] "Capacity of a kernel map (entries).";
