@@ -6,7 +6,6 @@
 mod common;
 
 use std::{
-    net::{SocketAddr, TcpListener},
     os::unix::net::UnixStream,
     process::{Command, Output},
     time::Instant,
@@ -25,12 +24,6 @@ const REFUSE: &str = "SOCKWATCH_TEST_REFUSE_HOOKS";
 #[ignore = "helper process for the other tests, started by them"]
 fn actor() {
     common::actor::serve();
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
 }
 
 fn value(metrics: &str, series: &str) -> Option<f64> {

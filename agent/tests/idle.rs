@@ -3,10 +3,7 @@
 //! no alerting verdict and no alerting metric.
 mod common;
 
-use std::{
-    net::{SocketAddr, TcpListener},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
@@ -44,12 +41,6 @@ const ALERTING_SERIES: [&str; 4] = [
     "sockwatch_stale_connects_total",
     "sockwatch_stale_bind_mounts",
 ];
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
 
 /// One healthy round: a daemon binds, listens and serves a client; a forked worker unlinks
 /// the socket (S6); the daemon closes. Then a daemon that removes its own file on shutdown

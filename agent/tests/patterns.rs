@@ -20,10 +20,6 @@ fn actor() {
     actor::serve();
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8")
-}
-
 fn tgid(v: &Value, who: &str) -> u64 {
     v[who]["tgid"]
         .as_u64()

@@ -19,16 +19,6 @@ fn actor() {
     actor::serve();
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8")
-}
-
-fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// The value of the missing-directory gauge of watch `name`.
 fn missing(addr: std::net::SocketAddr, name: &str) -> Option<String> {
     let series = format!("sockwatch_watch_directory_missing{{watch=\"{name}\"}} ");

@@ -280,3 +280,15 @@ pub fn stat_id(path: &Path) -> (u64, u64) {
     let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
     (m.dev(), m.ino())
 }
+
+/// A free loopback address for the agent's `--listen`.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// `path` as UTF-8 (every test path is).
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8")
+}
