@@ -59,7 +59,7 @@ struct VmArgs {
     #[arg(long, default_value_t = 3600, env = "SOCKWATCH_VM_TIMEOUT")]
     vm_timeout: u64,
     /// Run the end-to-end tests under every tier on every kernel (2,600-3,100 s a guest, the
-    /// three at once), not the suite's rotation of three tiers per kernel.
+    /// three at once), not the suite's rotation of two or three tiers per kernel.
     #[arg(long, env = "SOCKWATCH_ALL_TIERS", value_parser = clap::builder::BoolishValueParser::new())]
     all_tiers: bool,
     /// Guests booted at once; every kernel's by default. A guest's tests run one thread and keep

@@ -35,15 +35,15 @@ const PER_TIER_TESTS: &[&str] = &["verdicts", "overlay", "patterns", "renames"];
 /// Every tier, as `vm-test --all-tiers` runs them on every kernel.
 const ALL_MODES: &str = "lsm fentry kprobe tracepoint";
 /// The tiers each kernel runs the agent's end-to-end tests under in the whole suite (`cargo
-/// xtask test`, CI): three of the four. Every tier on every kernel took 2,600-3,100 s a guest
-/// (three guests at once on two cores, 2026-12-02), past CI's budget. Each tier runs on two or
-/// three kernels: `lsm` on all three (what `auto` picks there), `fentry` on 5.10 (its bounded
-/// programs) and 6.12, `kprobe` on 6.1 and 6.12, `tracepoint` on 5.10 (bounded) and 6.1 (and
-/// natively on the host); left out are 5.10's `kprobe`, 6.1's `fentry` and 6.12's
-/// `tracepoint`. The probe tests (`lifecycle`, `kernel`, `degrade`) still run every tier on
-/// every kernel. (`uname -r` pattern, modes.)
+/// xtask test`, CI). Every tier on every kernel took 2,600-3,100 s a guest (three guests at
+/// once on two cores, 2026-12-02), past CI's budget. `lsm` (what `auto` picks there) runs on
+/// all three kernels, `fentry` on 5.10 (its bounded programs) and 6.12, `kprobe` on 6.1 and
+/// 6.12, `tracepoint` on 6.1 (and natively on the host). 5.10, the slowest guest under TCG,
+/// runs two: with `tracepoint` as a third it took 2,650 s and once locked up in its last
+/// tests. The probe tests (`lifecycle`, `kernel`, `degrade`) still run every tier on every
+/// kernel. (`uname -r` pattern, modes.)
 const ROTATION: [(&str, &str); 3] = [
-    ("5.10.*", "lsm fentry tracepoint"),
+    ("5.10.*", "lsm fentry"),
     ("6.1.*", "lsm kprobe tracepoint"),
     ("*", "lsm fentry kprobe"),
 ];
@@ -65,15 +65,17 @@ struct Limits {
     /// guests sometimes hang in early boot (a CI run's 5.10 guest: RCU stalls on its second
     /// vCPU at 30 s, `/init` never ran); past this the boot is tried again.
     boot: Duration,
-    /// Console silence once `/init` runs that means a hung guest (a test binary prints a line
-    /// per test; the slowest test takes about two minutes under TCG).
+    /// Time without a line from `/init`'s programs (kernel messages do not count) once
+    /// `/init` runs that means a hung guest: a test binary prints a line per test, and the
+    /// slowest test takes about three minutes under TCG. A CI run's 5.10 guest locked up
+    /// (soft lockups on both vCPUs) and printed only kernel messages from then on.
     silence: Duration,
 }
 
 const LIMITS: Limits = Limits {
     poweroff_grace: Duration::from_secs(30),
     boot: Duration::from_secs(240),
-    silence: Duration::from_secs(900),
+    silence: Duration::from_secs(600),
 };
 /// Boots of one kernel that may hang before `/init` runs before the guest counts as failed.
 const BOOT_ATTEMPTS: u32 = 3;
@@ -515,6 +517,12 @@ fn read_lines(stdout: ChildStdout) -> (mpsc::Receiver<String>, JoinHandle<()>) {
     (rx, reader)
 }
 
+/// A line of the guest kernel's log (`[  123.456] …`): a locked-up guest goes on printing
+/// these (soft lockups, RCU stalls), so they are not progress.
+fn is_kernel_message(line: &str) -> bool {
+    line.trim_start().starts_with('[')
+}
+
 /// What the guest's console has shown so far.
 struct Console {
     label: String,
@@ -557,7 +565,9 @@ impl Console {
             };
             match lines.recv_timeout(wait) {
                 Ok(line) => {
-                    last_line = Instant::now();
+                    if !is_kernel_message(&line) {
+                        last_line = Instant::now();
+                    }
                     log.write_all(line.as_bytes())?;
                     self.take(line);
                 }
@@ -788,10 +798,7 @@ mod tests {
     #[test]
     fn each_kernel_runs_its_rotation_of_tiers_or_all_of_them() {
         for (release, want) in [
-            (
-                "5.10.0-43-cloud-amd64",
-                "lsm fentry tracepoint|lsm,fentry,tracepoint",
-            ),
+            ("5.10.0-43-cloud-amd64", "lsm fentry|lsm,fentry"),
             (
                 "6.1.0-57-cloud-amd64",
                 "lsm kprobe tracepoint|lsm,kprobe,tracepoint",
@@ -865,6 +872,29 @@ mod tests {
         assert_eq!((stop, console.verdict), (Stop::PoweredOff, Some(true)));
         let (stop, _) = follow(&[KERNEL, verdict], Duration::ZERO, LONG);
         assert_eq!(stop, Stop::Exited);
+    }
+
+    #[test]
+    fn kernel_messages_are_no_progress() {
+        let lockup = "[ 2672.906567] watchdog: BUG: soft lockup - CPU#1 stuck for 23s!";
+        let lines = [KERNEL, "test a ... ok", lockup, lockup, lockup, lockup];
+        let rx = guest(&lines, Duration::from_millis(200), LONG);
+        let started = Instant::now();
+        let mut console = Console::new("vm test".to_owned(), started);
+        let limits = Limits {
+            poweroff_grace: Duration::from_millis(300),
+            boot: Duration::from_secs(5),
+            silence: Duration::from_millis(500),
+        };
+        let stop = console
+            .follow(&rx, &mut Vec::new(), started + LONG, limits)
+            .expect("follow");
+        assert_eq!(stop, Stop::Silent);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
