@@ -161,6 +161,7 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
         require_all_hooks: config.require_all_hooks,
     })?;
     log::info!("kernel helpers: {}", probes.features.summary());
+    log::info!("probes loaded in {}", probes.timings.summary());
     for r in &probes.report {
         match r.attached {
             Some(_) => log::info!("attached {}", r.summary()),
@@ -214,9 +215,11 @@ fn startup_scan(
         );
     }
     log::info!(
-        "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table",
+        "startup scan: {} path sockets, {} findings, {seeded} added to the kernel's live table, \
+         in {} ms",
         report.sockets.len(),
-        report.findings.len()
+        report.findings.len(),
+        clock.elapsed().as_millis()
     );
     Ok(())
 }

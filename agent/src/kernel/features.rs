@@ -5,7 +5,7 @@ use std::{fs, io};
 
 use agent_common::Flavor;
 
-const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// Test-only switch: `bounded` forces the bounded program variants on any kernel.
 const FORCE_FLAVOR: &str = "SOCKWATCH_TEST_FLAVOR";
 
@@ -129,7 +129,9 @@ mod btf {
 /// Is `name` one of the NUL-terminated strings of the BTF string table?
 fn has_name(raw: &[u8], name: &str) -> bool {
     let needle = [b"\0", name.as_bytes(), b"\0"].concat();
-    raw.windows(needle.len()).any(|w| w == needle)
+    // A vectorised search: a byte-by-byte window compare over 5 MB of BTF took seconds under
+    // emulation.
+    memchr::memmem::find(raw, &needle).is_some()
 }
 
 #[cfg(test)]

@@ -5,9 +5,11 @@
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
 use agent_common::{Counter, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots};
 use aya::{
-    Btf, Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader, Endianness,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
+
+use std::time::{Duration, Instant};
 
 pub use crate::kernel::attach::ProgramLoad;
 use crate::{
@@ -15,9 +17,9 @@ use crate::{
     kernel::{
         attach::{
             TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
-            unload_tier,
+            unload_all, unload_tier,
         },
-        features::KernelFeatures,
+        features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
         probes::{Hook, PROBES, ProbeMode, TierSpec},
         watch::WatchedDir,
@@ -130,18 +132,53 @@ pub struct Probes {
     pub report: Vec<HookReport>,
     pub features: KernelFeatures,
     pub coverage: Coverage,
+    pub timings: LoadTimings,
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        unload_all(&mut self.ebpf);
+    }
+}
+
+/// Where a load's time went: start-up latency matters to a DaemonSet's rollout, and under
+/// emulation (the VM tests) it dominates.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadTimings {
+    /// Parsing the kernel's BTF and probing its helpers.
+    pub btf: Duration,
+    /// CO-RE relocation of every program and creation of the maps.
+    pub object: Duration,
+    /// The verifier and the attachments, every tier tried.
+    pub attach: Duration,
+}
+
+impl LoadTimings {
+    /// One log line: `412 ms (kernel BTF 50 ms, ...)`.
+    pub fn summary(&self) -> String {
+        let ms = |d: Duration| d.as_millis();
+        format!(
+            "{} ms (kernel BTF {} ms, relocation and maps {} ms, verifier and attach {} ms)",
+            ms(self.btf + self.object + self.attach),
+            ms(self.btf),
+            ms(self.object),
+            ms(self.attach)
+        )
+    }
 }
 
 impl Probes {
     /// Loads the object and attaches every hook it can; fails when too few attach to run
     /// (see [`Coverage::of`]), or any is missing under `require_all_hooks`.
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
-        let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
-        let features = read_features();
+        let clock = Instant::now();
+        let (btf, features) = kernel_btf()?;
+        let btf_done = clock.elapsed();
         let mut ebpf = open_object(&btf, opts, &features)?;
         for w in &opts.watch {
             add_watch(&mut ebpf, w)?;
         }
+        let object_done = clock.elapsed();
         let refusals = TestRefusals::from_env();
         let flavor = features.flavor();
         let report: Vec<HookReport> = PROBES
@@ -151,6 +188,11 @@ impl Probes {
                 attach_hook(&mut ebpf, hook.hook, &tiers, flavor, &btf, &refusals)
             })
             .collect();
+        let timings = LoadTimings {
+            btf: btf_done,
+            object: object_done - btf_done,
+            attach: clock.elapsed() - object_done,
+        };
         let coverage = Coverage::of(|h| report.iter().any(|r| r.hook == h && r.attached.is_some()));
         let fatal = match &coverage {
             Coverage::Insufficient(_) => true,
@@ -167,8 +209,10 @@ impl Probes {
             report,
             features,
             coverage,
+            timings,
         })
     }
+
     /// Adds a watched directory's identities (again, after it was re-created).
     pub fn watch(&mut self, w: &WatchedDir) -> Result<(), LoadError> {
         add_watch(&mut self.ebpf, w)
@@ -289,8 +333,7 @@ pub type SupportTable = Vec<(Hook, Vec<TierSupport>)>;
 pub fn probe_support(
     mut on_hook: impl FnMut(Hook, &[TierSupport]),
 ) -> Result<(KernelFeatures, SupportTable), LoadError> {
-    let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
-    let features = read_features();
+    let (btf, features) = kernel_btf()?;
     let opts = LoadOptions {
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),
@@ -333,17 +376,16 @@ pub fn probe_support(
     Ok((features, table))
 }
 
-fn read_features() -> KernelFeatures {
-    KernelFeatures::read().unwrap_or_else(|e| {
-        log::warn!("cannot read the kernel's BTF for helper probes ({e}); using bounded programs");
-        KernelFeatures {
-            bpf_loop: false,
-            task_pt_regs: false,
-            current_task_btf: false,
-            vfs_unlink_args: None,
-            vfs_rename_args: None,
-        }
-    })
+/// The kernel's BTF, read once: aya relocates against it, and the helper probes search it.
+fn kernel_btf() -> Result<(Btf, KernelFeatures), LoadError> {
+    let raw = std::fs::read(KERNEL_BTF).map_err(|error| {
+        LoadError::Btf(aya::BtfError::FileError {
+            path: KERNEL_BTF.into(),
+            error,
+        })
+    })?;
+    let btf = Btf::parse(&raw, Endianness::default()).map_err(LoadError::Btf)?;
+    Ok((btf, KernelFeatures::from_btf(&raw)))
 }
 
 /// Tries `tiers` in order; the first whose required programs all attach wins.
