@@ -416,7 +416,7 @@ fn sweeps_prune_pending_records_no_exit_took() {
     }
     let modes: Vec<_> = agent_modes()
         .into_iter()
-        .filter(|(mode, tier)| load(&format!("{test}_{}", tier.name()), *mode, *tier).is_some())
+        .filter(|(mode, tier)| tier_loads(&format!("{test}_{}", tier.name()), *mode, *tier))
         .collect();
     for (mode, tier) in modes {
         let kept = if tier == Tier::Kprobe { 2.0 } else { 1.0 };

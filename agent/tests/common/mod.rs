@@ -11,6 +11,7 @@ pub mod agent;
 
 use std::{
     path::Path,
+    sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -111,6 +112,27 @@ pub fn is_root() -> bool {
 /// `None` (with the reason printed) when this kernel cannot, and `tier` is not required here.
 pub fn load(test: &str, mode: ProbeMode, tier: Tier) -> Option<Loaded> {
     load_watching(test, mode, tier, Vec::new())
+}
+
+/// Whether this kernel loads `mode`'s probes, as [`load`] decides (skip with the reason, or
+/// fail for a required tier), asked of the kernel once per test binary and mode: the
+/// end-to-end tests ask before each agent they start, and a load costs seconds under
+/// emulation.
+pub fn tier_loads(test: &str, mode: ProbeMode, tier: Tier) -> bool {
+    static ANSWERS: Mutex<Vec<(&str, bool)>> = Mutex::new(Vec::new());
+    let mut answers = ANSWERS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&(_, loads)) = answers.iter().find(|(m, _)| *m == mode.name()) {
+        if !loads {
+            eprintln!(
+                "SKIP {test}: tier {} refused by this kernel (reason printed by the first test)",
+                tier.name()
+            );
+        }
+        return loads;
+    }
+    let loads = load(test, mode, tier).is_some();
+    answers.push((mode.name(), loads));
+    loads
 }
 
 pub fn load_watching(
