@@ -791,7 +791,10 @@ mod tests {
     #[test]
     fn each_kernel_runs_its_rotation_of_tiers_or_all_of_them() {
         for (release, want) in [
-            ("5.10.0-43-cloud-amd64", "lsm fentry kprobe|lsm,fentry,kprobe"),
+            (
+                "5.10.0-43-cloud-amd64",
+                "lsm fentry kprobe|lsm,fentry,kprobe",
+            ),
             (
                 "6.1.0-57-cloud-amd64",
                 "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint",
