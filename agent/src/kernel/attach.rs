@@ -243,19 +243,6 @@ fn attach_loaded(prog: &mut Program, attach: Attach) -> Result<(), ProgramError>
     }
 }
 
-/// Unloads every program, each on its own thread: detaching a tracepoint waits for an RCU
-/// grace period (70 ms each on the host, far more under emulation), and the waits of
-/// concurrent detaches overlap, so a stop takes about one wait instead of one per program.
-pub fn unload_all(ebpf: &mut Ebpf) {
-    std::thread::scope(|threads| {
-        for (_, p) in ebpf.programs_mut() {
-            threads.spawn(move || {
-                let _ = unload(p);
-            });
-        }
-    });
-}
-
 fn unload(p: &mut Program) -> Result<(), ProgramError> {
     match p {
         Program::FEntry(p) => p.unload(),

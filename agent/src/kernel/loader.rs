@@ -17,7 +17,7 @@ use crate::{
     kernel::{
         attach::{
             TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
-            unload_all, unload_tier,
+            unload_tier,
         },
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
@@ -133,12 +133,6 @@ pub struct Probes {
     pub features: KernelFeatures,
     pub coverage: Coverage,
     pub timings: LoadTimings,
-}
-
-impl Drop for Probes {
-    fn drop(&mut self) {
-        unload_all(&mut self.ebpf);
-    }
 }
 
 /// Where a load's time went: start-up latency matters to a DaemonSet's rollout, and under
