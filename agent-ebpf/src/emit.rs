@@ -24,6 +24,9 @@ use crate::{
     sockaddr::SUN_PATH_OFFSET,
 };
 
+/// An event's room in the ring buffer: the record and the kernel's 8-byte header, 8-aligned.
+const RECORD_BYTES: u64 = ((Event::SIZE + 8 + 7) & !7) as u64;
+
 // `sun_path` is read into the front of the event's path.
 const _: () = assert!(SUN_PATH_LEN <= PATH_CAP);
 
@@ -277,12 +280,16 @@ impl Draft {
         self
     }
 
-    /// Submits without waking the reader unless the backlog passed the threshold: the agent
-    /// drains on a short timer, so a wakeup per event would only burn CPU.
+    /// Submits without waking the reader unless this record takes the backlog across the
+    /// threshold: the agent drains on a short timer, and a woken reader drains everything, so
+    /// a wakeup per event past the threshold would only burn CPU (a crossing two CPUs' records
+    /// straddle wakes nobody; the timer drains it).
     #[inline(always)]
     pub fn submit(self) {
+        // The backlog includes this record, reserved with its ring-buffer header.
         let backlog = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
-        let wake = if backlog >= WAKEUP_BYTES.load() {
+        let threshold = WAKEUP_BYTES.load();
+        let wake = if backlog >= threshold && backlog < threshold + RECORD_BYTES {
             BPF_RB_FORCE_WAKEUP
         } else {
             BPF_RB_NO_WAKEUP

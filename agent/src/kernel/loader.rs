@@ -3,7 +3,9 @@
 //! Driven entirely by [`crate::kernel::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
-use agent_common::{Counter, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots};
+use agent_common::{
+    Counter, Event, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots,
+};
 use aya::{
     Btf, Ebpf, EbpfLoader, Endianness,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -52,7 +54,8 @@ pub struct LoadOptions {
     pub mode: ProbeMode,
     /// Activity of this tgid is ignored in the kernel (the agent's own); 0 ignores nothing.
     pub ignore_tgid: u32,
-    /// Unconsumed ring-buffer bytes past which the kernel wakes the reader.
+    /// Unconsumed ring-buffer bytes at which the kernel wakes the reader, once as the backlog
+    /// crosses them (at least one record: below that, the first record after a drain).
     pub wakeup_bytes: u64,
     /// Directories to watch; empty watches every directory.
     pub watch: Vec<WatchedDir>,
@@ -442,12 +445,13 @@ fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf
     // Where BTF does not say, the layout of current kernels.
     let unlink_args = u32::from(f.vfs_unlink_args.unwrap_or(4));
     let rename_args = u32::from(f.vfs_rename_args.unwrap_or(1));
+    let wakeup_bytes = opts.wakeup_bytes.max(Event::SIZE as u64);
     EbpfLoader::new()
         .btf(Some(btf))
         .override_global(globals::VFS_UNLINK_ARGS, &unlink_args, true)
         .override_global(globals::VFS_RENAME_ARGS, &rename_args, true)
         .override_global(globals::AGENT_TGID, &opts.ignore_tgid, true)
-        .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
+        .override_global(globals::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(globals::WATCH_ALL, &u8::from(opts.watch.is_empty()), true)
         .load(EBPF_OBJECT)
         .map_err(LoadError::Object)
