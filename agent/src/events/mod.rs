@@ -3,6 +3,7 @@
 pub mod complete;
 pub mod decode;
 pub mod dirs;
+pub mod json;
 pub mod line;
 pub mod mntns;
 

@@ -77,7 +77,7 @@ impl Pipeline {
             m.event(&line.event);
         }
         if self.echo_events {
-            self.out.write(&line)?;
+            self.out.write_event(&line)?;
         }
         self.line(&line)
     }

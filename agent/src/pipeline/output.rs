@@ -7,6 +7,8 @@ use std::{
 
 use serde::Serialize;
 
+use crate::events::{EventLine, json};
+
 /// A JSON-lines writer; flushed after each drained batch, not per line.
 pub struct JsonLines {
     out: BufWriter<Box<dyn Write + Send>>,
@@ -31,6 +33,12 @@ impl JsonLines {
 
     pub fn write<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
         serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")
+    }
+
+    /// An event line, through its hand-written JSON (the hot path's).
+    pub fn write_event(&mut self, line: &EventLine) -> io::Result<()> {
+        json::write_line(&mut self.out, line)?;
         self.out.write_all(b"\n")
     }
 
