@@ -129,8 +129,8 @@ mod btf {
 /// Is `name` one of the NUL-terminated strings of the BTF string table?
 fn has_name(raw: &[u8], name: &str) -> bool {
     let needle = [b"\0", name.as_bytes(), b"\0"].concat();
-    // A vectorised search: a byte-by-byte window compare over 5 MB of BTF took seconds under
-    // emulation.
+    // A vectorised search: a byte-by-byte window compare over 5 MB of BTF took about a second
+    // under emulation.
     memchr::memmem::find(raw, &needle).is_some()
 }
 

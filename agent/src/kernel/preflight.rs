@@ -1,6 +1,8 @@
 //! Checks and preparations before loading: privileges, BTF, tracefs, memlock.
 use std::{fs, path::Path};
 
+use crate::kernel::features::KERNEL_BTF;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
     #[error(
@@ -19,7 +21,6 @@ pub enum PreflightError {
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
-const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
