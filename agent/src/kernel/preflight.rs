@@ -1,64 +1,54 @@
 //! Checks and preparations before loading: privileges, BTF, tracefs, memlock.
-use std::{fs, path::Path};
+use std::path::Path;
 
-use crate::kernel::features::KERNEL_BTF;
+use crate::{
+    kernel::features::KERNEL_BTF,
+    scan::caps::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CapSet},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
     #[error(
-        "not privileged: loading eBPF needs root, or CAP_BPF and CAP_PERFMON with CAP_SYS_ADMIN \
-         for tracefs (effective capabilities: {0:#x})"
+        "not privileged: loading eBPF needs CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON; {0} \
+         (effective capabilities: {1:#x})"
     )]
-    NotPrivileged(u64),
+    NotPrivileged(String, CapSet),
     #[error("cannot read /proc/self/status: {0}")]
     Status(#[source] std::io::Error),
     #[error("missing BTF: {0} not found; the kernel needs CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf(&'static str),
-    #[error("tracefs is not mounted and mounting it on {0} failed: {1}")]
-    Tracefs(&'static str, #[source] std::io::Error),
+    // Not a #[source]: the message names the error already, and `{e:#}` would repeat it.
+    #[error("tracefs is not mounted and mounting it on {0} failed: {1}{2}")]
+    Tracefs(&'static str, std::io::Error, String),
 }
 
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
 /// Everything `run` and `check` need before touching the kernel.
 pub fn prepare() -> Result<(), PreflightError> {
-    check_privileges(effective_caps()?)?;
+    let caps = CapSet::effective().map_err(PreflightError::Status)?;
+    check_privileges(caps)?;
     if !Path::new(KERNEL_BTF).exists() {
         return Err(PreflightError::NoBtf(KERNEL_BTF));
     }
-    ensure_tracefs()?;
+    ensure_tracefs(caps)?;
     raise_memlock();
     Ok(())
 }
 
-fn effective_caps() -> Result<u64, PreflightError> {
-    let status = fs::read_to_string("/proc/self/status").map_err(PreflightError::Status)?;
-    Ok(parse_cap_eff(&status).unwrap_or(0))
-}
-
-/// `CapEff:` of /proc/PID/status, a hex mask.
-fn parse_cap_eff(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-}
-
-fn check_privileges(caps: u64) -> Result<(), PreflightError> {
-    let has = |c: u32| caps & (1 << c) != 0;
-    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
-        Ok(())
-    } else {
-        Err(PreflightError::NotPrivileged(caps))
+/// CAP_SYS_ADMIN implies CAP_BPF and CAP_PERFMON for bpf() and perf_event_open().
+fn check_privileges(caps: CapSet) -> Result<(), PreflightError> {
+    if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_PERFMON)) {
+        return Ok(());
     }
+    let lacking =
+        caps::lacking_clause(caps, &[CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON]).unwrap_or_default();
+    Err(PreflightError::NotPrivileged(lacking, caps))
 }
 
 /// Tracepoints are attached by id, read from tracefs: mount it if nobody has.
-fn ensure_tracefs() -> Result<(), PreflightError> {
+fn ensure_tracefs(caps: CapSet) -> Result<(), PreflightError> {
     if Path::new(TRACEFS).join("events").exists()
         || Path::new(DEBUGFS_TRACING).join("events").exists()
     {
@@ -76,10 +66,11 @@ fn ensure_tracefs() -> Result<(), PreflightError> {
         )
     };
     if rc != 0 {
-        return Err(PreflightError::Tracefs(
-            TRACEFS,
-            std::io::Error::last_os_error(),
-        ));
+        let error = std::io::Error::last_os_error();
+        let lacking = caps::lacking_clause(caps, &[CAP_SYS_ADMIN])
+            .map(|l| format!(" ({l}: mount tracefs into the agent's container)"))
+            .unwrap_or_default();
+        return Err(PreflightError::Tracefs(TRACEFS, error, lacking));
     }
     log::info!("mounted tracefs on {TRACEFS}");
     Ok(())
@@ -105,19 +96,25 @@ fn raise_memlock() {
 mod tests {
     use super::*;
 
-    #[test]
-    fn reads_cap_eff() {
-        let status = "Name:\tx\nCapPrm:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
-        assert_eq!(parse_cap_eff(status), Some(0x1ff_ffff_ffff));
-        assert_eq!(parse_cap_eff("Name:\tx\n"), None);
+    fn set(caps: &[caps::Cap]) -> CapSet {
+        CapSet(caps.iter().fold(0, |m, c| m | (1 << c.bit)))
     }
 
     #[test]
     fn privilege_rules() {
-        assert!(check_privileges(1 << CAP_SYS_ADMIN).is_ok());
-        assert!(check_privileges((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_ok());
-        let err = check_privileges(1 << CAP_BPF).unwrap_err().to_string();
-        assert!(err.starts_with("not privileged"), "{err}");
-        assert!(check_privileges(0).is_err());
+        assert!(check_privileges(set(&[CAP_SYS_ADMIN])).is_ok());
+        assert!(check_privileges(set(&[CAP_BPF, CAP_PERFMON])).is_ok());
+        let err = check_privileges(set(&[CAP_BPF])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "not privileged: loading eBPF needs CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON; \
+             CAP_SYS_ADMIN and CAP_PERFMON are not in the agent's effective set (effective \
+             capabilities: 0x8000000000)"
+        );
+        let err = check_privileges(CapSet(0)).unwrap_err().to_string();
+        assert!(
+            err.contains("CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON are not in"),
+            "{err}"
+        );
     }
 }

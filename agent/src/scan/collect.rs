@@ -13,6 +13,9 @@ use crate::attribution::{Attributor, DEFAULT_CAPACITY, DEFAULT_PODS_LOG_ROOT};
 
 use super::{
     analyze::{Analysis, analyze},
+    caps::{
+        self, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SYS_ADMIN, CAP_SYS_PTRACE, Cap, CapSet,
+    },
     diag::{self, DiagSocket, NetNs, NsDump},
     model::{Counts, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, System, Watched},
     mounts::{self, MountInfo},
@@ -89,7 +92,7 @@ impl System for ProcSystem {
 /// user's fds without root, other namespaces without CAP_SYS_ADMIN) becomes a warning.
 pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
     let proc_root = &opts.proc_root;
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(CapSet::effective().ok());
 
     let watch = opts
         .watch
@@ -111,8 +114,8 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
     let others = tally.cut_net_namespaces(others, opts.limits.max_net_namespaces);
     let results = dump_all(own_net, &others)?;
     tally.counts.net_namespaces = results.len();
-    tally.counts.net_namespaces_unreadable =
-        tally.errors(&results, "network namespaces (needs CAP_SYS_ADMIN)");
+    let net_what = tally.net_namespaces_what();
+    tally.counts.net_namespaces_unreadable = tally.errors(&results, &net_what);
     let sockets = merged(&results);
 
     let mount_results = mount_tables(proc_root, &table, opts.limits.max_mount_namespaces);
@@ -267,9 +270,43 @@ fn mount_tables(
 struct Tally {
     counts: Counts,
     warnings: Vec<String>,
+    /// The agent's effective capabilities, to name the one a refusal lacked; `None` when
+    /// unknown.
+    caps: Option<CapSet>,
+}
+
+/// The capabilities `/proc/PID/fd` of any process needs: ptrace access, and for another
+/// user's (mode 0500) a DAC override; either DAC capability does, the one held is named.
+fn fd_capabilities(caps: Option<CapSet>) -> [Cap; 2] {
+    let dac = match caps {
+        Some(c) if c.has(CAP_DAC_OVERRIDE) => CAP_DAC_OVERRIDE,
+        _ => CAP_DAC_READ_SEARCH,
+    };
+    [CAP_SYS_PTRACE, dac]
+}
+
+/// Why the kernel refused what `needed` allows: the capabilities missing from the agent's
+/// effective set or, holding them all, what else refuses them.
+fn refused_because(caps: Option<CapSet>, needed: &[Cap]) -> String {
+    let Some(caps) = caps else {
+        return "permission denied".into();
+    };
+    caps::lacking_clause(caps, needed).unwrap_or_else(|| {
+        format!(
+            "refused although the agent holds {} (a security module, or another user namespace?)",
+            caps::names(needed)
+        )
+    })
 }
 
 impl Tally {
+    fn new(caps: Option<CapSet>) -> Self {
+        Self {
+            caps,
+            ..Self::default()
+        }
+    }
+
     fn process_walk(&mut self, ps: &ProcStats) {
         self.counts.processes = ps.processes;
         self.counts.processes_vanished = ps.vanished;
@@ -277,16 +314,21 @@ impl Tally {
         self.counts.processes_ns_unreadable = ps.ns_unreadable;
         if ps.fds_unreadable > 0 {
             self.warnings.push(format!(
-                "could not read the open files of {} processes (not root?): their sockets have \
-                 no known holder",
-                ps.fds_unreadable
+                "could not read the open files of {} processes: {}; their sockets have no known \
+                 holder",
+                ps.fds_unreadable,
+                refused_because(self.caps, &fd_capabilities(self.caps))
             ));
         }
         if ps.ns_unreadable > 0 {
+            // The links in /proc/PID/ns and /proc/PID/fd pass the same ptrace check; the fd
+            // directory itself only DAC's, so its links fail one by one, uncounted.
             self.warnings.push(format!(
-                "could not read the namespaces of {} processes (not root?): network and mount \
-                 namespaces only they are in are not scanned",
-                ps.ns_unreadable
+                "could not read the namespaces of {} processes: {}; network and mount namespaces \
+                 only they are in are not scanned, and their sockets have no known holder (their \
+                 descriptors need the same ptrace access)",
+                ps.ns_unreadable,
+                refused_because(self.caps, &[CAP_SYS_PTRACE])
             ));
         }
         if ps.fds_cut > 0 || ps.processes_cut {
@@ -294,6 +336,18 @@ impl Tally {
                 "limits cut the process walk: {} processes with fds cut, process limit reached: {}",
                 ps.fds_cut, ps.processes_cut
             ));
+        }
+    }
+
+    /// What the warning about undumpable network namespaces calls them: entering one
+    /// (setns) needs CAP_SYS_ADMIN.
+    fn net_namespaces_what(&self) -> String {
+        match self
+            .caps
+            .and_then(|c| caps::lacking_clause(c, &[CAP_SYS_ADMIN]))
+        {
+            Some(lacking) => format!("network namespaces ({lacking})"),
+            None => "network namespaces".into(),
         }
     }
 
@@ -369,5 +423,63 @@ impl Tally {
             complete,
             unreadable: (walked && !complete).then_some(unreadable),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk_warnings(caps: Option<CapSet>) -> Vec<String> {
+        let mut tally = Tally::new(caps);
+        tally.process_walk(&ProcStats {
+            processes: 9,
+            fds_unreadable: 3,
+            ns_unreadable: 2,
+            ..ProcStats::default()
+        });
+        tally.warnings
+    }
+
+    #[test]
+    fn warnings_name_the_missing_capability() {
+        let admin = CapSet(1 << CAP_SYS_ADMIN.bit);
+        assert_eq!(
+            walk_warnings(Some(admin)),
+            [
+                "could not read the open files of 3 processes: CAP_SYS_PTRACE and \
+                 CAP_DAC_READ_SEARCH are not in the agent's effective set; their sockets have no \
+                 known holder",
+                "could not read the namespaces of 2 processes: CAP_SYS_PTRACE is not in the \
+                 agent's effective set; network and mount namespaces only they are in are not \
+                 scanned, and their sockets have no known holder (their descriptors need the \
+                 same ptrace access)",
+            ]
+        );
+        let tally = Tally::new(Some(admin));
+        assert_eq!(tally.net_namespaces_what(), "network namespaces");
+        let tally = Tally::new(Some(CapSet(0)));
+        assert_eq!(
+            tally.net_namespaces_what(),
+            "network namespaces (CAP_SYS_ADMIN is not in the agent's effective set)"
+        );
+    }
+
+    #[test]
+    fn warnings_without_a_missing_capability_say_so() {
+        let full = CapSet((1 << 41) - 1);
+        let w = walk_warnings(Some(full));
+        assert!(
+            w[0].contains(
+                "refused although the agent holds CAP_SYS_PTRACE and CAP_DAC_OVERRIDE (a \
+                 security module"
+            ),
+            "{w:?}"
+        );
+        assert!(
+            w[1].contains("refused although the agent holds CAP_SYS_PTRACE ("),
+            "{w:?}"
+        );
+        assert!(walk_warnings(None)[0].contains("processes: permission denied;"));
     }
 }

@@ -47,6 +47,7 @@
 //! [`analyze`] holds the logic; it sees the system only through the [`System`] trait, so it is
 //! tested without root. [`scan`] gathers a [`Snapshot`] from the real system and analyzes it.
 mod analyze;
+pub mod caps;
 mod collect;
 pub mod diag;
 mod findings;

@@ -14,7 +14,7 @@ use serde::Serialize;
 pub use super::procfs::{parse_bracket_link, parse_cgroup};
 use super::{
     mounts::MountInfo,
-    procfs::{is_gone, ns_id, pid_path, read_link_bytes, read_pid_file},
+    procfs::{is_gone, is_refused, ns_id, pid_path, read_link_bytes, read_pid_file},
 };
 
 /// A process holding a socket, for display and for the correlation engine.
@@ -139,6 +139,7 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
         match fs::read_dir(pid_path(proc_root, tgid, "fd")) {
             Ok(dir) => {
                 let mut n = 0usize;
+                let mut links_refused = false;
                 for entry in dir {
                     let Ok(entry) = entry else { continue };
                     if n >= limits.max_fds_per_process || fds_left == 0 {
@@ -147,14 +148,19 @@ pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcT
                     }
                     n += 1;
                     fds_left -= 1;
-                    // A closed fd (ENOENT) between readdir and readlink is normal.
-                    if let Ok(t) = read_link_bytes(&entry.path())
-                        && let Some(ino) = parse_socket_link(&t)
-                    {
-                        p.sockets.push(ino);
+                    // A closed fd (ENOENT) between readdir and readlink is normal; a refused
+                    // link (no ptrace access) hides a holder.
+                    match read_link_bytes(&entry.path()) {
+                        Ok(t) => p.sockets.extend(parse_socket_link(&t)),
+                        Err(e) => links_refused |= is_refused(&e),
                     }
                 }
                 table.stats.fds_seen += n;
+                // Refused namespace links are reported already: the same check refused both.
+                if links_refused && !ns_unreadable {
+                    table.stats.fds_unreadable += 1;
+                    fds_unreadable = true;
+                }
             }
             Err(e) if is_gone(&e) => vanished = true,
             Err(_) => {

@@ -26,6 +26,11 @@ pub fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Permission to read it was refused (EACCES, EPERM).
+pub fn is_refused(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM)
+}
+
 /// The target of a symbolic link, as bytes.
 pub fn read_link_bytes(p: &Path) -> io::Result<Vec<u8>> {
     fs::read_link(p).map(|t| t.as_os_str().as_bytes().to_vec())
