@@ -7,7 +7,21 @@ use sockwatch::{
     kernel::loader::LoadError,
 };
 
+/// A parent that closed stdin, stdout or stderr would let the first file the agent opens (a
+/// map, the events file) take that number, and then stdout's lines would land in it: such a
+/// slot gets /dev/null instead.
+fn fill_closed_standard_fds() {
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD only queries the descriptor table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: a NUL-terminated path; open takes the lowest free number, this one.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    fill_closed_standard_fds();
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("SOCKWATCH_LOG", "info")).init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -39,6 +39,7 @@ ALERTS = {
     "SockwatchStaleBindMount",
     "SockwatchSocketFileMount",
     "SockwatchLosingEvents",
+    "SockwatchEventsOutputFailing",
     "SockwatchProbesDegraded",
     "SockwatchHookMissing",
     "SockwatchDown",

@@ -28,6 +28,7 @@ pub(super) struct HotCounters {
     events: IntCounterVec,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
+    output_dropped: IntCounterVec,
     kernel_pruned: IntCounterVec,
     verdicts: IntCounterVec,
     withheld: IntCounterVec,
@@ -56,6 +57,7 @@ impl HotCounters {
             events: counter(registry, &EVENTS),
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
+            output_dropped: counter(registry, &OUTPUT_DROPPED),
             kernel_pruned: counter(registry, &KERNEL_PRUNED),
             verdicts: counter(registry, &VERDICTS),
             withheld: counter(registry, &VERDICTS_WITHHELD),
@@ -82,6 +84,7 @@ impl HotCounters {
             self.connect_errors.with_label_values(&[errno]);
         }
         self.decode_errors.with_label_values::<&str>(&[]);
+        self.output_dropped.with_label_values::<&str>(&[]);
         for table in PRUNED_TABLES {
             self.kernel_pruned.with_label_values(&[table]);
         }
@@ -131,6 +134,14 @@ impl Metrics {
     /// A ring-buffer record that did not decode.
     pub fn decode_error(&self) {
         self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// Event or verdict lines the events output refused, dropped.
+    pub fn output_dropped(&self, lines: u64) {
+        self.hot
+            .output_dropped
+            .with_label_values::<&str>(&[])
+            .inc_by(lines);
     }
 
     /// Entries a sweep removed from the kernel map `table` (one of [`PRUNED_TABLES`]).

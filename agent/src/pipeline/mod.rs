@@ -38,12 +38,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A live pipeline: events and verdicts are written; `live` (the kernel's table)
-    /// completes refused connects.
+    /// A live pipeline: events and verdicts are written, and lines its output refuses are
+    /// dropped and counted (the agent outlives a full disk or a closed pipe); `live` (the
+    /// kernel's table) completes refused connects.
     pub fn live(engine: Engine, out: JsonLines, live: LiveTable) -> Self {
         Self {
             engine,
-            out,
+            out: out.lossy(),
             live: Some(live),
             recent: VecDeque::new(),
             echo_events: true,
@@ -258,7 +259,12 @@ impl Pipeline {
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.out.flush()?;
+        let dropped = self.out.take_dropped();
+        if let Some((m, _)) = self.observer.as_ref().filter(|_| dropped > 0) {
+            m.output_dropped(dropped);
+        }
+        Ok(())
     }
 }
 

@@ -84,8 +84,9 @@ fn drain_into(
     Ok(())
 }
 
-/// One record off the ring buffer: an event goes through the pipeline (until one fails to
-/// be written, which ends the drain with that error); a malformed one is counted and dropped.
+/// One record off the ring buffer: an event goes through the pipeline (until one fails,
+/// which ends the drain with that error; a live pipeline's output drops what it cannot write,
+/// counted, rather than fail); a malformed one is counted and dropped.
 fn take(
     pipeline: &mut Pipeline,
     stats: &mut PumpStats,

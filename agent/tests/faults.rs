@@ -1,0 +1,498 @@
+//! Faults around the real agent, each with exact expectations: a restart in the middle of S1,
+//! an events output that refuses lines (a full disk, a pipe nobody reads), and a socket whose
+//! whole life fits in one drain interval.
+//!
+//! Not here: the kernel's live table at capacity. Its size is a constant of the kernel side
+//! (`agent_common::maps::LIVE_CAPACITY`, 65,536 entries) that no flag or setting shrinks.
+mod common;
+
+use std::{
+    ffi::CString,
+    io::Write as _,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{
+    actor::Actor,
+    agent::{Agent, sockwatch_bin},
+    *,
+};
+use serde_json::Value;
+use sockwatch_bench::prom::Exposition;
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    actor::serve();
+}
+
+const DROPPED: &str = "sockwatch_output_lines_dropped_total";
+const OUTPUT_FAILED: &str = "events output failed: ";
+
+/// Directories `names` created in `tmp`.
+fn dirs<const N: usize>(tmp: &tempfile::TempDir, names: [&str; N]) -> [PathBuf; N] {
+    names.map(|name| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).expect("mkdir");
+        dir
+    })
+}
+
+fn scrape(addr: std::net::SocketAddr) -> Exposition {
+    Exposition::parse(&Agent::metrics(addr))
+}
+
+/// Every line the agent produced by its own count: one per event received, one per verdict.
+fn lines_produced(m: &Exposition) -> f64 {
+    m.sum("sockwatch_events_total", &[]) + m.sum("sockwatch_verdicts_total", &[])
+}
+
+/// Polls `done` until it holds; fails saying `what` after [`patience`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience();
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {:?}",
+            patience()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the engine knows `tgid`'s listener at `path` (the batch that brought it has
+/// been written, or dropped, by then) and the agent has dropped every line it produced since
+/// it started, none written; returns how many.
+fn wait_for_every_line_dropped(addr: std::net::SocketAddr, path: &Path, tgid: u32) -> f64 {
+    let mut dropped = 0.0;
+    wait_until("the listener known, every line produced dropped", || {
+        let known = sockets_at(addr, path)
+            .iter()
+            .any(|s| s["listening"] == true && s["binder"]["tgid"] == tgid);
+        let m = scrape(addr);
+        dropped = m.value(DROPPED).unwrap_or_default();
+        known && dropped == lines_produced(&m)
+    });
+    dropped
+}
+
+/// The engine's sockets at `path`, from the agent's `GET /api/sockets?path=`.
+fn sockets_at(addr: std::net::SocketAddr, path: &Path) -> Vec<Value> {
+    let encoded: String = s(path)
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => char::from(b).into(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let target = format!("/api/sockets?path={encoded}");
+    let body = sockwatch::http::client::get(addr, &target).expect("GET /api/sockets");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    v["sockets"].as_array().cloned().unwrap_or_default()
+}
+
+/// The log lines saying the events output failed.
+fn output_failures(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(OUTPUT_FAILED)).collect()
+}
+
+/// The sockfs inode of the one socket bound to `path`, from `/proc/net/unix`.
+fn socket_inode(path: &Path) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    let found: Vec<u64> = table
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.get(7) == Some(&s(path))).then(|| cols[6].parse().expect("inode"))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one socket bound to {}", path.display());
+    found[0]
+}
+
+fn file_is(v: &Value, (dev, ino): (u64, u64)) -> bool {
+    v["dev"].as_u64() == Some(dev) && v["ino"].as_u64() == Some(ino)
+}
+
+/// `(kind, tgid)` of each line about `path`, in the order written.
+fn life_of(lines: &[Value], path: &Path) -> Vec<(String, u64)> {
+    lines
+        .iter()
+        .filter(|l| l.get("verdict").is_none() && l["path"] == s(path))
+        .map(|l| {
+            let kind = l["kind"].as_str().expect("kind").to_owned();
+            (kind, l["tgid"].as_u64().expect("tgid"))
+        })
+        .collect()
+}
+
+fn life(steps: &[(&str, u32)]) -> Vec<(String, u64)> {
+    steps
+        .iter()
+        .map(|(kind, tgid)| ((*kind).to_owned(), u64::from(*tgid)))
+        .collect()
+}
+
+/// The verdicts among `lines` about sockets under `dir`: a scan seeds the kernel's live table
+/// with every live socket of the node, and other tests' may be reported too (`watch="none"`).
+fn verdicts_under(lines: Vec<Value>, dir: &Path) -> Vec<Value> {
+    lines
+        .into_iter()
+        .filter(|v| v.get("verdict").is_some())
+        .filter(|v| v["path"].as_str().is_some_and(|p| p.starts_with(s(dir))))
+        .collect()
+}
+
+fn verdict_names(verdicts: &[Value]) -> Vec<&str> {
+    verdicts
+        .iter()
+        .map(|v| v["verdict"].as_str().expect("verdict"))
+        .collect()
+}
+
+/// Every whole line of a JSON-lines file.
+fn read_lines(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("events file");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// S1's foreign unlink (B listens on P, A unlinks P) with the agent SIGKILLed inside the
+/// takeover window: the verdicts the killed agent was holding die with it (its event lines were
+/// written), and the restarted agent's startup scan reports B's orphaned listener exactly once,
+/// cause `scan`, with its exact file, socket and owner, its counters from zero; its sweeps do
+/// not report it again, and B's exit closes it.
+#[test]
+fn a_restart_in_the_middle_of_s1_reports_the_orphan_once() {
+    if !root("restart_in_s1") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run1, run2, watch] = dirs(&tmp, ["run1", "run2", "multus"]);
+    let sock = watch.join("multus.sock");
+    // A window far longer than the test: the foreign unlink is still undecided at the kill.
+    let first = Agent::start(&run1, &watch, &["--takeover-window", "60s"]);
+    let (mut b, mut a) = (Actor::spawn(), Actor::spawn());
+    b.must(&format!("listen-on {}", s(&sock)));
+    let file = stat_id(&sock);
+    let sock_ino = socket_inode(&sock);
+    a.must(&format!("unlink {}", s(&sock)));
+    first.expect_line("A's unlink", |l| {
+        l["kind"] == "unlink" && l["tgid"] == a.pid
+    });
+    let first_events = first.events.clone();
+    drop(first); // SIGKILL (Child::kill): no shutdown, no flush of pending removals
+    let written = read_lines(&first_events);
+    assert_eq!(
+        life_of(&written, &sock),
+        life(&[("bind", b.pid), ("listen", b.pid), ("unlink", a.pid)]),
+        "{written:#?}"
+    );
+    assert!(
+        verdicts_under(written.clone(), &watch).is_empty(),
+        "the removal was still in its window: {written:#?}"
+    );
+
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = ["--listen", &listen, "--scan-interval-secs", "1"];
+    let second = Agent::start(&run2, &watch, &args);
+    let m = scrape(addr);
+    assert_eq!(
+        m.sum("sockwatch_events_total", &[]),
+        0.0,
+        "counters from zero"
+    );
+    assert_eq!(m.value(DROPPED), Some(0.0));
+    let in_watch = [("watch", "multus")];
+    assert_eq!(
+        m.sum("sockwatch_verdicts_total", &in_watch),
+        1.0,
+        "the startup scan's orphan only"
+    );
+    let orphans = |cause| {
+        m.sum(
+            "sockwatch_orphaned_listeners",
+            &[in_watch[0], ("cause", cause)],
+        )
+    };
+    assert_eq!((orphans("scan"), orphans("unlinked")), (1.0, 0.0));
+    let log = second.log_text();
+    assert!(log.contains(", 1 findings, "), "the startup scan's: {log}");
+
+    let orphan = second.expect_verdict("B's orphan, found by the startup scan", |v| {
+        v["verdict"] == "orphan_opened" && v["path"] == s(&sock)
+    });
+    assert_eq!(orphan["cause"], "scan", "{orphan}");
+    assert_eq!(orphan["since_exact"], false, "{orphan}");
+    assert_eq!(orphan["owner"]["tgid"], b.pid, "{orphan}");
+    assert!(file_is(&orphan["file"], file), "{orphan}");
+    assert_eq!(orphan["sock_ino"], sock_ino, "{orphan}");
+
+    let periodic = r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#;
+    wait_until("two periodic sweeps", || {
+        scrape(addr).value(periodic).unwrap_or_default() >= 2.0
+    });
+    assert_eq!(
+        verdicts_under(second.verdicts(), &watch),
+        std::slice::from_ref(&orphan),
+        "reported once"
+    );
+    let b_pid = b.pid;
+    drop(b); // B exits: its orphan closes
+    let closed = second.expect_verdict("B's orphan closed", |v| {
+        v["verdict"] == "orphan_closed" && v["file"] == orphan["file"]
+    });
+    assert_eq!(closed["owner"]["tgid"], b_pid, "{closed}");
+    let verdicts = verdicts_under(second.stop(), &watch);
+    assert_eq!(
+        verdict_names(&verdicts),
+        ["orphan_opened", "orphan_closed"],
+        "{verdicts:#?}"
+    );
+    drop(a);
+}
+
+/// A 64 KiB tmpfs mounted for a test; lazily unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+fn cstr(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+impl SmallDisk {
+    fn mount(at: &Path) -> SmallDisk {
+        let (fs, target, data) = (cstr("tmpfs"), cstr(s(at)), cstr("size=64k"));
+        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+        let rc = unsafe {
+            libc::mount(
+                fs.as_ptr(),
+                target.as_ptr(),
+                fs.as_ptr(),
+                0,
+                data.as_ptr().cast(),
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        assert_eq!(rc, 0, "mount a tmpfs on {}: {e}", at.display());
+        SmallDisk(at.to_owned())
+    }
+
+    /// Fills the disk with a file, until the kernel says it is full; returns the file.
+    fn fill(&self) -> PathBuf {
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let page = [0u8; 4096];
+        let e = loop {
+            if let Err(e) = f.write_all(&page) {
+                break e;
+            }
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let target = cstr(s(&self.0));
+        // SAFETY: the path is a NUL-terminated string that outlives the call.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// The events file on a full disk: the agent runs on and serves metrics, drops every line,
+/// counted (exactly: all it produced), says so in one log line, and writes again once there
+/// is room, starting with the next line: what the file holds and what was dropped add up to
+/// every line produced.
+#[test]
+fn a_full_disk_drops_lines_counted_and_writing_resumes() {
+    if !root("full_disk") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, disk_dir, watch] = dirs(&tmp, ["run", "disk", "w"]);
+    let disk = SmallDisk::mount(&disk_dir);
+    // Full before the agent writes a byte: no line lands in part. The events file (a new
+    // inode, no block) on the small disk, the agent's log on a roomy one.
+    let filler = disk.fill();
+    std::os::unix::fs::symlink(disk_dir.join("events.jsonl"), run.join("events.jsonl"))
+        .expect("symlink");
+    let addr = free_addr();
+    let agent = Agent::start(&run, &watch, &["--listen", &addr.to_string()]);
+
+    let (lost, kept) = (watch.join("lost.sock"), watch.join("kept.sock"));
+    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+    a.must(&format!("listen-on {}", s(&lost)));
+    let dropped = wait_for_every_line_dropped(addr, &lost, a.pid);
+    assert!(dropped >= 2.0, "A's bind and listen at least: {dropped}");
+    assert!(agent.lines().is_empty(), "{:#?}", agent.lines());
+    let log = agent.log_text();
+    let failures = output_failures(&log);
+    assert_eq!(failures.len(), 1, "one line per outage: {log}");
+    assert!(
+        failures[0].contains("(os error 28)"),
+        "ENOSPC: {}",
+        failures[0]
+    );
+
+    std::fs::remove_file(&filler).expect("room again");
+    b.must(&format!("listen-on {}", s(&kept)));
+    let (dev, ino) = stat_id(&kept);
+    let bind = agent.expect_line("B's bind, once there is room", |l| {
+        l["kind"] == "bind" && l["path"] == s(&kept)
+    });
+    assert_eq!(bind["tgid"], b.pid, "{bind}");
+    assert!(file_is(&bind, (dev, ino)), "{bind}");
+    agent.expect_line("B's listen", |l| {
+        l["kind"] == "listen" && l["path"] == s(&kept)
+    });
+    let recovered = format!("events output recovered; {dropped} lines were dropped");
+    assert!(
+        agent.log_text().contains(&recovered),
+        "{}",
+        agent.log_text()
+    );
+
+    let m = scrape(addr);
+    let lines = agent.lines();
+    assert_eq!(m.value(DROPPED), Some(dropped), "nothing dropped since");
+    assert!(life_of(&lines, &lost).is_empty(), "{lines:#?}");
+    assert_eq!(
+        lines.len() as f64 + dropped,
+        lines_produced(&m),
+        "{lines:#?}"
+    );
+    drop((a, b));
+    agent.stop();
+}
+
+/// A child process killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `sockwatch run --events -` whose stdout is a pipe nobody reads, started with SIGPIPE at its
+/// default action (as a parent may leave it) and stdin closed: the agent does not die of it
+/// (its fd 0 is /dev/null); each write fails
+/// with EPIPE, the lines are dropped and counted (all it produced), one log line says so, it
+/// serves metrics, and SIGINT still stops it cleanly.
+#[test]
+fn a_stdout_nobody_reads_drops_lines_counted_and_the_agent_runs_on() {
+    if !root("stdout_epipe") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let log = run.join("agent.log");
+    let addr = free_addr();
+    let mut cmd = Command::new(sockwatch_bin());
+    cmd.args(["run", "--events", "-", "--scan-interval-secs", "0"])
+        .args(["--watch", s(&watch), "--listen", &addr.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"));
+    // SAFETY: the closure runs in the forked child before exec and calls only signal(2) and
+    // close(2), which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            // A closed stdin too: the agent fills the slot with /dev/null before it opens
+            // anything that could take the number.
+            libc::close(0);
+            Ok(())
+        })
+    };
+    let mut agent = Reaped(cmd.spawn().expect("spawn sockwatch"));
+    drop(agent.0.stdout.take()); // the pipe's only read end
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the agent runs", || {
+        let exited = agent.0.try_wait().expect("wait");
+        assert!(exited.is_none(), "exited {exited:?}: {}", log_text());
+        log_text().contains("running;")
+    });
+    let stdin = std::fs::read_link(format!("/proc/{}/fd/0", agent.0.id())).expect("fd 0");
+    assert_eq!(stdin, Path::new("/dev/null"), "the closed stdin's slot");
+
+    let (mut a, unread) = (Actor::spawn(), watch.join("unread.sock"));
+    a.must(&format!("listen-on {}", s(&unread)));
+    let dropped = wait_for_every_line_dropped(addr, &unread, a.pid);
+    assert!(dropped >= 2.0, "A's bind and listen at least: {dropped}");
+    let exited = agent.0.try_wait().expect("wait");
+    assert!(exited.is_none(), "exited {exited:?}: {}", log_text());
+    let text = log_text();
+    let failures = output_failures(&text);
+    assert_eq!(failures.len(), 1, "one line per outage: {text}");
+    assert!(
+        failures[0].contains("(os error 32)"),
+        "EPIPE: {}",
+        failures[0]
+    );
+
+    drop(a);
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGINT) };
+    let status = agent.0.wait().expect("wait");
+    assert!(status.success(), "exit {status}: {}", log_text());
+}
+
+/// With a drain interval of a second, a socket bound, listened on, unlinked by its owner and
+/// closed, and another bound, listened on and left behind by its binder's exit, all before
+/// the agent drains (as a rule: the kernel wakes it only past a 64-record backlog): each life
+/// cycle is written in order with its process, the first is quiet, and the second is exactly
+/// one stale socket file naming its binder and file.
+#[test]
+fn sockets_born_and_gone_within_one_drain_interval() {
+    if !root("one_drain_interval") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let agent = Agent::start(&run, &watch, &["--drain-interval-ms", "1000"]);
+    let (brief, dead) = (watch.join("brief.sock"), watch.join("dead.sock"));
+    let (mut a, mut d) = (Actor::spawn(), Actor::spawn());
+    let (a_pid, d_pid) = (a.pid, d.pid);
+    let began = Instant::now();
+    let h = a.must(&format!("listen-on {}", s(&brief)));
+    a.must(&format!("unlink {}", s(&brief)));
+    a.must(&format!("close {h}"));
+    d.must(&format!("listen-on {}", s(&dead)));
+    let dead_file = stat_id(&dead);
+    drop(d); // exits holding its listener: released by the exit, the file left behind
+    eprintln!("both life cycles took {:?}", began.elapsed());
+
+    let stale = agent.expect_verdict("the dead listener's file", |v| {
+        v["verdict"] == "stale_socket_file" && v["path"] == s(&dead)
+    });
+    assert_eq!(stale["binder"]["tgid"], d_pid, "{stale}");
+    assert!(file_is(&stale["file"], dead_file), "{stale}");
+    let lines = agent.lines();
+    assert_eq!(
+        life_of(&lines, &brief),
+        life(&[
+            ("bind", a_pid),
+            ("listen", a_pid),
+            ("unlink", a_pid),
+            ("release", a_pid)
+        ]),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        life_of(&lines, &dead),
+        life(&[("bind", d_pid), ("listen", d_pid), ("release", d_pid)]),
+        "{lines:#?}"
+    );
+    drop(a);
+    let verdicts = verdicts_under(agent.stop(), &watch);
+    assert_eq!(verdicts, [stale], "the stale file only");
+}
