@@ -182,6 +182,19 @@ fn done_error_and_ack() {
     ));
 }
 
+/// The fuzzer's find: an errno of i32::MIN overflowed its negation.
+#[test]
+fn an_errno_without_a_negation_is_einval() {
+    let mut out = Vec::new();
+    for kind in [NLMSG_DONE, NLMSG_ERROR] {
+        let msg = nlmsg(kind, SEQ, &i32::MIN.to_ne_bytes());
+        assert!(matches!(
+            parse_batch(&msg, SEQ, &mut out),
+            Err(DiagError::Kernel(e)) if e.raw_os_error() == Some(libc::EINVAL)
+        ));
+    }
+}
+
 #[test]
 fn wrong_seq_type_and_family_are_errors() {
     let mut out = Vec::new();

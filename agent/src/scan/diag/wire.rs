@@ -173,7 +173,10 @@ fn done(payload: &[u8]) -> Result<(), DiagError> {
     if payload.len() >= 4 {
         let err = u32_at(payload, 0) as i32;
         if err < 0 {
-            return Err(DiagError::Kernel(io::Error::from_raw_os_error(-err)));
+            // i32::MIN has no negation (a fuzzer's find; no kernel sends it).
+            return Err(DiagError::Kernel(io::Error::from_raw_os_error(
+                err.checked_neg().unwrap_or(libc::EINVAL),
+            )));
         }
     }
     Ok(())
