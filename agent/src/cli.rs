@@ -89,6 +89,20 @@ pub struct RunArgs {
     pub require_all_hooks: bool,
 }
 
+impl From<&RunArgs> for config::Overrides {
+    /// The flags (and environment) of `run` that override the config file.
+    fn from(args: &RunArgs) -> Self {
+        Self {
+            watches: args.watch.clone(),
+            listen: args.listen,
+            scan_interval: args.scan_interval_secs.map(std::time::Duration::from_secs),
+            drain_interval: args.drain_interval_ms.map(std::time::Duration::from_millis),
+            takeover_window: args.takeover_window,
+            require_all_hooks: args.require_all_hooks,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The socket path to explain.

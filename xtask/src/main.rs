@@ -2,6 +2,7 @@
 mod apt;
 mod bench;
 mod cmd;
+mod fuzz;
 mod headroom;
 mod initramfs;
 mod kernels;
@@ -39,13 +40,26 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// The whole suite: setup --vm, fmt, clippy (host and eBPF), host tests, QEMU tests.
+    /// The whole suite: setup --vm, fmt, clippy (host and eBPF), fuzzing, host tests, QEMU
+    /// tests.
     Test(VmArgs),
     /// The agent's integration tests as root inside QEMU on Debian's stock kernels.
     VmTest(VmArgs),
     /// Overhead, throughput, loss, latency and footprint, beside bpftrace and auditd; writes
     /// docs/BENCHMARKS.md.
     Bench(bench::BenchArgs),
+    /// Coverage-guided fuzzing of the agent's parsers (libFuzzer, nightly), each target for a
+    /// fixed time from its committed corpus in `fuzz/corpus/`.
+    Fuzz {
+        /// Seconds each target runs.
+        #[arg(long, default_value_t = 30)]
+        secs: u64,
+        /// Replace the fuzz table of docs/RELIABILITY.md with this run's figures.
+        #[arg(long)]
+        write_doc: bool,
+        /// Targets to run; all by default.
+        targets: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +80,10 @@ struct VmArgs {
     /// about one core busy, so a lone guest leaves the second core of a 2-core machine idle.
     #[arg(long, default_value_t = 3, env = "SOCKWATCH_VM_JOBS")]
     vm_jobs: usize,
+    /// Only these test executables in the guests (repeatable, e.g. `--test faults`); all of
+    /// them by default.
+    #[arg(long = "test", value_name = "NAME")]
+    tests: Vec<String>,
 }
 
 impl VmArgs {
@@ -109,6 +127,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             a.tiers(),
             Duration::from_secs(a.vm_timeout),
             a.vm_jobs,
+            &a.tests,
         )),
         Command::VmTest(a) => {
             let ready = setup::setup(true, &a.series())?;
@@ -117,10 +136,19 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 a.tiers(),
                 Duration::from_secs(a.vm_timeout),
                 a.vm_jobs,
+                &a.tests,
             )?;
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }
         Command::Bench(a) => bench::run(&a),
+        Command::Fuzz {
+            secs,
+            write_doc,
+            targets,
+        } => {
+            setup::setup(false, &[])?;
+            fuzz::run(secs, &targets, write_doc)
+        }
     }
 }
 

@@ -11,9 +11,10 @@ use crate::{
     kernels::{self, Kernel, Series},
 };
 
-/// Debian packages the eBPF build needs: LLVM 22 for bpf-linker, clang-22 and bpftool for the C
-/// CO-RE shim, libbpf's headers.
+/// Debian packages the build needs: LLVM 22 for bpf-linker, clang-22 and bpftool for the C
+/// CO-RE shim, libbpf's headers; g++ for libFuzzer, which the fuzz crate compiles.
 const BUILD_PACKAGES: &[&str] = &[
+    "g++",
     "llvm-22-dev",
     "libpolly-22-dev",
     "clang-22",

@@ -6,7 +6,7 @@ use std::{
 };
 
 use crate::{
-    cmd, headroom,
+    cmd, fuzz, headroom,
     kernels::{Kernel, Series},
     setup,
     testrun::{self, Counts},
@@ -16,6 +16,9 @@ use crate::{
 /// aya-build's flags for the eBPF crate (`\x1f`-separated, as in `CARGO_ENCODED_RUSTFLAGS`).
 const EBPF_RUSTFLAGS: &str =
     "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf";
+
+/// Seconds each fuzz target runs in the suite: a smoke run from the corpus, not a campaign.
+const FUZZ_SECS: u64 = 30;
 
 struct Step {
     name: &'static str,
@@ -52,7 +55,13 @@ struct Results {
 }
 
 /// Runs the suite; `true` when everything passed.
-pub fn run(series: &[Series], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
+pub fn run(
+    series: &[Series],
+    tiers: vm::Tiers,
+    vm_timeout: Duration,
+    vm_jobs: usize,
+    vm_only: &[String],
+) -> bool {
     let mut steps = Vec::new();
     let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         println!("xtask: ===== {name} =====");
@@ -83,11 +92,22 @@ pub fn run(series: &[Series], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: u
         &mut || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
     );
     step("clippy (eBPF crate)", &mut clippy_ebpf);
+    step("fuzz (each parser 30 s, committed corpus)", &mut || {
+        anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
+        Ok(())
+    });
     step("host tests (root, host kernel)", &mut || {
         host_tests(&mut results)
     });
     step("vm tests (QEMU)", &mut || {
-        vm_tests(kernels.as_deref(), tiers, vm_timeout, vm_jobs, &mut results)
+        vm_tests(
+            kernels.as_deref(),
+            tiers,
+            vm_timeout,
+            vm_jobs,
+            vm_only,
+            &mut results,
+        )
     });
     step("verifier table (docs/VERIFIER.md)", &mut || {
         headroom::update(&cmd::workspace_root(), &results.headroom, 1 + series.len())
@@ -159,6 +179,7 @@ fn vm_tests(
     tiers: vm::Tiers,
     vm_timeout: Duration,
     vm_jobs: usize,
+    only: &[String],
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
@@ -166,7 +187,7 @@ fn vm_tests(
         results.layers.push(failed_vm("setup --vm failed".into()));
         anyhow::bail!("no kernels: setup --vm failed");
     };
-    let outcomes = match vm::test(kernels, tiers, vm_timeout, vm_jobs) {
+    let outcomes = match vm::test(kernels, tiers, vm_timeout, vm_jobs, only) {
         Ok(o) => o,
         Err(e) => {
             results.layers.push(failed_vm(format!("{e:#}")));

@@ -624,9 +624,11 @@ pub fn test(
     tiers: Tiers,
     timeout: Duration,
     jobs: usize,
+    only: &[String],
 ) -> anyhow::Result<Vec<Outcome>> {
     let started = Instant::now();
-    let payload = build_payload()?;
+    let mut payload = build_payload()?;
+    keep_tests(&mut payload.tests, only)?;
     let initrd = cmd::target_dir().join("vm").join("initrd.gz");
     build_initramfs(&payload, kernels, tiers, &initrd)?;
     let size = fs::metadata(&initrd).map_or(0, |m| m.len());
@@ -663,6 +665,18 @@ pub fn test(
     // In the order asked for, whichever guest finished first.
     outcomes.sort_by_key(|o| kernels.iter().position(|k| k.package == o.kernel.package));
     Ok(outcomes)
+}
+
+/// Keeps the test executables named in `only` (all when it is empty).
+fn keep_tests(tests: &mut Vec<(String, PathBuf)>, only: &[String]) -> anyhow::Result<()> {
+    if let Some(unknown) = only.iter().find(|n| !tests.iter().any(|(t, _)| t == *n)) {
+        let names: Vec<&str> = tests.iter().map(|(t, _)| t.as_str()).collect();
+        bail!("no test executable `{unknown}` in the agent package (there are: {names:?})");
+    }
+    if !only.is_empty() {
+        tests.retain(|(t, _)| only.contains(t));
+    }
+    Ok(())
 }
 
 /// [`boot`], then the summary line, and the whole console log when the guest failed.

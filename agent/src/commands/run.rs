@@ -32,14 +32,7 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
         Some(path) => config::load(path)?,
         None => Config::default(),
     };
-    let merged = base.merge(Overrides {
-        watches: args.watch.clone(),
-        listen: args.listen,
-        scan_interval: args.scan_interval_secs.map(Duration::from_secs),
-        drain_interval: args.drain_interval_ms.map(Duration::from_millis),
-        takeover_window: args.takeover_window,
-        require_all_hooks: args.require_all_hooks,
-    })?;
+    let merged = base.merge(Overrides::from(args))?;
     Ok(merged)
 }
 

@@ -32,7 +32,7 @@ use tokio::{
 };
 
 use gate::{Gate, ReadingGuard};
-use request::{HeadError, read_head};
+use request::{HeadError, Request, parse_head, read_head, too_large};
 use response::{Status, response};
 use routes::handle;
 
@@ -125,6 +125,37 @@ fn is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// The response to a head as read from a client; `None`: close without answering.
+fn reply_to(head: Result<Request, HeadError>, api: &dyn Api) -> Option<Vec<u8>> {
+    match head {
+        Err(HeadError::Closed) => None,
+        Err(HeadError::Io(e)) => {
+            log::debug!("http: reading a request: {e}");
+            None
+        }
+        Err(HeadError::Reject(status, why)) => Some(response(
+            status,
+            "text/plain",
+            format!("{why}\n").as_bytes(),
+            false,
+        )),
+        Ok(req) => Some(handle(&req, api)),
+    }
+}
+
+/// What the server answers to these bytes once the client stops sending: parsing, bounds and
+/// routing without a socket (the fuzz target's entry). `None`: nothing (no bytes at all).
+pub fn respond(buf: &[u8], limits: &HttpLimits, api: &dyn Api) -> Option<Vec<u8>> {
+    let head = match parse_head(buf, limits.max_headers) {
+        _ if buf.len() > limits.max_head_bytes => Err(too_large(buf)),
+        Ok(Some(req)) => Ok(req),
+        Ok(None) if buf.is_empty() => Err(HeadError::Closed),
+        Ok(None) => Err(HeadError::Reject(Status::BadRequest, "incomplete request")),
+        Err(e) => Err(e),
+    };
+    reply_to(head, api)
+}
+
 async fn connection(
     mut stream: TcpStream,
     guard: &ReadingGuard<'_>,
@@ -141,15 +172,10 @@ async fn connection(
     };
     let reply = match head {
         Err(_elapsed) => response(Status::Timeout, "text/plain", b"request timeout\n", false),
-        Ok(Err(HeadError::Closed)) => return,
-        Ok(Err(HeadError::Io(e))) => {
-            log::debug!("http: reading a request: {e}");
-            return;
-        }
-        Ok(Err(HeadError::Reject(status, why))) => {
-            response(status, "text/plain", format!("{why}\n").as_bytes(), false)
-        }
-        Ok(Ok(req)) => handle(&req, api),
+        Ok(head) => match reply_to(head, api) {
+            Some(reply) => reply,
+            None => return,
+        },
     };
     let deadline = Instant::now() + limits.write_timeout;
     let _ = tokio::time::timeout_at(deadline, async {

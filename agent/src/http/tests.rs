@@ -130,3 +130,16 @@ fn query_decoding() {
     assert!(parse_query("a=%4").is_err());
     assert!(parse_query("a=%ff").is_err());
 }
+
+#[test]
+fn respond_answers_what_a_connection_would() {
+    let limits = HttpLimits::default();
+    let text = |buf: &[u8]| {
+        respond(buf, &limits, &Fixed).map(|r| String::from_utf8_lossy(&r).into_owned())
+    };
+    assert!(text(b"GET /healthz HTTP/1.1\r\n\r\n").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    assert_eq!(text(b""), None, "a client that sent nothing gets nothing");
+    assert!(text(b"GET /healthz HTTP/1.1\r\n").is_some_and(|r| r.starts_with("HTTP/1.1 400")));
+    let long_line = vec![b'a'; limits.max_head_bytes + 1];
+    assert!(text(&long_line).is_some_and(|r| r.starts_with("HTTP/1.1 414")));
+}
