@@ -383,3 +383,45 @@ fn the_agent_exports_a_socket_file_mount() {
     assert!(log.contains(&said), "{said} in:\n{log}");
     agent.stop();
 }
+
+/// The watch bounds what a scan adopts: A listens inside the watched directory and C outside
+/// it, both before the agent starts; B unlinks both. Only A's removal is a foreign unlink; C's
+/// socket was never adopted (counted as ignored), so the kernel does not pass its unlink and
+/// the agent writes nothing about it.
+#[test]
+fn a_late_start_adopts_only_the_watched_sockets() {
+    if !root("late_start_scope") {
+        return;
+    }
+    let tmp = tempdir();
+    let (a, sock, dev, ino) = listener(tmp.path());
+    let watch = sock.parent().expect("dir").to_path_buf();
+    let outside = tmp.path().join("elsewhere");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let other = outside.join("other.sock");
+    let mut c = Actor::spawn();
+    c.must(&format!("listen-on {}", s(&other)));
+    let run = tmp.path().join("run");
+    std::fs::create_dir(&run).expect("mkdir");
+    let addr = free_addr();
+    let agent = Agent::start(&run, &watch, &["--listen", &addr.to_string()]);
+    let ignored = r#"sockwatch_engine_ignored_total{reason="scan_outside_watch"} "#;
+    let outside_count = Agent::metrics(addr)
+        .lines()
+        .find_map(|l| l.strip_prefix(ignored).and_then(|v| v.parse::<f64>().ok()));
+    assert!(
+        outside_count.is_some_and(|n| n >= 1.0),
+        "C's socket at least: {outside_count:?}"
+    );
+    let mut b = Actor::spawn();
+    b.must(&format!("unlink {}", s(&other)));
+    b.must(&format!("unlink {}", s(&sock)));
+    let events = agent.events.clone();
+    // Written at the end of A's takeover window, well after C's unlink would have been.
+    let v = only_verdict(agent, "foreign_unlink", b.pid, a.pid, (dev, ino));
+    assert_eq!(v["path"], s(&sock), "{v}");
+    let text = std::fs::read_to_string(&events).expect("events");
+    let about_other: Vec<&str> = text.lines().filter(|l| l.contains(&s(&other))).collect();
+    assert!(about_other.is_empty(), "{about_other:#?}");
+    drop(c);
+}

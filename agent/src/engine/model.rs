@@ -212,6 +212,10 @@ pub struct ScannedSocket {
     /// Does `path` still resolve to `file`?
     #[serde(default)]
     pub file_linked: Option<bool>,
+    /// Outside every watched path: a socket the engine does not track already is not
+    /// adopted (the operator asked about the watched paths only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outside_watch: bool,
 }
 
 /// Abstract (`@name`) and unnamed sockets have no file: the engine never tracks them (S9).

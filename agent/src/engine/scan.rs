@@ -23,14 +23,17 @@ impl Engine {
                 continue;
             };
             seen.insert(file);
+            let known = self.sockets.get(&file);
             // A scan is older than the events applied while it ran: a socket the events
             // show released since the scan began is not brought back.
-            let released_since = self
-                .sockets
-                .get(&file)
+            let released_since = known
                 .and_then(|s| s.released.as_ref())
                 .is_some_and(|r| r.ts_ns > ts_ns);
             if released_since {
+                continue;
+            }
+            if sc.outside_watch && !known.is_some_and(super::SocketState::is_live) {
+                self.counters.ignored.scan_outside_watch += 1;
                 continue;
             }
             self.reconcile(ts_ns, file, sc, out);

@@ -35,6 +35,8 @@ pub struct IgnoredCounters {
     pub connect_undecided: u64,
     /// Scanned sockets without a file identity.
     pub scan_without_file: u64,
+    /// Scanned sockets outside every watched path that the engine did not track already.
+    pub scan_outside_watch: u64,
 }
 
 /// What the bounds pushed out.

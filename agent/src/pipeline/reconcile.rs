@@ -44,15 +44,17 @@ pub fn snapshot(report: &ScanReport, ts_ns: u64) -> engine::ScanSnapshot {
                 listening: s.listening,
                 holders: s.holders.iter().map(holder_proc).collect(),
                 file_linked: s.file_linked,
+                outside_watch: s.outside_watch,
             })
             .collect(),
     }
 }
 
-/// The kernel live-table entry a scanned socket stands for: bound to a file whose full
-/// identity is known, held by someone. The first holder stands for the owner.
+/// The kernel live-table entry a scanned socket stands for: inside the watched paths, bound
+/// to a file whose full identity is known, held by someone. The first holder stands for the
+/// owner. (A socket outside them that the kernel tracks has its entry since its bind.)
 pub fn live_entry(s: &ScannedSocket, ts_ns: u64) -> Option<(agent_common::FileId, LiveSock)> {
-    let file = s.file.filter(|_| !s.ino_low32)?;
+    let file = s.file.filter(|_| !s.ino_low32 && !s.outside_watch)?;
     let owner = s.holders.first()?;
     let base = s.path.rsplit('/').next().unwrap_or(&s.path);
     Some((
@@ -109,6 +111,7 @@ mod tests {
             }],
             file_linked: Some(false),
             dir: None,
+            outside_watch: false,
         }
     }
 
@@ -165,12 +168,15 @@ mod tests {
     }
 
     #[test]
-    fn truncated_or_unheld_sockets_are_not_seeded() {
+    fn truncated_unheld_or_unwatched_sockets_are_not_seeded() {
         let mut s = scanned();
         s.ino_low32 = true;
         assert!(live_entry(&s, 1).is_none());
         let mut s = scanned();
         s.holders.clear();
+        assert!(live_entry(&s, 1).is_none());
+        let mut s = scanned();
+        s.outside_watch = true;
         assert!(live_entry(&s, 1).is_none());
     }
 

@@ -281,13 +281,24 @@ fn check_socket(cx: &Ctx, p: &PathSock, seen: &HashMap<(u64, u32), Found>, out: 
         holders: cx.holders(&p.holders),
         file_linked: None,
         dir: None,
+        outside_watch: false,
     };
+    let holder_view = p.holders.first().copied();
     let Some(vfs) = s.vfs else {
+        scanned.outside_watch = !cx.in_scope(holder_view, p.path);
         out.unresolved += 1;
         out.sockets.push(scanned);
         return;
     };
-    let (linked, cause) = match link_state(cx, p, vfs, seen) {
+    let state = link_state(cx, p, vfs, seen);
+    scanned.outside_watch = match &state {
+        LinkState::Linked(found) => !cx.in_scope(found.view, &found.path),
+        // A bind through a descriptor not resolved: where it lies is unknown, keep it.
+        _ if procfs::fd_path(p.path).is_some() => false,
+        LinkState::Orphaned(view, _) => !cx.in_scope(Some(*view), p.path),
+        LinkState::Unknown => !cx.in_scope(holder_view, p.path),
+    };
+    let (linked, cause) = match state {
         LinkState::Linked(found) => {
             scanned.file = Some(found.st.id());
             if procfs::fd_path(p.path).is_some() {

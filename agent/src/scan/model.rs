@@ -56,6 +56,9 @@ pub struct ScannedSocket {
     /// The directory the file was found in (device and inode, as the kernel names an
     /// event's `dir`) and its absolute path there: what relative removals are resolved by.
     pub dir: Option<(FileId, String)>,
+    /// Its path lies outside every watched path (in a holder's view): `run` does not adopt
+    /// it from a scan. Never set when nothing is watched.
+    pub outside_watch: bool,
 }
 
 impl ScannedSocket {

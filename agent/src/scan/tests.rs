@@ -153,6 +153,7 @@ fn linked_listener_on_inode64_is_clean_and_keeps_64_bits() {
             holders: vec![holder(10)],
             file_linked: Some(true),
             dir: Some((FileId { dev: DEV, ino: 7 }, "/run".into())),
+            outside_watch: false,
         }]
     );
     assert!(a.sockets[0].same_file(FileId {
@@ -484,6 +485,19 @@ fn watched_scope_by_identity_and_by_filesystem_place() {
         "source under the watch"
     );
     assert_eq!(a.outside_watch, 1, "/run/other/o.sock");
+    let unwatched: Vec<(&str, bool)> = a
+        .sockets
+        .iter()
+        .map(|s| (s.path.as_str(), s.outside_watch))
+        .collect();
+    assert_eq!(
+        unwatched,
+        vec![
+            ("/host/run/multus/m.sock", false),
+            ("/run/other/o.sock", true)
+        ],
+        "the pod's view of the watch is in scope"
+    );
 
     // A bind mount from elsewhere is out of scope.
     s.mount_tables[0].mounts[0].root = b"/elsewhere/m.sock".to_vec();

@@ -232,6 +232,7 @@ pub fn scanned(
         listening: true,
         holders: holders.to_vec(),
         file_linked: Some(linked),
+        outside_watch: false,
     }
 }
 

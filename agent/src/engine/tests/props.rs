@@ -104,6 +104,7 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
                 listening,
                 holders: vec![proc_(holder)],
                 file_linked,
+                outside_watch: false,
             },
         );
     prop_oneof![

@@ -229,6 +229,7 @@ fn a_scan_does_not_undo_events_newer_than_itself() {
             listening: true,
             holders: vec![a()],
             file_linked: Some(true),
+            outside_watch: false,
         }],
         complete: true,
         unreadable: None,
@@ -317,4 +318,28 @@ fn an_exchange_swaps_the_path_index_and_removes_nothing() {
         matches!(&out[..], [Verdict::ForeignUnlink { file, .. }, ..] if *file == fid(2)),
         "{out:?}"
     );
+}
+
+/// A scan's socket outside every watched path is not adopted: an orphan there is not the
+/// operator's question. One the engine tracks already (bound under a watch, moved out) stays
+/// reconciled: the scan still closes or orphans it.
+#[test]
+fn a_scan_adopts_no_socket_outside_the_watches_but_keeps_reconciling_tracked_ones() {
+    let mut e = engine();
+    let outside = |ino, file, linked| ScannedSocket {
+        outside_watch: true,
+        ..scanned(ino, file, "/elsewhere/x.sock", &[a()], linked)
+    };
+    quiet(&mut e, &[scan(10, vec![outside(11, fid(1), false)])]);
+    assert!(e.socket(fid(1)).is_none());
+    assert_eq!(e.stats().ignored.scan_outside_watch, 1);
+
+    e.apply(&bind(20, &b(), fid(2), 22, P));
+    e.apply(&listen(21, &b(), fid(2), 22));
+    let out = e.apply(&scan(30, vec![outside(22, fid(2), false)]));
+    assert!(
+        matches!(out.as_slice(), [Verdict::OrphanOpened { .. }]),
+        "{out:?}"
+    );
+    assert_eq!(e.stats().ignored.scan_outside_watch, 1);
 }
