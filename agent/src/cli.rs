@@ -87,6 +87,10 @@ pub struct RunArgs {
     /// `require_all_hooks`).
     #[arg(long, env = "SOCKWATCH_REQUIRE_ALL_HOOKS")]
     pub require_all_hooks: bool,
+    /// Live sockets the kernel's table holds (config key `live_capacity`): past it new binds
+    /// are counted as `map_full` and left to the sweeps. Default 65536.
+    #[arg(long, value_name = "ENTRIES", env = "SOCKWATCH_LIVE_CAPACITY")]
+    pub live_capacity: Option<u32>,
 }
 
 impl From<&RunArgs> for config::Overrides {
@@ -99,6 +103,7 @@ impl From<&RunArgs> for config::Overrides {
             drain_interval: args.drain_interval_ms.map(std::time::Duration::from_millis),
             takeover_window: args.takeover_window,
             require_all_hooks: args.require_all_hooks,
+            live_capacity: args.live_capacity,
         }
     }
 }

@@ -496,3 +496,72 @@ fn sockets_born_and_gone_within_one_drain_interval() {
     let verdicts = verdicts_under(agent.stop(), &watch);
     assert_eq!(verdicts, [stale], "the stale file only");
 }
+
+/// `--live-capacity 16`, the table's least: A binds 20 listeners under the watch. The table
+/// takes 16 and each bind past it is counted as `map_full`; the agent runs on and says
+/// nothing false. A unlinks and closes 8 of its own: those entries free, and a sweep seeds
+/// the 4 left out (12 entries). B's unlink of one of those 4 is then a foreign unlink naming
+/// A, on every tier, and A's orphaned listener: the only verdicts.
+#[test]
+fn a_full_live_table_counts_map_full_and_the_sweeps_repair_it() {
+    if !root("live_full") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = ["--live-capacity", "16", "--listen", &listen];
+    let agent = Agent::start_sweeping(
+        &run,
+        &watch,
+        1,
+        &args,
+        &[("SOCKWATCH_TAKEOVER_WINDOW", "0s")],
+    );
+    let live_entries = || scrape(addr).value(r#"sockwatch_map_entries{map="LIVE"}"#);
+    assert_eq!(
+        scrape(addr).value(r#"sockwatch_map_capacity{map="LIVE"}"#),
+        Some(16.0)
+    );
+    let map_full = || scrape(addr).sum("sockwatch_kernel_errors_total", &[("reason", "map_full")]);
+    let full_before = map_full();
+
+    let mut a = Actor::spawn();
+    let paths: Vec<PathBuf> = (0..20).map(|i| watch.join(format!("l{i}.sock"))).collect();
+    let handles: Vec<String> = paths
+        .iter()
+        .map(|p| a.must(&format!("listen-on {}", s(p))))
+        .collect();
+    wait_until("16 entries, 4 binds counted as map_full", || {
+        live_entries() == Some(16.0) && map_full() - full_before >= 4.0
+    });
+    let quiet = || verdicts_under(agent.verdicts(), &watch);
+    assert_eq!(quiet(), Vec::<Value>::new(), "nothing false while full");
+
+    for (p, h) in paths.iter().zip(&handles).take(8) {
+        a.must(&format!("unlink {}", s(p)));
+        a.must(&format!("close {h}"));
+    }
+    wait_until("the sweep seeds the 4 left out", || {
+        live_entries() == Some(12.0)
+    });
+    assert_eq!(quiet(), Vec::<Value>::new(), "A's own removals");
+
+    let left_out = &paths[19];
+    let file = stat_id(left_out);
+    let mut b = Actor::spawn();
+    b.must(&format!("unlink {}", s(left_out)));
+    let v = agent.expect_verdict("B's foreign unlink of a seeded socket", |v| {
+        v["verdict"] == "foreign_unlink" && file_is(&v["file"], file)
+    });
+    assert_eq!(v["victim"]["tgid"], a.pid, "{v}");
+    assert_eq!(v["actor"]["tgid"], b.pid, "{v}");
+    let verdicts = verdicts_under(agent.stop(), &watch);
+    assert_eq!(
+        verdict_names(&verdicts),
+        ["foreign_unlink", "orphan_opened"],
+        "A still listens on the unlinked file: {verdicts:#?}"
+    );
+    assert!(file_is(&verdicts[1]["file"], file), "{verdicts:#?}");
+}

@@ -549,6 +549,7 @@ fn agent_activity_is_ignored() {
         wakeup_bytes: 0,
         watch: Vec::new(),
         require_all_hooks: true,
+        live_capacity: agent_common::maps::LIVE_CAPACITY,
     })
     .expect("load");
     let mut events = probes.events().expect("events");

@@ -152,6 +152,7 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
         wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
         watch: watches.to_vec(),
         require_all_hooks: config.require_all_hooks,
+        live_capacity: config.live_capacity,
     })?;
     log::info!("kernel helpers: {}", probes.features.summary());
     log::info!("probes loaded in {}", probes.timings.summary());
@@ -273,7 +274,7 @@ impl EngineSource for Mutex<Pipeline> {
         let live = p.live_table().map(|live| MapFill {
             map: "LIVE",
             entries: live.len() as u64,
-            capacity: u64::from(agent_common::maps::LIVE_CAPACITY),
+            capacity: u64::from(live.capacity),
         });
         EngineSnapshot {
             stats: p.engine.stats(),

@@ -7,6 +7,7 @@
 //! takeover_window = "3s"         # a foreign removal re-bound by its remover this soon is a
 //!                                # takeover; "0s": every foreign removal at once
 //! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
+//! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -24,6 +25,10 @@ use std::{
 };
 
 use serde::Deserialize;
+
+/// Entries the live-socket table may be given: room for a test's few sockets, up to a node's
+/// million (48 bytes each, and as many for the name index).
+pub const LIVE_CAPACITY_RANGE: std::ops::RangeInclusive<u32> = 16..=1 << 20;
 
 /// The port `/metrics` and the API are served on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 9469;
@@ -77,6 +82,9 @@ pub struct Config {
     /// Refuse to run when any hook gets no probe tier (by default the agent runs degraded as
     /// long as bind and a removal hook attach).
     pub require_all_hooks: bool,
+    /// Entries of the kernel's live-socket table (and its name index): past it, binds are
+    /// counted as `map_full` and left to the sweeps.
+    pub live_capacity: u32,
 }
 
 impl Default for Config {
@@ -88,6 +96,7 @@ impl Default for Config {
             drain_interval: DEFAULT_DRAIN_INTERVAL,
             takeover_window: DEFAULT_TAKEOVER_WINDOW,
             require_all_hooks: false,
+            live_capacity: agent_common::maps::LIVE_CAPACITY,
         }
     }
 }
@@ -103,6 +112,7 @@ pub struct Overrides {
     pub takeover_window: Option<Duration>,
     /// `--require-all-hooks`: only ever turns the setting on.
     pub require_all_hooks: bool,
+    pub live_capacity: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +201,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             parse_takeover_window(&s).map_err(|p| invalid("takeover_window".into(), p))?;
     }
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
+    if let Some(n) = raw.live_capacity {
+        config.live_capacity = n;
+    }
     config.validate(&origin)?;
     Ok(config)
 }
@@ -206,6 +219,7 @@ impl Config {
         self.drain_interval = o.drain_interval.unwrap_or(self.drain_interval);
         self.takeover_window = o.takeover_window.unwrap_or(self.takeover_window);
         self.require_all_hooks |= o.require_all_hooks;
+        self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
         self.validate("flags")?;
         Ok(self)
     }
@@ -250,6 +264,17 @@ impl Config {
             .map_err(|p| invalid("drain_interval".into(), p))?;
         check_range(self.takeover_window, (Duration::ZERO, TAKEOVER_WINDOW_MAX))
             .map_err(|p| invalid("takeover_window".into(), p))?;
+        if !LIVE_CAPACITY_RANGE.contains(&self.live_capacity) {
+            return Err(invalid(
+                "live_capacity".into(),
+                format!(
+                    "{} entries, want {} to {}",
+                    self.live_capacity,
+                    LIVE_CAPACITY_RANGE.start(),
+                    LIVE_CAPACITY_RANGE.end()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -442,6 +467,7 @@ struct RawConfig {
     drain_interval: Option<String>,
     takeover_window: Option<String>,
     require_all_hooks: Option<bool>,
+    live_capacity: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -13,6 +13,7 @@ scan_interval = "30s"
 drain_interval = "20ms"
 takeover_window = "500ms"
 require_all_hooks = true
+live_capacity = 4096
 
 [[watches]]
 name = "multus"
@@ -28,6 +29,7 @@ path = "/var/run/crio"
     assert_eq!(c.drain_interval, Duration::from_millis(20));
     assert_eq!(c.takeover_window, Duration::from_millis(500));
     assert!(c.require_all_hooks);
+    assert_eq!(c.live_capacity, 4096);
     assert_eq!(
         c.watches,
         vec![
@@ -82,6 +84,14 @@ fn errors_name_the_field_and_the_problem() {
         (
             "drain_interval = \"5s\"\n",
             "config /etc/sockwatch.toml: drain_interval: 5s is out of range",
+        ),
+        (
+            "live_capacity = 8\n",
+            "config /etc/sockwatch.toml: live_capacity: 8 entries, want 16 to 1048576",
+        ),
+        (
+            "live_capacity = -1\n",
+            "config /etc/sockwatch.toml: live_capacity: invalid value",
         ),
         (
             "takeover_window = \"2m\"\n",
@@ -144,6 +154,7 @@ fn flags_override_the_file() {
             drain_interval: None,
             takeover_window: Some(Duration::from_millis(300)),
             require_all_hooks: true,
+            live_capacity: Some(16),
         })
         .expect("valid");
     assert_eq!(merged.watches[0].name, "m");
@@ -152,6 +163,7 @@ fn flags_override_the_file() {
     assert_eq!(merged.drain_interval, DEFAULT_DRAIN_INTERVAL);
     assert_eq!(merged.takeover_window, Duration::from_millis(300));
     assert!(merged.require_all_hooks && !file.require_all_hooks);
+    assert_eq!(merged.live_capacity, 16);
     // Nothing set: the file stands.
     assert_eq!(
         file.clone().merge(Overrides::default()).expect("valid"),

@@ -13,6 +13,8 @@ const BPF_EXIST: u64 = 2;
 /// The kernel's table of live sockets, and its base-name index (the tracepoint tier's
 /// filter), as userspace reads and seeds them.
 pub struct LiveTable {
+    /// Entries the table was created with.
+    pub capacity: u32,
     pub(super) live: HashMap<MapData, FileId, LiveSock>,
     pub(super) names: HashMap<MapData, u64, u64>,
     /// tgid -> 1 for the processes the exit hook releases sockets of.

@@ -61,6 +61,8 @@ pub struct LoadOptions {
     pub watch: Vec<WatchedDir>,
     /// Refuse to run when any hook gets no tier (otherwise only bind and a removal hook must).
     pub require_all_hooks: bool,
+    /// Entries of the live-socket table and its name index.
+    pub live_capacity: u32,
 }
 
 /// What happened to one hook: the tier that attached, and why better ones did not.
@@ -136,6 +138,7 @@ pub struct Probes {
     pub features: KernelFeatures,
     pub coverage: Coverage,
     pub timings: LoadTimings,
+    live_capacity: u32,
 }
 
 /// Where a load's time went: start-up latency matters to a DaemonSet's rollout, and under
@@ -207,6 +210,7 @@ impl Probes {
             features,
             coverage,
             timings,
+            live_capacity: opts.live_capacity,
         })
     }
 
@@ -245,6 +249,7 @@ impl Probes {
             .take_map(maps::PENDING)
             .ok_or(LoadError::Map(maps::PENDING))?;
         Ok(LiveTable {
+            capacity: self.live_capacity,
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
@@ -337,6 +342,7 @@ pub fn probe_support(
         wakeup_bytes: 0,
         watch: Vec::new(),
         require_all_hooks: false,
+        live_capacity: maps::LIVE_CAPACITY,
     };
     let mut ebpf = open_object(&btf, &opts, &features)?;
     let refusals = TestRefusals::from_env();
@@ -453,6 +459,8 @@ fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf
         .override_global(globals::AGENT_TGID, &opts.ignore_tgid, true)
         .override_global(globals::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(globals::WATCH_ALL, &u8::from(opts.watch.is_empty()), true)
+        .map_max_entries(maps::LIVE, opts.live_capacity)
+        .map_max_entries(maps::LIVE_NAMES, opts.live_capacity)
         .load(EBPF_OBJECT)
         .map_err(LoadError::Object)
 }

@@ -196,6 +196,7 @@ impl Pipeline {
     pub fn reconcile(&mut self, ts_ns: u64, report: &ScanReport) -> io::Result<usize> {
         let mut seeded = 0;
         if let Some(live) = &mut self.live {
+            let (mut refused, mut first_error) = (0, None);
             for (file, entry) in report
                 .sockets
                 .iter()
@@ -203,8 +204,18 @@ impl Pipeline {
             {
                 match live.seed(file, entry) {
                     Ok(added) => seeded += usize::from(added),
-                    Err(e) => log::warn!("seeding the kernel's live table: {e}"),
+                    Err(e) => {
+                        refused += 1;
+                        first_error.get_or_insert(e);
+                    }
                 }
+            }
+            // One line a scan, not one a socket: a full table refuses every one of them.
+            if let Some(e) = first_error {
+                log::warn!(
+                    "seeding the kernel's live table: {refused} sockets refused (first: {e}); \
+                     the sweeps try again"
+                );
             }
         }
         for (dir, path) in reconcile::dirs(report) {

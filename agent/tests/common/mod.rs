@@ -156,6 +156,7 @@ pub fn load_watching(
         wakeup_bytes: Event::SIZE as u64,
         watch,
         require_all_hooks: true,
+        live_capacity: agent_common::maps::LIVE_CAPACITY,
     });
     let mut probes = match loaded {
         Ok(p) => p,
