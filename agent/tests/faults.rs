@@ -565,3 +565,95 @@ fn a_full_live_table_counts_map_full_and_the_sweeps_repair_it() {
     );
     assert!(file_is(&verdicts[1]["file"], file), "{verdicts:#?}");
 }
+
+/// A process that forks children which exit at once, as fast as it can, until killed.
+struct ExitStorm(libc::pid_t);
+
+impl ExitStorm {
+    fn start() -> ExitStorm {
+        // SAFETY: the child calls only fork, waitpid and _exit (async-signal-safe), on no
+        // memory shared with the parent's other threads.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            loop {
+                // SAFETY: as above.
+                unsafe {
+                    let child = libc::fork();
+                    if child == 0 {
+                        libc::_exit(0);
+                    }
+                    if child > 0 {
+                        libc::waitpid(child, std::ptr::null_mut(), 0);
+                    }
+                }
+            }
+        }
+        ExitStorm(pid)
+    }
+}
+
+impl Drop for ExitStorm {
+    fn drop(&mut self) {
+        // SAFETY: kill and waitpid take no pointers but the null status; the pid is our child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// The pid the kernel handed out last (a clock of forks).
+fn last_pid() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .expect("ns_last_pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Sweeps every second while a process forks children that exit at once (thousands a
+/// second natively): processes vanish in the middle of every /proc walk. No sweep fails, and
+/// A's three listeners under the watch stay live: no stale socket file, no orphan, no verdict.
+#[test]
+fn sweeps_in_a_storm_of_exits_fail_nothing_and_say_nothing_false() {
+    if !root("exit_storm") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let mut a = Actor::spawn();
+    for i in 0..3 {
+        a.must(&format!(
+            "listen-on {}",
+            s(&watch.join(format!("a{i}.sock")))
+        ));
+    }
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start_sweeping(&run, &watch, 1, &["--listen", &listen], &[]);
+    let periodic = r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#;
+    let sweeps = || scrape(addr).value(periodic).unwrap_or_default();
+    let (sweeps_before, pid_before, clock) = (sweeps(), last_pid(), Instant::now());
+    let storm = ExitStorm::start();
+    wait_until("three sweeps in the storm", || {
+        sweeps() >= sweeps_before + 3.0
+    });
+    drop(storm);
+    let forks = last_pid().saturating_sub(pid_before);
+    eprintln!(
+        "exit_storm: {forks} processes forked and gone in {:.1} s, {} sweeps",
+        clock.elapsed().as_secs_f64(),
+        sweeps() - sweeps_before
+    );
+    let m = scrape(addr);
+    assert_eq!(m.sum("sockwatch_scan_failures_total", &[]), 0.0);
+    assert!(
+        !agent.log_text().contains("sweep failed"),
+        "{}",
+        agent.log_text()
+    );
+    let verdicts = verdicts_under(agent.stop(), &watch);
+    assert_eq!(verdicts, Vec::<Value>::new(), "A's listeners are live");
+    drop(a);
+}

@@ -7,6 +7,7 @@ mod headroom;
 mod initramfs;
 mod kernels;
 mod setup;
+mod soak;
 mod suite;
 mod testrun;
 mod vm;
@@ -48,6 +49,10 @@ enum Command {
     /// Overhead, throughput, loss, latency and footprint, beside bpftrace and auditd; writes
     /// docs/BENCHMARKS.md.
     Bench(bench::BenchArgs),
+    /// The release agent for minutes at a steady event rate, sweeps on and owners churning:
+    /// fails unless memory and the engine's tables stay flat, nothing vanishes uncounted and no
+    /// verdict comes from a workload that gives none.
+    Soak(soak::SoakArgs),
     /// Coverage-guided fuzzing of the agent's parsers (libFuzzer, nightly), each target for a
     /// fixed time from its committed corpus in `fuzz/corpus/`.
     Fuzz {
@@ -141,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }
         Command::Bench(a) => bench::run(&a),
+        Command::Soak(a) => soak::run(&a),
         Command::Fuzz {
             secs,
             write_doc,

@@ -8,7 +8,7 @@ use std::{
 use crate::{
     cmd, fuzz, headroom,
     kernels::{Kernel, Series},
-    setup,
+    setup, soak,
     testrun::{self, Counts},
     vm,
 };
@@ -96,6 +96,16 @@ pub fn run(
         anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
         Ok(())
     });
+    step(
+        "soak (3 min at 20k events/s, sweeps, churning owners)",
+        &mut || {
+            anyhow::ensure!(
+                soak::run(&soak::SoakArgs::suite())?,
+                "the soak found problems"
+            );
+            Ok(())
+        },
+    );
     step("host tests (root, host kernel)", &mut || {
         host_tests(&mut results)
     });

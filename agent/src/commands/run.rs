@@ -184,6 +184,7 @@ fn startup_scan(
         Some(Ok(report)) => report,
         Some(Err(e)) => {
             log::warn!("startup scan failed, continuing on kernel events alone: {e}");
+            metrics.scan_failed(Scan::Startup);
             return Ok(());
         }
         None => {
@@ -333,8 +334,14 @@ async fn sweep_periodically(
                     return;
                 }
             }
-            Ok(Some(Err(e))) => log::warn!("sweep failed: {e}"),
-            Err(e) => log::warn!("sweep task failed: {e}"),
+            Ok(Some(Err(e))) => {
+                log::warn!("sweep failed: {e}");
+                metrics.scan_failed(Scan::Periodic);
+            }
+            Err(e) => {
+                log::warn!("sweep task failed: {e}");
+                metrics.scan_failed(Scan::Periodic);
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Socket and process lifecycle: bind, listen, release, fork, exit, fd receipt.
 use super::{
-    CloseReason, Engine, Verdict,
+    CloseReason, EXITED_HORIZON_NS, Engine, Verdict,
     model::{FileId, Proc, is_path_bound},
     sockets::{HistoryEvent, Orphan, RemovalHow, SocketState},
     takeover::Successor,
@@ -155,6 +155,10 @@ impl Engine {
         for f in self.sockets.pending_stale_of(tgid) {
             self.report_stale(f, ts_ns, out);
         }
+        // Nothing waits on an exited process longer than a takeover window: forget those
+        // older, so a churn of short-lived processes does not fill the table.
+        let horizon = self.pending.window_ns.max(EXITED_HORIZON_NS);
+        self.owners.expire_exited(ts_ns, horizon);
     }
 
     /// A receiver of the socket's descriptor joins its owner set (a hand-over: the sender's

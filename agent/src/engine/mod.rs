@@ -56,6 +56,9 @@ use takeover::PendingRemovals;
 /// How long a removed live socket's remover has to bind the path again for the removal to be a
 /// takeover rather than a foreign unlink (`takeover_window`).
 pub const DEFAULT_TAKEOVER_WINDOW_NS: u64 = 3_000_000_000;
+/// How long an exited process stays known (for naming it in late verdicts): the longest
+/// takeover window the configuration allows.
+pub const EXITED_HORIZON_NS: u64 = 60_000_000_000;
 
 /// Bounds on the engine's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

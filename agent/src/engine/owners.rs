@@ -113,6 +113,19 @@ impl Owners {
         files
     }
 
+    /// Forgets the processes that exited more than `horizon_ns` before `now_ns` (they own
+    /// nothing); the oldest exits lead the eviction order, so this stops at the first younger.
+    pub fn expire_exited(&mut self, now_ns: u64, horizon_ns: u64) {
+        let cutoff = now_ns.saturating_sub(horizon_ns);
+        while let Some(&(class, touched_ns, tgid)) = self.lru.first() {
+            if class != EXITED || touched_ns >= cutoff {
+                break;
+            }
+            self.lru.pop_first();
+            self.procs.remove(&tgid);
+        }
+    }
+
     /// A fork: the child inherits every socket the parent holds (only recorded when it holds
     /// some, so fork storms of non-owners cost nothing).
     pub fn fork(&mut self, parent: &Proc, child_tgid: u32, ts_ns: u64) -> Vec<FileId> {
@@ -216,9 +229,12 @@ impl Owners {
     }
 }
 
+/// The eviction class of exited processes: first to go.
+const EXITED: u8 = 0;
+
 fn class_of(e: &ProcEntry, by_tgid: &BTreeMap<u32, BTreeSet<FileId>>, tgid: u32) -> u8 {
     if e.exited_ns.is_some() {
-        0
+        EXITED
     } else if by_tgid.contains_key(&tgid) {
         2
     } else {

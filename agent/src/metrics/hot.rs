@@ -38,6 +38,7 @@ pub(super) struct HotCounters {
     stale_connects: IntCounterVec,
     stale_socket_files: IntCounterVec,
     scan_duration: HistogramVec,
+    scan_failures: IntCounterVec,
     found_stale_bind_mounts: IntGaugeVec,
     found_stale_socket_files: IntGaugeVec,
     found_socket_file_mounts: IntGaugeVec,
@@ -67,6 +68,7 @@ impl HotCounters {
             stale_connects: counter(registry, &STALE_CONNECTS),
             stale_socket_files: counter(registry, &STALE_SOCKET_FILES_TOTAL),
             scan_duration: registered(registry, histogram),
+            scan_failures: counter(registry, &SCAN_FAILURES),
             found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
             found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES),
             found_socket_file_mounts: gauge(registry, &SOCKET_FILE_MOUNTS),
@@ -92,6 +94,7 @@ impl HotCounters {
         self.found_stale_socket_files.with_label_values::<&str>(&[]);
         for scan in Scan::ALL {
             self.scan_duration.with_label_values(&[scan.label()]);
+            self.scan_failures.with_label_values(&[scan.label()]);
         }
     }
 
@@ -134,6 +137,14 @@ impl Metrics {
     /// A ring-buffer record that did not decode.
     pub fn decode_error(&self) {
         self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// A reconciliation scan of this kind failed as a whole.
+    pub fn scan_failed(&self, scan: Scan) {
+        self.hot
+            .scan_failures
+            .with_label_values(&[scan.label()])
+            .inc();
     }
 
     /// Event or verdict lines the events output refused, dropped.

@@ -117,6 +117,7 @@ specs! {
     ENGINE_PROCS: Gauge "sockwatch_engine_processes" [] "Processes the engine tracks (owners and recently exited owners).";
     ENGINE_EVICTIONS: Counter "sockwatch_engine_evictions_total" ["table"] "Entries the engine's memory bounds pushed out, by table.";
     ENGINE_IGNORED: Counter "sockwatch_engine_ignored_total" ["reason"] "Inputs the engine could not place and ignored, by reason.";
+    SCAN_FAILURES: Counter "sockwatch_scan_failures_total" ["scan"] "Reconciliation scans that failed as a whole (the log says why); the agent runs on kernel events alone until the next sweep.";
     SCAN_DURATION: Histogram "sockwatch_scan_duration_seconds" ["scan"] "Duration of reconciliation scans (sock_diag, /proc fds, mountinfo).";
     STALE_BIND_MOUNTS: Gauge "sockwatch_stale_bind_mounts" [] "Bind mounts of socket files whose original was unlinked, as the last scan found them.";
     STALE_SOCKET_FILES: Gauge "sockwatch_stale_socket_files" [] "Socket files with no bound socket, as the last scan found them.";

@@ -16,10 +16,10 @@
 //! `bpftrace` and `audit` drive the observers; `env` starts agents in the bench's tmpfs;
 //! `observer` switches one observer on and off; the phases `overhead`, `latency`, `throughput`
 //! and `footprint` measure; `report` writes what they measured.
-mod agent;
+pub mod agent;
 mod audit;
 mod bpftrace;
-mod env;
+pub mod env;
 mod footprint;
 mod latency;
 mod log;

@@ -343,3 +343,37 @@ fn a_scan_adopts_no_socket_outside_the_watches_but_keeps_reconciling_tracked_one
     );
     assert_eq!(e.stats().ignored.scan_outside_watch, 1);
 }
+
+/// Exited owners are forgotten once no decision can wait on them (the longest takeover
+/// window): a steady churn of short-lived binders keeps the process table flat, not growing
+/// to its bound; a process that exited recently is still known.
+#[test]
+fn exited_processes_are_forgotten_after_the_longest_takeover_window() {
+    const S: u64 = 1_000_000_000;
+    let mut e = engine();
+    for i in 0..200u32 {
+        let p = Proc {
+            tgid: 1000 + i,
+            pid: 1000 + i,
+            ..a()
+        };
+        let t = u64::from(i) * S;
+        let file = fid(u64::from(i) + 10);
+        e.apply(&bind(
+            t,
+            &p,
+            file,
+            u64::from(i) + 100,
+            &format!("/run/p{i}.sock"),
+        ));
+        e.apply(&release(t + 1, &p, file, u64::from(i) + 100));
+        e.apply(&exit(t + 2, p.tgid));
+    }
+    let procs = e.stats().procs;
+    let window = (crate::engine::EXITED_HORIZON_NS / S) as usize;
+    assert!(
+        (window..=window + 2).contains(&procs),
+        "{procs} processes known, want the last {window} s of exits"
+    );
+    assert_eq!(e.stats().evictions.procs, 0, "expired, not evicted");
+}
