@@ -91,6 +91,11 @@ pub struct RunArgs {
     /// are counted as `map_full` and left to the sweeps. Default 65536.
     #[arg(long, value_name = "ENTRIES", env = "SOCKWATCH_LIVE_CAPACITY")]
     pub live_capacity: Option<u32>,
+    /// Serve /api (pids, paths and pods of the node) to clients beyond loopback too (config
+    /// key `api_remote`); by default only loopback clients get it, others a 403. /metrics
+    /// and the health routes answer every client either way.
+    #[arg(long, env = "SOCKWATCH_API_REMOTE")]
+    pub api_remote: bool,
 }
 
 impl From<&RunArgs> for config::Overrides {
@@ -104,6 +109,7 @@ impl From<&RunArgs> for config::Overrides {
             takeover_window: args.takeover_window,
             require_all_hooks: args.require_all_hooks,
             live_capacity: args.live_capacity,
+            api_remote: args.api_remote,
         }
     }
 }

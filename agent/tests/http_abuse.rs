@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sockwatch::http::{Api, HttpLimits, serve};
+use sockwatch::http::{Api, ApiAccess, HttpLimits, serve};
 
 /// A /metrics body of realistic size (~40 KB).
 fn body() -> String {
@@ -71,7 +71,9 @@ fn start(limits: HttpLimits) -> (SocketAddr, Arc<TestApi>) {
             .expect("runtime");
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-            serve(listener, served, limits).await.expect("serve");
+            serve(listener, served, limits, ApiAccess::Loopback)
+                .await
+                .expect("serve");
         });
     });
     (addr, api)

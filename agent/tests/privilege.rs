@@ -9,18 +9,27 @@
 //! after exec are then the bounding set. Two listeners exist before the agent starts, so only
 //! the scan can name their holders: one held in new mount and network namespaces, one held
 //! by another user (nobody).
+//!
+//! `/api` names the node's processes and paths: by default a client beyond loopback gets a
+//! 403 for it, and `--api-remote` opens it (a client in a namespace of the test's own, at an
+//! address of the documentation range that never leaves it).
 mod common;
 
 use std::{
-    fs, io,
-    net::SocketAddr,
+    fs,
+    io::{self, Read as _, Write as _},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
     os::unix::{fs::MetadataExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus},
     time::{Duration, Instant},
 };
 
-use common::{actor::Actor, agent::sockwatch_bin, *};
+use common::{
+    actor::Actor,
+    agent::{Agent, sockwatch_bin},
+    *,
+};
 use sockwatch::{
     http::client::{get, percent_encode},
     kernel::preflight,
@@ -425,7 +434,9 @@ fn assert_serves_only_on_listen(agent: &Restricted) {
         listen.port()
     );
     assert_eq!(tcp_listening(pid), [want], "{}", agent.log_text());
-    let said = format!("serving /metrics, /healthz, /readyz and /api on {listen}");
+    let said = format!(
+        "serving /metrics, /healthz and /readyz on {listen}, and /api to loopback clients only"
+    );
     assert!(agent.log_text().contains(&said), "{}", agent.log_text());
 }
 
@@ -660,4 +671,163 @@ fn without_dac_read_search_other_users_fds_are_not_read() {
             nobody: Known::WithoutHolder,
         },
     );
+}
+
+// --- who may read /api ---
+
+/// Not loopback: TEST-NET-1 (RFC 5737), on the loopback device of the test's own namespace.
+const BEYOND_LOOPBACK: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+/// An interface request for `name` (`lo`, `lo:1`).
+fn ifreq(name: &str) -> libc::ifreq {
+    // SAFETY: ifreq is plain data; all zeroes is a valid (empty) request.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr
+}
+
+/// Moves the calling thread into a new network namespace whose loopback is up and carries
+/// [`BEYOND_LOOPBACK`] besides 127.0.0.1. Its children (the agent) start in it too.
+fn enter_netns_beyond_loopback() -> io::Result<()> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only this thread.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+    // SAFETY: a plain socket call; the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = fd.as_raw_fd();
+    let mut lo = ifreq("lo");
+    // SAFETY: SIOC[GS]IFFLAGS read and write the ifreq they are given.
+    unsafe {
+        check(libc::ioctl(raw, libc::SIOCGIFFLAGS, &mut lo))?;
+        lo.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        check(libc::ioctl(raw, libc::SIOCSIFFLAGS, &lo))?;
+    }
+    let mut alias = ifreq("lo:1");
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(BEYOND_LOOPBACK).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in fits the union's sockaddr (both 16 bytes); SIOCSIFADDR reads it.
+    unsafe {
+        std::ptr::write((&raw mut alias.ifr_ifru.ifru_addr).cast(), addr);
+        check(libc::ioctl(raw, libc::SIOCSIFADDR, &alias))?;
+    }
+    Ok(())
+}
+
+/// `GET target` from the address the route to `to` picks (`to` itself, on loopback): the
+/// status line and the body.
+fn fetch(to: SocketAddr, target: &str) -> (String, String) {
+    let mut s = TcpStream::connect(to).unwrap_or_else(|e| panic!("connect {to}: {e}"));
+    let from = s.local_addr().expect("local address").ip();
+    assert_eq!(from, to.ip(), "the client is at the address it connects to");
+    write!(s, "GET {target} HTTP/1.0\r\n\r\n").expect("request");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// `((dev, ino), binder tgid)` of each socket an `/api/sockets?path=` answer lists.
+fn listed(body: &str) -> Vec<((u64, u64), u64)> {
+    let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"));
+    v["sockets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sockets in {v}"))
+        .iter()
+        .map(|s| {
+            (
+                (n(&s["file"]["dev"]), n(&s["file"]["ino"])),
+                n(&s["binder"]["tgid"]),
+            )
+        })
+        .collect()
+}
+
+/// Both clients' view of one agent listening on every interface: the loopback client always
+/// reads /api; the other reads it only when `exposed`; both get /metrics.
+fn assert_api_access(test: &str, exposed: bool) {
+    let dir = tempdir();
+    let watch = dir.path().join("watch");
+    fs::create_dir(&watch).expect("watch dir");
+    let extra: &[&str] = if exposed { &["--api-remote"] } else { &[] };
+    let agent = Agent::start(
+        dir.path(),
+        &watch,
+        &[&["--listen", "0.0.0.0:9469"], extra].concat(),
+    );
+    let sock = watch.join("api.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    let route = format!("/api/sockets?path={}", percent_encode(s(&sock)));
+    let local = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9469));
+    let remote = SocketAddr::V4(SocketAddrV4::new(BEYOND_LOOPBACK, 9469));
+    let want = vec![(stat_id(&sock), u64::from(std::process::id()))];
+    let deadline = Instant::now() + patience();
+    loop {
+        let (status, body) = fetch(local, &route);
+        assert_eq!(status, "HTTP/1.1 200 OK", "{test}: loopback: {body}");
+        if listed(&body) == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: {sock:?} never listed: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, body) = fetch(remote, &route);
+    if exposed {
+        assert_eq!(status, "HTTP/1.1 200 OK", "{test}: {body}");
+        assert_eq!(listed(&body), want, "{test}: {body}");
+    } else {
+        assert_eq!(status, "HTTP/1.1 403 Forbidden", "{test}: {body}");
+        assert_eq!(
+            body,
+            "forbidden: /api answers loopback clients only (api_remote = true exposes it)\n"
+        );
+    }
+    for from in [local, remote] {
+        let (status, body) = fetch(from, "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{test}: /metrics from {from}");
+        assert!(body.contains("sockwatch_build_info"), "{test}: {body}");
+    }
+    let to = if exposed {
+        "every client (api_remote)"
+    } else {
+        "loopback clients only"
+    };
+    let said = format!("serving /metrics, /healthz and /readyz on 0.0.0.0:9469, and /api to {to}");
+    assert!(agent.log_text().contains(&said), "{}", agent.log_text());
+    drop(listener);
+    agent.stop();
+}
+
+#[test]
+fn the_api_answers_loopback_clients_only_unless_exposed() {
+    let test = "the_api_answers_loopback_clients_only_unless_exposed";
+    if !root(test) {
+        return;
+    }
+    std::thread::spawn(move || {
+        enter_netns_beyond_loopback().unwrap_or_else(|e| panic!("{test}: netns: {e}"));
+        assert_api_access(test, false);
+        assert_api_access(test, true);
+    })
+    .join()
+    .unwrap_or_else(|e| std::panic::resume_unwind(e));
 }

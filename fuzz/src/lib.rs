@@ -11,7 +11,7 @@ use sockwatch::{
     config::{self, Overrides},
     engine::{Engine, Limits},
     events,
-    http::{self, Api, HttpLimits},
+    http::{self, Api, HttpLimits, Served},
     pipeline::{Pipeline, output::JsonLines, replay as replay_log},
     scan::{diag, mounts, procfd, procfs},
 };
@@ -61,10 +61,30 @@ pub fn config(data: &[u8]) {
 /// The bytes a client sent before it stopped: parsed, bounded and routed.
 pub fn http_head(data: &[u8]) {
     let limits = HttpLimits::default();
-    if let Some(reply) = http::respond(data, &limits, &FixedApi) {
+    let as_client = |api_open| {
+        http::respond(
+            data,
+            &limits,
+            Served {
+                api: &FixedApi,
+                api_open,
+            },
+        )
+    };
+    let (local, remote) = (as_client(true), as_client(false));
+    if let Some(reply) = &local {
         assert!(
             reply.starts_with(b"HTTP/1.1 "),
             "every answer is a status line"
+        );
+    }
+    if local != remote {
+        let refused = remote
+            .as_deref()
+            .is_some_and(|r| r.starts_with(b"HTTP/1.1 403 "));
+        assert!(
+            refused,
+            "a client beyond loopback differs only by a 403 for /api"
         );
     }
 }

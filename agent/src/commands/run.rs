@@ -8,7 +8,7 @@ use crate::{
     cli::RunArgs,
     config::{self, Config, Overrides},
     engine::{Engine, Limits},
-    http::{self, Api, HttpLimits},
+    http::{self, Api, ApiAccess, HttpLimits},
     kernel::{
         loader::{KernelCounters, LoadOptions, Probes},
         probes::{Hook, Missed as _},
@@ -95,7 +95,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let stats = rt.block_on(async {
         let shutdown = shutdown_signal()?;
         if let Some(addr) = config.listen {
-            serve_http(addr, shared.clone()).await?;
+            let access = match config.api_remote {
+                true => ApiAccess::Everyone,
+                false => ApiAccess::Loopback,
+            };
+            serve_http(addr, shared.clone(), access).await?;
         }
         let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
         if !config.scan_interval.is_zero() {
@@ -220,13 +224,21 @@ fn startup_scan(
 }
 
 /// Binds the HTTP endpoint (a bind failure stops the agent) and serves it in the background.
-async fn serve_http(addr: std::net::SocketAddr, api: Arc<dyn Api>) -> anyhow::Result<()> {
+async fn serve_http(
+    addr: std::net::SocketAddr,
+    api: Arc<dyn Api>,
+    access: ApiAccess,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    log::info!("serving /metrics, /healthz, /readyz and /api on {addr}");
+    let api_to = match access {
+        ApiAccess::Loopback => "loopback clients only (api_remote = true exposes it)",
+        ApiAccess::Everyone => "every client (api_remote)",
+    };
+    log::info!("serving /metrics, /healthz and /readyz on {addr}, and /api to {api_to}");
     tokio::spawn(async move {
-        if let Err(e) = http::serve(listener, api, HttpLimits::default()).await {
+        if let Err(e) = http::serve(listener, api, HttpLimits::default(), access).await {
             log::error!("HTTP endpoint stopped: {e}");
         }
     });

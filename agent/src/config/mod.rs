@@ -8,6 +8,7 @@
 //!                                # takeover; "0s": every foreign removal at once
 //! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
 //! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
+//! api_remote = false             # true: /api (pids, paths) answers clients beyond loopback
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -85,6 +86,9 @@ pub struct Config {
     /// Entries of the kernel's live-socket table (and its name index): past it, binds are
     /// counted as `map_full` and left to the sweeps.
     pub live_capacity: u32,
+    /// Serve `/api` to clients beyond loopback too (its answers name processes and paths);
+    /// `/metrics` and the health routes answer everyone who reaches `listen` either way.
+    pub api_remote: bool,
 }
 
 impl Default for Config {
@@ -97,6 +101,7 @@ impl Default for Config {
             takeover_window: DEFAULT_TAKEOVER_WINDOW,
             require_all_hooks: false,
             live_capacity: agent_common::maps::LIVE_CAPACITY,
+            api_remote: false,
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct Overrides {
     /// `--require-all-hooks`: only ever turns the setting on.
     pub require_all_hooks: bool,
     pub live_capacity: Option<u32>,
+    /// `--api-remote`: only ever turns the setting on.
+    pub api_remote: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -201,6 +208,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             parse_takeover_window(&s).map_err(|p| invalid("takeover_window".into(), p))?;
     }
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
+    config.api_remote = raw.api_remote.unwrap_or(false);
     if let Some(n) = raw.live_capacity {
         config.live_capacity = n;
     }
@@ -219,6 +227,7 @@ impl Config {
         self.drain_interval = o.drain_interval.unwrap_or(self.drain_interval);
         self.takeover_window = o.takeover_window.unwrap_or(self.takeover_window);
         self.require_all_hooks |= o.require_all_hooks;
+        self.api_remote |= o.api_remote;
         self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
         self.validate("flags")?;
         Ok(self)
@@ -468,6 +477,7 @@ struct RawConfig {
     takeover_window: Option<String>,
     require_all_hooks: Option<bool>,
     live_capacity: Option<u32>,
+    api_remote: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -14,6 +14,7 @@ drain_interval = "20ms"
 takeover_window = "500ms"
 require_all_hooks = true
 live_capacity = 4096
+api_remote = true
 
 [[watches]]
 name = "multus"
@@ -30,6 +31,7 @@ path = "/var/run/crio"
     assert_eq!(c.takeover_window, Duration::from_millis(500));
     assert!(c.require_all_hooks);
     assert_eq!(c.live_capacity, 4096);
+    assert!(c.api_remote);
     assert_eq!(
         c.watches,
         vec![
@@ -155,6 +157,7 @@ fn flags_override_the_file() {
             takeover_window: Some(Duration::from_millis(300)),
             require_all_hooks: true,
             live_capacity: Some(16),
+            api_remote: true,
         })
         .expect("valid");
     assert_eq!(merged.watches[0].name, "m");
@@ -164,6 +167,7 @@ fn flags_override_the_file() {
     assert_eq!(merged.takeover_window, Duration::from_millis(300));
     assert!(merged.require_all_hooks && !file.require_all_hooks);
     assert_eq!(merged.live_capacity, 16);
+    assert!(merged.api_remote && !file.api_remote);
     // Nothing set: the file stands.
     assert_eq!(
         file.clone().merge(Overrides::default()).expect("valid"),

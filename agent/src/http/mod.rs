@@ -16,13 +16,17 @@
 //! requests finish in milliseconds) at most until one does, and is refused with `503` after
 //! twice that. Connections are never queued behind slow ones: a slow client holds a slot for
 //! at most `evict_after` once the slots run out, and `read_timeout` in any case.
+//!
+//! Access: `/api` names the node's processes, paths and pods, so by default it answers only
+//! clients on loopback ([`ApiAccess`]); `/metrics` and the health routes answer every client
+//! that reaches the listen address (Prometheus and the kubelet come from the node's IP).
 pub mod client;
 mod gate;
 mod request;
 mod response;
 mod routes;
 
-use std::{io, sync::Arc, time::Duration};
+use std::{io, net::IpAddr, sync::Arc, time::Duration};
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -76,16 +80,39 @@ impl Default for HttpLimits {
     }
 }
 
+/// Who may read `/api`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApiAccess {
+    /// Clients on loopback only; any other gets `403 Forbidden`.
+    #[default]
+    Loopback,
+    /// Every client that reaches the listen address (`api_remote = true`).
+    Everyone,
+}
+
+impl ApiAccess {
+    /// Whether a client at `peer` may read `/api` (`::ffff:127.0.0.1`, a v4 client of a v6
+    /// listener, is on loopback too).
+    pub fn admits(self, peer: IpAddr) -> bool {
+        self == ApiAccess::Everyone || peer.to_canonical().is_loopback()
+    }
+}
+
 /// `limit` of `/api/verdicts` when not given, and its bound.
 pub const DEFAULT_VERDICT_LIMIT: usize = 100;
 pub const MAX_VERDICT_LIMIT: usize = 10_000;
 
 /// Serves until the future is dropped; returns only on an accept error that is not transient.
-pub async fn serve(listener: TcpListener, api: Arc<dyn Api>, limits: HttpLimits) -> io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    api: Arc<dyn Api>,
+    limits: HttpLimits,
+    access: ApiAccess,
+) -> io::Result<()> {
     let gate = Arc::new(Gate::new(limits.max_connections.max(1)));
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, api_open) = match listener.accept().await {
+            Ok((stream, peer)) => (stream, access.admits(peer.ip())),
             Err(e) if is_transient(&e) => {
                 log::warn!("http: accept: {e}");
                 // Out of descriptors or memory: give the other connections time to finish.
@@ -105,7 +132,11 @@ pub async fn serve(listener: TcpListener, api: Arc<dyn Api>, limits: HttpLimits)
         let api = api.clone();
         tokio::spawn(async move {
             let guard = ReadingGuard { gate: &gate, id };
-            connection(stream, &guard, &evicted, api.as_ref(), limits).await;
+            let api = Served {
+                api: api.as_ref(),
+                api_open,
+            };
+            connection(stream, &guard, &evicted, api, limits).await;
         });
     }
 }
@@ -125,8 +156,16 @@ fn is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// What one client is served: the API, and whether it may read `/api`.
+#[derive(Clone, Copy)]
+pub struct Served<'a> {
+    pub api: &'a dyn Api,
+    /// [`ApiAccess::admits`] this client.
+    pub api_open: bool,
+}
+
 /// The response to a head as read from a client; `None`: close without answering.
-fn reply_to(head: Result<Request, HeadError>, api: &dyn Api) -> Option<Vec<u8>> {
+fn reply_to(head: Result<Request, HeadError>, api: Served<'_>) -> Option<Vec<u8>> {
     match head {
         Err(HeadError::Closed) => None,
         Err(HeadError::Io(e)) => {
@@ -145,7 +184,7 @@ fn reply_to(head: Result<Request, HeadError>, api: &dyn Api) -> Option<Vec<u8>> 
 
 /// What the server answers to these bytes once the client stops sending: parsing, bounds and
 /// routing without a socket (the fuzz target's entry). `None`: nothing (no bytes at all).
-pub fn respond(buf: &[u8], limits: &HttpLimits, api: &dyn Api) -> Option<Vec<u8>> {
+pub fn respond(buf: &[u8], limits: &HttpLimits, api: Served<'_>) -> Option<Vec<u8>> {
     let head = match parse_head(buf, limits.max_headers) {
         _ if buf.len() > limits.max_head_bytes => Err(too_large(buf)),
         Ok(Some(req)) => Ok(req),
@@ -160,7 +199,7 @@ async fn connection(
     mut stream: TcpStream,
     guard: &ReadingGuard<'_>,
     evicted: &Notify,
-    api: &dyn Api,
+    api: Served<'_>,
     limits: HttpLimits,
 ) {
     let head = tokio::select! {

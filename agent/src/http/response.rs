@@ -4,6 +4,7 @@
 pub(super) enum Status {
     Ok,
     BadRequest,
+    Forbidden,
     NotFound,
     MethodNotAllowed,
     Timeout,
@@ -18,6 +19,7 @@ impl Status {
         match self {
             Status::Ok => "200 OK",
             Status::BadRequest => "400 Bad Request",
+            Status::Forbidden => "403 Forbidden",
             Status::NotFound => "404 Not Found",
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::Timeout => "408 Request Timeout",

@@ -1,11 +1,12 @@
 //! What each route answers, and the response bytes.
 use super::{
-    Api, DEFAULT_VERDICT_LIMIT, MAX_VERDICT_LIMIT,
+    DEFAULT_VERDICT_LIMIT, MAX_VERDICT_LIMIT, Served,
     request::{Request, parse_query},
     response::{Status, response},
 };
 
-pub(super) fn handle(req: &Request, api: &dyn Api) -> Vec<u8> {
+pub(super) fn handle(req: &Request, served: Served<'_>) -> Vec<u8> {
+    let api = served.api;
     let head = match req.method.as_str() {
         "GET" => false,
         "HEAD" => true,
@@ -50,6 +51,12 @@ pub(super) fn handle(req: &Request, api: &dyn Api) -> Vec<u8> {
         "/healthz" => response(Status::Ok, "text/plain", b"ok\n", head),
         "/readyz" if api.ready() => response(Status::Ok, "text/plain", b"ready\n", head),
         "/readyz" => response(Status::Unavailable, "text/plain", b"not ready\n", head),
+        p if p.starts_with("/api/") && !served.api_open => response(
+            Status::Forbidden,
+            "text/plain",
+            b"forbidden: /api answers loopback clients only (api_remote = true exposes it)\n",
+            head,
+        ),
         "/api/sockets" => {
             let body = api.sockets(param("path").filter(|p| !p.is_empty()));
             response(Status::Ok, JSON, &json_bytes(&body), head)

@@ -17,12 +17,22 @@ impl Api for Fixed {
     }
 }
 
+/// A client on loopback: `/api` is open to it.
+const LOCAL: Served<'static> = Served {
+    api: &Fixed,
+    api_open: true,
+};
+
 fn get(target: &str) -> String {
+    get_as(target, LOCAL)
+}
+
+fn get_as(target: &str, served: Served<'_>) -> String {
     let req = Request {
         method: "GET".into(),
         target: target.into(),
     };
-    String::from_utf8(handle(&req, &Fixed)).expect("utf-8")
+    String::from_utf8(handle(&req, served)).expect("utf-8")
 }
 
 #[test]
@@ -61,7 +71,7 @@ fn head_has_no_body_and_other_methods_are_refused() {
         method: "HEAD".into(),
         target: "/healthz".into(),
     };
-    let r = String::from_utf8(handle(&req, &Fixed)).expect("utf-8");
+    let r = String::from_utf8(handle(&req, LOCAL)).expect("utf-8");
     assert!(
         r.starts_with("HTTP/1.1 200 ") && r.ends_with("\r\n\r\n"),
         "{r}"
@@ -72,7 +82,7 @@ fn head_has_no_body_and_other_methods_are_refused() {
             method: m.into(),
             target: "/metrics".into(),
         };
-        let r = String::from_utf8(handle(&req, &Fixed)).expect("utf-8");
+        let r = String::from_utf8(handle(&req, LOCAL)).expect("utf-8");
         assert!(
             r.starts_with("HTTP/1.1 405 ") && r.contains("Allow: GET, HEAD"),
             "{m}: {r}"
@@ -134,12 +144,49 @@ fn query_decoding() {
 #[test]
 fn respond_answers_what_a_connection_would() {
     let limits = HttpLimits::default();
-    let text = |buf: &[u8]| {
-        respond(buf, &limits, &Fixed).map(|r| String::from_utf8_lossy(&r).into_owned())
-    };
+    let text =
+        |buf: &[u8]| respond(buf, &limits, LOCAL).map(|r| String::from_utf8_lossy(&r).into_owned());
     assert!(text(b"GET /healthz HTTP/1.1\r\n\r\n").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
     assert_eq!(text(b""), None, "a client that sent nothing gets nothing");
     assert!(text(b"GET /healthz HTTP/1.1\r\n").is_some_and(|r| r.starts_with("HTTP/1.1 400")));
     let long_line = vec![b'a'; limits.max_head_bytes + 1];
     assert!(text(&long_line).is_some_and(|r| r.starts_with("HTTP/1.1 414")));
+}
+
+#[test]
+fn api_access_admits_loopback_by_default() {
+    let peer = |s: &str| s.parse::<IpAddr>().expect("address");
+    for local in ["127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"] {
+        assert!(ApiAccess::Loopback.admits(peer(local)), "{local}");
+    }
+    for remote in ["192.0.2.1", "::ffff:192.0.2.1", "2001:db8::1", "0.0.0.0"] {
+        assert!(!ApiAccess::Loopback.admits(peer(remote)), "{remote}");
+        assert!(ApiAccess::Everyone.admits(peer(remote)), "{remote}");
+    }
+    assert_eq!(ApiAccess::default(), ApiAccess::Loopback);
+}
+
+#[test]
+fn a_client_beyond_loopback_gets_metrics_and_health_but_no_api() {
+    let remote = Served {
+        api: &Fixed,
+        api_open: false,
+    };
+    for route in ["/api/sockets?path=/run/x", "/api/verdicts", "/api/"] {
+        let r = get_as(route, remote);
+        assert!(r.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{route}: {r}");
+        assert!(r.ends_with("loopback clients only (api_remote = true exposes it)\n"));
+    }
+    for route in ["/metrics", "/healthz", "/readyz", "/", "/nope"] {
+        assert_eq!(get_as(route, remote), get(route), "{route}");
+    }
+    let head = Request {
+        method: "HEAD".into(),
+        target: "/api/verdicts".into(),
+    };
+    let r = String::from_utf8(handle(&head, remote)).expect("utf-8");
+    assert!(
+        r.starts_with("HTTP/1.1 403 ") && r.ends_with("\r\n\r\n"),
+        "{r}"
+    );
 }
