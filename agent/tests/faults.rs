@@ -1,9 +1,7 @@
 //! Faults around the real agent, each with exact expectations: a restart in the middle of S1,
-//! an events output that refuses lines (a full disk, a pipe nobody reads), and a socket whose
-//! whole life fits in one drain interval.
-//!
-//! Not here: the kernel's live table at capacity. Its size is a constant of the kernel side
-//! (`agent_common::maps::LIVE_CAPACITY`, 65,536 entries) that no flag or setting shrinks.
+//! an events output that refuses lines (a full disk, a pipe nobody reads), a socket whose
+//! whole life fits in one drain interval, the kernel's live table at capacity, a storm of
+//! process exits during sweeps, and a kernel without `unix_diag`.
 mod common;
 
 use std::{
@@ -656,4 +654,179 @@ fn sweeps_in_a_storm_of_exits_fail_nothing_and_say_nothing_false() {
     let verdicts = verdicts_under(agent.stop(), &watch);
     assert_eq!(verdicts, Vec::<Value>::new(), "A's listeners are live");
     drop(a);
+}
+
+/// `unix_diag` removed from the kernel, and the kernel kept from loading it again on demand
+/// (its modprobe path pointed at nothing), while this lives: a node whose kernel lacks it.
+/// Dropping it loads the module again and restores the modprobe path, however the test ends.
+struct WithoutUnixDiag {
+    module: PathBuf,
+    modprobe: String,
+}
+
+const MODPROBE: &str = "/proc/sys/kernel/modprobe";
+
+impl WithoutUnixDiag {
+    /// `None`, with the reason printed, where unix_diag is no module of the test's to remove.
+    fn unload(test: &str) -> Option<Self> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let module = PathBuf::from(format!("/lib/modules/{}/unix_diag.ko", release.trim()));
+        let loaded = Path::new("/sys/module/unix_diag/initstate").exists();
+        if std::env::var_os("SOCKWATCH_IN_VM").is_none() || !loaded || !module.exists() {
+            eprintln!(
+                "SKIP {test}: unix_diag is not a module the test loaded (built in, as on this \
+                 host, or a node's own): the VM layers remove and reload it"
+            );
+            return None;
+        }
+        let modprobe = std::fs::read_to_string(MODPROBE).expect("modprobe path");
+        std::fs::write(MODPROBE, "/nonexistent/sockwatch-test-modprobe\n").expect("set modprobe");
+        let gone = WithoutUnixDiag {
+            module,
+            modprobe: modprobe.trim().to_owned(),
+        };
+        // SAFETY: delete_module reads a NUL-terminated name; O_NONBLOCK fails if it is in use.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_delete_module,
+                c"unix_diag".as_ptr(),
+                libc::O_NONBLOCK,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "rmmod unix_diag: {}",
+            std::io::Error::last_os_error()
+        );
+        Some(gone)
+    }
+
+    fn load(&self) {
+        if Path::new("/sys/module/unix_diag").exists() {
+            return;
+        }
+        let ko = std::fs::File::open(&self.module).expect("the module file");
+        // SAFETY: finit_module reads the open file and a NUL-terminated (empty) parameter list.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_finit_module,
+                std::os::fd::AsRawFd::as_raw_fd(&ko),
+                c"".as_ptr(),
+                0,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "insmod unix_diag: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+impl Drop for WithoutUnixDiag {
+    fn drop(&mut self) {
+        self.load();
+        let _ = std::fs::write(MODPROBE, format!("{}\n", self.modprobe));
+    }
+}
+
+#[test]
+fn without_unix_diag_the_agent_runs_on_kernel_events_and_adopts_once_it_returns() {
+    let test = "no_unix_diag";
+    if !root(test) {
+        return;
+    }
+    let Some(gone) = WithoutUnixDiag::unload(test) else {
+        return;
+    };
+    let dump = sockwatch::scan::diag::dump_current();
+    assert!(
+        matches!(dump, Err(sockwatch::scan::diag::DiagError::NoUnixDiag)),
+        "the kernel answers AF_UNIX dumps without unix_diag: {dump:?}"
+    );
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let (early, late) = (watch.join("early.sock"), watch.join("late.sock"));
+    let mut b = Actor::spawn();
+    b.must(&format!("listen-on {}", s(&early)));
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let agent = Agent::start_sweeping(
+        &run,
+        &watch,
+        1,
+        &["--listen", &listen],
+        &[("SOCKWATCH_TAKEOVER_WINDOW", "0s")],
+    );
+    let log = agent.log_text();
+    assert!(
+        log.contains("startup scan failed, continuing on kernel events alone")
+            && log.contains("load the unix_diag module"),
+        "{log}"
+    );
+    let failures = |scan| scrape(addr).sum("sockwatch_scan_failures_total", &[("scan", scan)]);
+    assert_eq!(failures("startup"), 1.0);
+    wait_until("three sweeps failed", || failures("periodic") >= 3.0);
+    let log = agent.log_text();
+    assert_eq!(
+        log.matches("sweep failed").count(),
+        0,
+        "each sweep failing as the start-up scan did is not said again: {log}"
+    );
+
+    // The kernel's events still give verdicts.
+    let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
+    c.must(&format!("listen-on {}", s(&late)));
+    let late_file = stat_id(&late);
+    wait_until("C's listener known from its bind", || {
+        sockets_at(addr, &late)
+            .iter()
+            .any(|s| s["listening"] == true && s["binder"]["tgid"] == c.pid)
+    });
+    a.must(&format!("unlink {}", s(&late)));
+    let v = agent.expect_verdict("A's foreign unlink of C's listener", |v| {
+        v["verdict"] == "foreign_unlink" && file_is(&v["file"], late_file)
+    });
+    assert_eq!(
+        (&v["victim"]["tgid"], &v["actor"]["tgid"]),
+        (&c.pid.into(), &a.pid.into()),
+        "{v}"
+    );
+    // What the agent misses meanwhile: the listener bound before it started.
+    assert_eq!(sockets_at(addr, &early), Vec::<Value>::new());
+
+    gone.load();
+    wait_until("a sweep adopts B's listener", || {
+        sockets_at(addr, &early)
+            .iter()
+            .any(|s| s["listening"] == true && s["binder"]["tgid"] == b.pid)
+    });
+    let log = agent.log_text();
+    assert_eq!(log.matches("sweep recovered after ").count(), 1, "{log}");
+    let early_file = stat_id(&early);
+    a.must(&format!("unlink {}", s(&early)));
+    let v = agent.expect_verdict("A's foreign unlink of B's adopted listener", |v| {
+        v["verdict"] == "foreign_unlink" && file_is(&v["file"], early_file)
+    });
+    assert_eq!(
+        (&v["victim"]["tgid"], &v["actor"]["tgid"]),
+        (&b.pid.into(), &a.pid.into()),
+        "{v}"
+    );
+    drop(gone);
+    let verdicts = verdicts_under(agent.stop(), &watch);
+    let mut names = verdict_names(&verdicts);
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "foreign_unlink",
+            "foreign_unlink",
+            "orphan_opened",
+            "orphan_opened"
+        ],
+        "B and C still listen on their unlinked files: {verdicts:#?}"
+    );
 }

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         watch: config.watches.iter().map(|w| w.path.clone()).collect(),
         ..Default::default()
     };
-    startup_scan(&mut pipeline, &metrics, &config, &scan_opts)?;
+    let scan_health = startup_scan(&mut pipeline, &metrics, &config, &scan_opts)?;
 
     let shared = Arc::new(Shared {
         metrics,
@@ -108,6 +108,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 scan_opts,
                 config.clone(),
                 metrics,
+                scan_health,
                 sweep_tx,
             ));
         }
@@ -175,25 +176,29 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
 }
 
 /// The scan after attaching (so a socket bound meanwhile is in the scan or in the events):
-/// seeds the engine and the kernel's live table. A failed scan is logged, not fatal.
+/// seeds the engine and the kernel's live table. A failed scan is logged, not fatal; the
+/// sweeps carry its failure on.
 fn startup_scan(
     pipeline: &mut Pipeline,
     metrics: &Metrics,
     config: &Config,
     opts: &ScanOptions,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ScanHealth> {
     let started = reconcile::boot_ns();
     let clock = Instant::now();
     let report = match scan_present(opts) {
         Some(Ok(report)) => report,
         Some(Err(e)) => {
-            log::warn!("startup scan failed, continuing on kernel events alone: {e}");
+            log::warn!(
+                "startup scan failed, continuing on kernel events alone (sockets bound before \
+                 the start stay unknown until a sweep succeeds): {e}"
+            );
             metrics.scan_failed(Scan::Startup);
-            return Ok(());
+            return Ok(ScanHealth::failing(e.to_string()));
         }
         None => {
             log::info!("startup scan skipped: no watched directory exists yet");
-            return Ok(());
+            return Ok(ScanHealth::default());
         }
     };
     let seeded = pipeline.reconcile(started, &report)?;
@@ -220,7 +225,45 @@ fn startup_scan(
         report.findings.len(),
         clock.elapsed().as_millis()
     );
-    Ok(())
+    Ok(ScanHealth::default())
+}
+
+/// Whether scans fail, so that one failing for the same reason at every interval (a kernel
+/// without `unix_diag`) is said once, and its recovery too; the counter counts every one.
+#[derive(Default)]
+struct ScanHealth {
+    /// The reason, and how many scans in a row failed for it.
+    failing: Option<(String, u64)>,
+}
+
+impl ScanHealth {
+    fn failing(why: String) -> Self {
+        Self {
+            failing: Some((why, 1)),
+        }
+    }
+
+    fn failed(&mut self, why: String) {
+        match &mut self.failing {
+            Some((last, n)) if *last == why => {
+                *n += 1;
+                log::debug!("sweep failed again ({n} in a row): {why}");
+            }
+            _ => {
+                log::warn!(
+                    "sweep failed: {why} (said again only if the reason changes; \
+                     sockwatch_scan_failures_total counts each)"
+                );
+                self.failing = Some((why, 1));
+            }
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if let Some((_, n)) = self.failing.take() {
+            log::info!("sweep recovered after {n} failed scans: the sockets it found are adopted");
+        }
+    }
 }
 
 /// Binds the HTTP endpoint (a bind failure stops the agent) and serves it in the background.
@@ -329,6 +372,7 @@ async fn sweep_periodically(
     opts: ScanOptions,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
+    mut health: ScanHealth,
     tx: tokio::sync::mpsc::Sender<Sweep>,
 ) {
     let mut tick = tokio::time::interval(config.scan_interval);
@@ -341,17 +385,18 @@ async fn sweep_periodically(
         match tokio::task::spawn_blocking(move || scan_present(&opts)).await {
             Ok(None) => log::debug!("sweep skipped: no watched directory exists yet"),
             Ok(Some(Ok(report))) => {
+                health.succeeded();
                 record_scan(&metrics, &config, Scan::Periodic, clock.elapsed(), &report);
                 if tx.send((started, report)).await.is_err() {
                     return;
                 }
             }
             Ok(Some(Err(e))) => {
-                log::warn!("sweep failed: {e}");
+                health.failed(e.to_string());
                 metrics.scan_failed(Scan::Periodic);
             }
             Err(e) => {
-                log::warn!("sweep task failed: {e}");
+                health.failed(format!("sweep task: {e}"));
                 metrics.scan_failed(Scan::Periodic);
             }
         }
