@@ -256,7 +256,7 @@ fn substitute(expr: &str) -> String {
         ("__rate_interval", "1m"),
         ("__interval", "1m"),
         ("__range", "5m"),
-        ("instance", ".+"),
+        ("node", ".*"),
         ("watch", ".+"),
         ("hook", ".+"),
         ("job", ".+"),
@@ -433,11 +433,11 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
     }
     let mut agent_cmd = Command::new(common::agent::sockwatch_bin());
     agent_cmd.args(&args);
+    // Values from the downward API (NODE_NAME) have no literal to pass here.
     for e in container["env"].as_array().into_iter().flatten() {
-        agent_cmd.env(
-            e["name"].as_str().expect("env name"),
-            e["value"].as_str().expect("env value"),
-        );
+        if let Some(value) = e["value"].as_str() {
+            agent_cmd.env(e["name"].as_str().expect("env name"), value);
+        }
     }
     let agent_log = tmp.path().join("agent.log");
     let events = tmp.path().join("events.jsonl");
@@ -473,7 +473,7 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: sockwatch\n    static_configs:\n      - targets: ['{agent_addr}']\n",
+             scrape_configs:\n  - job_name: sockwatch\n    static_configs:\n      - targets: ['{agent_addr}']\n        labels:\n          node: e2e-node\n",
             s(&rules)
         ),
     )

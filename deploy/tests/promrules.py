@@ -7,7 +7,8 @@
                                                         `promtool check rules` parses them all
 
 Grafana variables become what a dashboard would send with "All" selected and a 5-minute range:
-$job, $instance, $watch, $hook → .+ (they are only used in =~ matchers), $__rate_interval and
+$job, $watch, $hook → .+ and $node → .* (they are only used in =~ matchers; a series without
+a node label shows under "All" too), $__rate_interval and
 $__interval → 1m, $__range → 5m. Any other variable is an error.
 """
 import json
@@ -21,7 +22,7 @@ VARIABLES = {
     "__interval": "1m",
     "__range": "5m",
     "job": ".+",
-    "instance": ".+",
+    "node": ".*",
     "watch": ".+",
     "hook": ".+",
 }

@@ -8,8 +8,9 @@
   @kubernetes-models/prometheus-operator (--crd-validator: the node prefix it is installed in).
 - extras/privileged-patch.yaml applied to the DaemonSet, the result validated too.
 - Cross-object checks: selectors match labels, ports and names agree, probes hit the agent's
-  endpoints, every alert has its annotations, the Dockerfile runs the binary the DaemonSet
-  names.
+  endpoints, the DaemonSet gives the pod its node's name, every alert has its annotations, is
+  keyed by node and links its section of docs/runbooks.md, the Dockerfile runs the binary the
+  DaemonSet names.
 
 Exit status 1 on any failure; one line per check.
 """
@@ -40,12 +41,14 @@ ALERTS = {
     "SockwatchSocketFileMount",
     "SockwatchLosingEvents",
     "SockwatchEventsOutputFailing",
+    "SockwatchScanFailing",
     "SockwatchProbesDegraded",
     "SockwatchHookMissing",
     "SockwatchDown",
 }
 CAPABILITIES = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]
 NAMESPACE = "sockwatch"
+RUNBOOKS = "docs/runbooks.md"
 PORT = 9469
 
 failures = []
@@ -123,6 +126,13 @@ def merge_patch(base, patch):
     return patch
 
 
+def heading_anchors(markdown):
+    """The anchors GitHub gives a Markdown file's headings (lower case, punctuation dropped,
+    spaces to dashes)."""
+    headings = re.findall(r"^#+\s+(.+?)\s*$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", h).lower().replace(" ", "-") for h in headings}
+
+
 def matches(selector, labels):
     return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
 
@@ -190,6 +200,10 @@ def cross_checks(objs, deploy):
         get = c.get(probe, {}).get("httpGet", {})
         check(get.get("path") == path and get.get("port") == "metrics",
               f"{probe} on {path}", f"{get}")
+    env = {e.get("name"): e for e in c.get("env", [])}
+    node_name = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+    check(node_name.get("fieldPath") == "spec.nodeName",
+          "container gets NODE_NAME from spec.nodeName", f"env {c.get('env')}")
     res = c.get("resources", {})
     check(all(k in res.get(t, {}) for t in ("requests", "limits") for k in ("cpu", "memory")),
           "container has cpu and memory requests and limits", f"{res}")
@@ -239,11 +253,19 @@ def cross_checks(objs, deploy):
     alerts = {r.get("alert") for r in rules if "alert" in r}
     check(alerts == ALERTS, "PrometheusRule has exactly the sockwatch alerts",
           f"missing {ALERTS - alerts}, extra {alerts - ALERTS}")
+    anchors = heading_anchors((deploy.parent / RUNBOOKS).read_text())
     for r in rules:
         a = r.get("annotations", {})
         check(r.get("labels", {}).get("severity") in ("critical", "warning", "info")
-              and all(a.get(k, "").strip() for k in ("summary", "description", "runbook")),
-              f"alert {r.get('alert')}: severity, summary, description and runbook", f"{r}")
+              and all(a.get(k, "").strip() for k in ("summary", "description", "runbook_url")),
+              f"alert {r.get('alert')}: severity, summary, description and runbook_url", f"{r}")
+        url = a.get("runbook_url", "")
+        check(url == f"{RUNBOOKS}#{str(r.get('alert')).lower()}" and url.split("#")[-1] in anchors,
+              f"alert {r.get('alert')}: runbook_url is its section of {RUNBOOKS}",
+              f"{url!r}; sections {sorted(anchors)}")
+        expr = r.get("expr", "")
+        check(re.search(r"\bnode\b", expr) and "instance" not in expr,
+              f"alert {r.get('alert')}: keyed by node, not instance", expr)
 
     dockerfile = (deploy / "Dockerfile").read_text()
     entry = re.search(r'^ENTRYPOINT \["([^"]+)"\]', dockerfile, re.M)

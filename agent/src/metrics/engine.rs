@@ -3,6 +3,7 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, Weak},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use prometheus::{
@@ -50,7 +51,7 @@ pub struct MapFill {
 /// The metrics each scrape reads from an [`EngineSource`].
 pub const ENGINE_SPECS: [&Spec; 9] = [
     &ORPHANED,
-    &ORPHAN_AGE,
+    &ORPHAN_OPENED,
     &ENGINE_SOCKETS,
     &ENGINE_LIVE,
     &ENGINE_PROCS,
@@ -84,8 +85,8 @@ impl EngineCollector {
     }
 
     /// Open orphans per watch and cause: every admitted watch has a series of each cause, 0
-    /// when it has none.
-    fn orphans(&self, orphans: &[OrphanInfo]) -> [MetricFamily; 2] {
+    /// when it has none. `now_unix` is the wall-clock time at which their ages were taken.
+    fn orphans(&self, orphans: &[OrphanInfo], now_unix: f64) -> [MetricFamily; 2] {
         let mut per_watch: BTreeMap<(String, &str), (usize, u64)> = self
             .watches
             .all()
@@ -104,16 +105,38 @@ impl EngineCollector {
             *count += 1;
             *oldest_ns = (*oldest_ns).max(o.age_ns);
         }
-        let rows = |value: fn(&(usize, u64)) -> f64| {
-            per_watch
-                .iter()
-                .map(move |((watch, cause), v)| ([watch.as_str(), *cause], value(v)))
-        };
-        [
-            family(&ORPHANED, rows(|(count, _)| *count as f64)),
-            family(&ORPHAN_AGE, rows(|(_, oldest_ns)| *oldest_ns as f64 / 1e9)),
-        ]
+        let counts = per_watch
+            .iter()
+            .map(|(key, &(count, _))| (orphan_labels(key), count as f64));
+        let opened = per_watch.iter().map(|(key, &(count, oldest_ns))| {
+            let when = if count == 0 {
+                0.0
+            } else {
+                opened_unix(now_unix, oldest_ns)
+            };
+            (orphan_labels(key), when)
+        });
+        [family(&ORPHANED, counts), family(&ORPHAN_OPENED, opened)]
     }
+}
+
+/// The label values of an orphan series: its watch and cause.
+fn orphan_labels<'a>((watch, cause): &'a (String, &'a str)) -> [&'a str; 2] {
+    [watch.as_str(), cause]
+}
+
+/// Now on the wall clock, in Unix seconds.
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// When an orphan `age_ns` old at `now_unix` became one, in Unix seconds. The engine keeps
+/// time on the boot clock, which has no epoch: the age (`now_boot - since_boot`) subtracted
+/// from the wall clock's now gives the start on the wall clock.
+fn opened_unix(now_unix: f64, age_ns: u64) -> f64 {
+    now_unix - age_ns as f64 / 1e9
 }
 
 /// The engine's table sizes and its eviction and ignored-input totals.
@@ -159,8 +182,10 @@ impl Collector for EngineCollector {
             return Vec::new();
         };
         let snapshot = source.snapshot();
+        // Read right after the snapshot, whose orphan ages were taken on the boot clock now.
+        let now_unix = unix_now();
         let mut families = Vec::with_capacity(ENGINE_SPECS.len());
-        families.extend(self.orphans(&snapshot.orphans));
+        families.extend(self.orphans(&snapshot.orphans, now_unix));
         families.extend(engine_stats(&snapshot.stats));
         families.extend(map_fill(&snapshot.maps));
         families

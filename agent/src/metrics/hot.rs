@@ -70,7 +70,7 @@ impl HotCounters {
             scan_duration: registered(registry, histogram),
             scan_failures: counter(registry, &SCAN_FAILURES),
             found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
-            found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES),
+            found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES_FOUND),
             found_socket_file_mounts: gauge(registry, &SOCKET_FILE_MOUNTS),
             watch_missing: gauge(registry, &WATCH_MISSING),
         };

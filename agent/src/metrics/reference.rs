@@ -124,7 +124,7 @@ pub fn reference_markdown() -> String {
     let _ = writeln!(md, "| map | a kernel map name (at most {MAX_MAPS}) |");
     let _ = writeln!(
         md,
-        "| version, git | the build's crate version and git revision |"
+        "| version, revision | the build's crate version and git revision |"
     );
     for (label, values) in Metrics::label_values() {
         let values: Vec<String> = values.iter().map(|v| format!("`{v}`")).collect();

@@ -89,7 +89,7 @@ macro_rules! specs {
 }
 
 specs! {
-    BUILD_INFO: Gauge "sockwatch_build_info" ["version", "git"] "Always 1; the labels name the running build.";
+    BUILD_INFO: Gauge "sockwatch_build_info" ["version", "revision"] "Always 1; the labels name the running build.";
     PROBE_ATTACHED: Gauge "sockwatch_probe_attached" ["hook", "tier"] "1 for the tier attached for each hook, 0 for the hook's other tiers.";
     PROBE_FALLBACK: Gauge "sockwatch_probe_fallback_level" ["hook"] "How many better tiers of this hook were not attached (0: its best tier is attached).";
     PROBE_DEGRADED: Gauge "sockwatch_probe_degraded" ["hook"] "1 when optional programs of the attached tier were refused (less detail, e.g. connect targets resolved in userspace).";
@@ -107,7 +107,7 @@ specs! {
     STALE_CONNECTS: Counter "sockwatch_stale_connects_total" ["kind", "watch"] "Connects refused by a socket file with no bound socket: unlinked_pinned (a bind mount keeps an unlinked file reachable) or dead_listener (a dead daemon's file).";
     STALE_SOCKET_FILES_TOTAL: Counter "sockwatch_stale_socket_files_total" ["watch"] "Socket files left behind by a socket closed without unlinking them.";
     ORPHANED: Gauge "sockwatch_orphaned_listeners" ["watch", "cause"] "Listening sockets whose file is gone: nobody can connect to them by path. cause: unlinked, replaced, listen_after_removal, scan, or taken_over (a predecessor in its graceful shutdown whose successor serves the path).";
-    ORPHAN_AGE: Gauge "sockwatch_orphaned_listener_oldest_age_seconds" ["watch", "cause"] "Age of the oldest open orphaned listener, by cause (0 when there is none).";
+    ORPHAN_OPENED: Gauge "sockwatch_orphaned_listener_oldest_opened_timestamp_seconds" ["watch", "cause"] "When the oldest open orphaned listener, by cause, became orphaned (as the agent first knew it): Unix time in seconds, 0 when there is none.";
     EVENTS_SUBMITTED: Counter "sockwatch_kernel_events_submitted_total" ["kind"] "Records the kernel side submitted to the ring buffer, by event kind.";
     EVENTS_LOST: Counter "sockwatch_events_lost_total" ["kind"] "Records lost to a full ring buffer, by event kind (the periodic scan repairs the state).";
     KERNEL_ERRORS: Counter "sockwatch_kernel_errors_total" ["reason"] "Failures on the kernel side: map_full (a map update failed), read_failed (a kernel or user memory read failed), unpaired (a bind or listen kretprobe without its entry), fd_walk_partial (an fd-table walk cut at its bound on a kernel without bpf_loop).";
@@ -120,7 +120,7 @@ specs! {
     SCAN_FAILURES: Counter "sockwatch_scan_failures_total" ["scan"] "Reconciliation scans that failed as a whole (the log says why); the agent runs on kernel events alone until the next sweep.";
     SCAN_DURATION: Histogram "sockwatch_scan_duration_seconds" ["scan"] "Duration of reconciliation scans (sock_diag, /proc fds, mountinfo).";
     STALE_BIND_MOUNTS: Gauge "sockwatch_stale_bind_mounts" [] "Bind mounts of socket files whose original was unlinked, as the last scan found them.";
-    STALE_SOCKET_FILES: Gauge "sockwatch_stale_socket_files" [] "Socket files with no bound socket, as the last scan found them.";
+    STALE_SOCKET_FILES_FOUND: Gauge "sockwatch_stale_socket_files_found" [] "Socket files with no bound socket, as the last scan found them.";
     WATCH_MISSING: Gauge "sockwatch_watch_directory_missing" ["watch"] "1 while a watched directory does not exist: the agent waits for it and watches it from its creation (its first bind where its parent exists, else within a second).";
     SOCKET_FILE_MOUNTS: Gauge "sockwatch_socket_file_mounts" ["watch"] "Live socket files bind-mounted into a mount namespace, as the last scan found them: each becomes a stale bind mount when its daemon restarts (mount the directory instead).";
     MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map.";

@@ -1,7 +1,11 @@
 //! The collectors: kernel counters and engine state, read at scrape time.
-use std::sync::{Arc, Mutex};
+use std::{
+    ops::RangeInclusive,
+    sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
+};
 
-use super::{Scraped, assert_values, kernel_counters, watching};
+use super::{Scraped, assert_values, kernel_counters, value, watching};
 use crate::{
     engine::{FileId, OrphanCause, OrphanInfo, Proc, Stats},
     metrics::{EngineSnapshot, MapFill, Metrics, engine::MAX_MAPS},
@@ -20,6 +24,24 @@ fn orphan(path: &str, age_s: u64) -> OrphanInfo {
         removed_by: None,
         successor: None,
     }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// Asserts that `series` dates an orphan `age_s` old at some time in `rendered`, the wall-clock
+/// seconds around the scrape.
+fn assert_opened_ago(text: &str, series: &str, age_s: f64, rendered: &RangeInclusive<f64>) {
+    let opened = value(text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
+    let between = (rendered.start() - age_s)..=(rendered.end() - age_s);
+    assert!(
+        between.contains(&opened),
+        "{series} = {opened}, want within {between:?}"
+    );
 }
 
 #[test]
@@ -112,7 +134,9 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
         ],
         maps: vec![],
     };
+    let before = unix_now();
     let t = s.render();
+    let rendered = before..=unix_now();
     assert_values(
         &t,
         &[
@@ -136,14 +160,6 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
                 r#"sockwatch_orphaned_listeners{cause="taken_over",watch="none"}"#,
                 0.0,
             ),
-            (
-                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="unlinked",watch="multus"}"#,
-                90.0,
-            ),
-            (
-                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="taken_over",watch="multus"}"#,
-                400.0,
-            ),
             ("sockwatch_engine_sockets", 7.0),
             ("sockwatch_engine_live_sockets", 5.0),
             ("sockwatch_engine_processes", 3.0),
@@ -153,6 +169,22 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
                 4.0,
             ),
         ],
+    );
+    // The oldest of each watch and cause, dated on the wall clock.
+    for (series, age_s) in [
+        (r#"{cause="unlinked",watch="multus"}"#, 90.0),
+        (r#"{cause="unlinked",watch="none"}"#, 5.0),
+        (r#"{cause="taken_over",watch="multus"}"#, 400.0),
+    ] {
+        let series = format!("sockwatch_orphaned_listener_oldest_opened_timestamp_seconds{series}");
+        assert_opened_ago(&t, &series, age_s, &rendered);
+    }
+    assert_values(
+        &t,
+        &[(
+            r#"sockwatch_orphaned_listener_oldest_opened_timestamp_seconds{cause="unlinked",watch="crio"}"#,
+            0.0,
+        )],
     );
     s.engine.lock().expect("engine").orphans.clear();
     let t = s.render();
@@ -164,12 +196,23 @@ fn engine_orphans_per_watch_and_zero_when_gone() {
                 0.0,
             ),
             (
-                r#"sockwatch_orphaned_listener_oldest_age_seconds{cause="unlinked",watch="multus"}"#,
+                r#"sockwatch_orphaned_listener_oldest_opened_timestamp_seconds{cause="unlinked",watch="multus"}"#,
                 0.0,
             ),
             (r#"sockwatch_engine_evictions_total{table="sockets"}"#, 2.0),
         ],
     );
+}
+
+/// 0 means "none": an orphan made this instant is dated, not 0.
+#[test]
+fn an_orphan_of_age_zero_has_its_timestamp() {
+    let s = Scraped::new(Default::default());
+    s.engine.lock().expect("engine").orphans = vec![orphan("/tmp/y.sock", 0)];
+    let before = unix_now();
+    let t = s.render();
+    let series = r#"sockwatch_orphaned_listener_oldest_opened_timestamp_seconds{cause="unlinked",watch="none"}"#;
+    assert_opened_ago(&t, series, 0.0, &(before..=unix_now()));
 }
 
 #[test]

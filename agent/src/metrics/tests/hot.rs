@@ -244,7 +244,7 @@ fn watch_labels_are_bounded() {
 fn build_info_and_series_at_zero() {
     let t = Metrics::new().render();
     let info = format!(
-        "sockwatch_build_info{{git=\"{}\",version=\"{}\"}}",
+        "sockwatch_build_info{{revision=\"{}\",version=\"{}\"}}",
         git_revision(),
         env!("CARGO_PKG_VERSION")
     );
@@ -297,7 +297,7 @@ fn scans_by_kind_and_what_the_last_one_found() {
                 2.0,
             ),
             ("sockwatch_stale_bind_mounts", 0.0),
-            ("sockwatch_stale_socket_files", 3.0),
+            ("sockwatch_stale_socket_files_found", 3.0),
         ],
     );
 }

@@ -1,6 +1,6 @@
 //! The reference: labels as the engine names them, the specs against the registry, and
 //! `docs/metrics.md` against the specs.
-use std::path::PathBuf;
+use std::{collections::BTreeMap, path::PathBuf};
 
 use agent_common::{EventKind, Tier};
 
@@ -8,7 +8,7 @@ use super::{Scraped, foreign_unlink, sock_event};
 use crate::{
     engine::{Relation, StaleKind, VerdictCounts},
     metrics::{
-        Metrics, Scan,
+        Described, Metrics, Scan,
         labels::{Label, count_names},
         reference_markdown,
     },
@@ -73,6 +73,36 @@ fn describe_matches_the_registry() {
             "{}: counters end in _total",
             d.name
         );
+    }
+}
+
+/// The names a metric takes in the OpenMetrics model: a counter `x_total` is the family `x`
+/// (samples `x_total`, `x_created`), a histogram `x` also has `x_bucket`, `x_count`, `x_sum`.
+fn openmetrics_names(d: &Described) -> Vec<String> {
+    let suffixes: &[&str] = match d.kind {
+        "counter" => return counter_names(&d.name),
+        "histogram" => &["", "_bucket", "_count", "_sum", "_created"],
+        _ => &[""],
+    };
+    suffixes.iter().map(|s| format!("{}{s}", d.name)).collect()
+}
+
+fn counter_names(name: &str) -> Vec<String> {
+    let family = name.strip_suffix("_total").unwrap_or(name);
+    vec![family.into(), name.into(), format!("{family}_created")]
+}
+
+/// A gauge `x` next to a counter `x_total` is one family under OpenMetrics: scrapers that
+/// parse it refuse or merge them.
+#[test]
+fn no_two_metrics_share_an_openmetrics_name() {
+    let mut owner: BTreeMap<String, String> = BTreeMap::new();
+    for d in Metrics::describe() {
+        for name in openmetrics_names(&d) {
+            if let Some(other) = owner.insert(name.clone(), d.name.clone()) {
+                panic!("{} and {other} both claim {name}", d.name);
+            }
+        }
     }
 }
 
