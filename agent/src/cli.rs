@@ -96,6 +96,16 @@ pub struct RunArgs {
     /// and the health routes answer every client either way.
     #[arg(long, env = "SOCKWATCH_API_REMOTE")]
     pub api_remote: bool,
+    /// Which lines go to --events (config key `events_filter`): `all`, a line per kernel event
+    /// and per verdict, or `verdicts` only. The engine sees every event either way. Default
+    /// all.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LINES",
+        env = "SOCKWATCH_EVENTS_FILTER"
+    )]
+    pub events_filter: Option<config::EventsFilter>,
 }
 
 impl From<&RunArgs> for config::Overrides {
@@ -110,6 +120,7 @@ impl From<&RunArgs> for config::Overrides {
             require_all_hooks: args.require_all_hooks,
             live_capacity: args.live_capacity,
             api_remote: args.api_remote,
+            events_filter: args.events_filter,
         }
     }
 }
@@ -252,6 +263,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--takeover-window"), "{e}");
+        let Command::Run(a) = parse(&["run", "--events-filter", "verdicts"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            config::Overrides::from(&a).events_filter,
+            Some(config::EventsFilter::Verdicts)
+        );
     }
 
     #[test]

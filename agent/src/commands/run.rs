@@ -17,7 +17,7 @@ use crate::{
     metrics::{EngineSnapshot, EngineSource, KernelSource, MapFill, Metrics, Scan},
     pipeline::{
         Pipeline,
-        output::JsonLines,
+        output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
         reconcile,
     },
@@ -57,7 +57,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events)
-        .with_context(|| format!("cannot open --events {}", args.events.display()))?;
+        .with_context(|| format!("cannot open --events {}", args.events.display()))?
+        .stamped(Stamp::new(output::node_name()));
     let mut probes = attach(&args, &config, &watches)?;
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());
@@ -68,6 +69,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let reader = probes.events()?;
     let engine = Engine::new(Limits::default())?.with_takeover_window(window_ns(&config));
     let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
+    pipeline.filter_output(config.events_filter);
     if probes.coverage.missing().contains(&Hook::Release) {
         pipeline.without_release_hook();
     }

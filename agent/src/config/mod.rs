@@ -9,6 +9,7 @@
 //! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
 //! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
 //! api_remote = false             # true: /api (pids, paths) answers clients beyond loopback
+//! events_filter = "all"          # lines written to --events: "all", or "verdicts" only
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -70,6 +71,17 @@ pub struct WatchConfig {
     pub path: PathBuf,
 }
 
+/// Which lines `run` writes to its events output. The engine sees every event either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsFilter {
+    /// Verdict lines only (the agent writes no other notice lines).
+    Verdicts,
+    /// A line per kernel event, and one per verdict.
+    #[default]
+    All,
+}
+
 /// The agent's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -89,6 +101,8 @@ pub struct Config {
     /// Serve `/api` to clients beyond loopback too (its answers name processes and paths);
     /// `/metrics` and the health routes answer everyone who reaches `listen` either way.
     pub api_remote: bool,
+    /// The lines written to the events output.
+    pub events_filter: EventsFilter,
 }
 
 impl Default for Config {
@@ -102,6 +116,7 @@ impl Default for Config {
             require_all_hooks: false,
             live_capacity: agent_common::maps::LIVE_CAPACITY,
             api_remote: false,
+            events_filter: EventsFilter::All,
         }
     }
 }
@@ -120,6 +135,7 @@ pub struct Overrides {
     pub live_capacity: Option<u32>,
     /// `--api-remote`: only ever turns the setting on.
     pub api_remote: bool,
+    pub events_filter: Option<EventsFilter>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +225,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     }
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
     config.api_remote = raw.api_remote.unwrap_or(false);
+    config.events_filter = raw.events_filter.unwrap_or_default();
     if let Some(n) = raw.live_capacity {
         config.live_capacity = n;
     }
@@ -228,6 +245,7 @@ impl Config {
         self.takeover_window = o.takeover_window.unwrap_or(self.takeover_window);
         self.require_all_hooks |= o.require_all_hooks;
         self.api_remote |= o.api_remote;
+        self.events_filter = o.events_filter.unwrap_or(self.events_filter);
         self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
         self.validate("flags")?;
         Ok(self)
@@ -478,6 +496,7 @@ struct RawConfig {
     require_all_hooks: Option<bool>,
     live_capacity: Option<u32>,
     api_remote: Option<bool>,
+    events_filter: Option<EventsFilter>,
 }
 
 #[derive(Deserialize)]

@@ -15,6 +15,7 @@ takeover_window = "500ms"
 require_all_hooks = true
 live_capacity = 4096
 api_remote = true
+events_filter = "verdicts"
 
 [[watches]]
 name = "multus"
@@ -32,6 +33,7 @@ path = "/var/run/crio"
     assert!(c.require_all_hooks);
     assert_eq!(c.live_capacity, 4096);
     assert!(c.api_remote);
+    assert_eq!(c.events_filter, EventsFilter::Verdicts);
     assert_eq!(
         c.watches,
         vec![
@@ -96,6 +98,10 @@ fn errors_name_the_field_and_the_problem() {
             "config /etc/sockwatch.toml: live_capacity: invalid value",
         ),
         (
+            "events_filter = \"events\"\n",
+            "config /etc/sockwatch.toml: events_filter: unknown variant `events`, expected `verdicts` or `all`",
+        ),
+        (
             "takeover_window = \"2m\"\n",
             "config /etc/sockwatch.toml: takeover_window: 120s is out of range: must be between 0ns and 60s",
         ),
@@ -158,6 +164,7 @@ fn flags_override_the_file() {
             require_all_hooks: true,
             live_capacity: Some(16),
             api_remote: true,
+            events_filter: Some(EventsFilter::Verdicts),
         })
         .expect("valid");
     assert_eq!(merged.watches[0].name, "m");
@@ -168,6 +175,7 @@ fn flags_override_the_file() {
     assert!(merged.require_all_hooks && !file.require_all_hooks);
     assert_eq!(merged.live_capacity, 16);
     assert!(merged.api_remote && !file.api_remote);
+    assert_eq!(merged.events_filter, EventsFilter::Verdicts);
     // Nothing set: the file stands.
     assert_eq!(
         file.clone().merge(Overrides::default()).expect("valid"),
@@ -277,6 +285,11 @@ fn deploy_example_config_parses() {
         .collect();
     let c = parse(&toml, Path::new("deploy/20-configmap.yaml")).expect("valid config");
     assert!(c.watches.is_empty(), "the default watches the whole node");
+    assert_eq!(
+        c.events_filter,
+        EventsFilter::Verdicts,
+        "a node's stream carries its verdicts, not every kernel event"
+    );
     // The commented-out example is valid too.
     let example: String = toml
         .lines()
@@ -298,4 +311,18 @@ fn the_takeover_window_defaults_to_3s_and_may_be_zero() {
     assert_eq!(Config::default().takeover_window, Duration::from_secs(3));
     let c = parse_str("takeover_window = \"0s\"\n").expect("zero is allowed");
     assert!(c.takeover_window.is_zero());
+}
+
+#[test]
+fn every_line_is_written_unless_the_filter_says_verdicts() {
+    assert_eq!(Config::default().events_filter, EventsFilter::All);
+    let c = parse_str("events_filter = \"verdicts\"\n").expect("parses");
+    assert_eq!(c.events_filter, EventsFilter::Verdicts);
+    let back = c
+        .merge(Overrides {
+            events_filter: Some(EventsFilter::All),
+            ..Overrides::default()
+        })
+        .expect("valid");
+    assert_eq!(back.events_filter, EventsFilter::All, "the flag wins");
 }

@@ -69,6 +69,39 @@ pub struct KernelEvent {
     pub flags: EventFlags,
 }
 
+#[cfg(test)]
+impl KernelEvent {
+    /// A successful `kind` at `path` by process 1 on the tracepoint tier, nothing optional
+    /// set: tests change the fields they are about.
+    pub fn sample(kind: EventKind, path: &str) -> Self {
+        Self {
+            kind,
+            tier: Tier::Tracepoint,
+            fidelity: Fidelity::PathOnly,
+            ts_ns: 1,
+            tgid: 1,
+            pid: 1,
+            comm: "t".into(),
+            cgroup_id: 0,
+            dev: 0,
+            ino: 0,
+            sock_ino: 0,
+            nlink: 1,
+            path: path.into(),
+            ret: 0,
+            owner: None,
+            backlog: None,
+            child_tgid: None,
+            dir: None,
+            mntns: None,
+            from: None,
+            from_path: None,
+            from_dir: None,
+            flags: EventFlags::default(),
+        }
+    }
+}
+
 /// [`flags`] as named booleans; only the set ones are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

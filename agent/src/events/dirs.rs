@@ -102,37 +102,15 @@ impl KnownDirs {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::Tier;
-
     use super::*;
-    use crate::events::decode::EventFlags;
 
     pub(super) fn ev(kind: EventKind, path: &str, dir: u64) -> KernelEvent {
         KernelEvent {
-            kind,
-            tier: Tier::Tracepoint,
-            fidelity: Fidelity::PathOnly,
-            ts_ns: 1,
             // No such process: a descriptor path can be resolved only by identity.
             tgid: u32::MAX,
             pid: u32::MAX,
-            comm: "t".into(),
-            cgroup_id: 0,
-            dev: 0,
-            ino: 0,
-            sock_ino: 0,
-            nlink: 1,
-            path: path.into(),
-            ret: 0,
-            owner: None,
-            backlog: None,
-            child_tgid: None,
-            mntns: None,
-            from: None,
-            from_path: None,
-            from_dir: None,
             dir: Some(FileId { dev: 5, ino: dir }),
-            flags: EventFlags::default(),
+            ..KernelEvent::sample(kind, path)
         }
     }
 

@@ -1,12 +1,13 @@
 //! The event line's JSON, written by hand: one line per kernel event is the agent's hottest
 //! output, and serde's derive (`flatten` twice) went through a generic map serializer that
 //! escaped every key, a third of the agent's CPU per event. The derive stays the reference
-//! (and what `replay` reads): a property test holds the two equal byte for byte.
+//! (and what `replay` reads): a property test holds the two equal byte for byte, stamped
+//! ([`stamp`], as `Stamped` serializes) or not.
 use std::io::{self, Write};
 
 use agent_common::{FileId, Owner};
 
-use crate::events::{EventLine, decode::EventFlags};
+use crate::events::{EventLine, decode::EventFlags, line::SCHEMA, wall};
 
 /// Writes `line` as serde would (`serde_json::to_writer`), without the newline.
 pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
@@ -56,6 +57,21 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
     }
     file(out, b",\"moved\":", line.moved)?;
     out.write_all(b"}")
+}
+
+/// Adds the fields every line of `run` carries to the JSON object `line` ends with, as
+/// `Stamped` serializes them: `schema`, `time` (`wall_ns`, nanoseconds since the Unix epoch)
+/// and `node`. The object's closing brace moves past them.
+pub fn stamp(line: &mut Vec<u8>, wall_ns: u64, node: &str) -> io::Result<()> {
+    let closing = line.pop();
+    debug_assert_eq!(closing, Some(b'}'), "a line is a JSON object");
+    number(line, b",\"schema\":", SCHEMA)?;
+    line.extend_from_slice(b",\"time\":\"");
+    line.extend_from_slice(&wall::rfc3339(wall_ns));
+    line.extend_from_slice(b"\",\"node\":");
+    string(line, node)?;
+    line.push(b'}');
+    Ok(())
 }
 
 /// A JSON string: written as is unless it holds a byte JSON escapes (`"`, `\`, a control
@@ -122,7 +138,10 @@ mod tests {
     use proptest::{option::of, prelude::*, sample::select};
 
     use super::*;
-    use crate::{engine::Workload, events::KernelEvent};
+    use crate::{
+        engine::Workload,
+        events::{KernelEvent, line::Stamped},
+    };
 
     fn file_id() -> impl Strategy<Value = FileId> {
         (any::<u64>(), any::<u64>()).prop_map(|(dev, ino)| FileId { dev, ino })
@@ -230,6 +249,28 @@ mod tests {
             write_line(&mut ours, &line).expect("write to a Vec");
             let reference = serde_json::to_vec(&line).expect("serde");
             prop_assert_eq!(String::from_utf8_lossy(&ours), String::from_utf8_lossy(&reference));
+        }
+
+        #[test]
+        fn the_stamped_line_is_serdes_too_and_reads_back(
+            event in event(),
+            workload in of(workload()),
+            moved in of(file_id()),
+            wall_ns in any::<u64>(),
+            node in text(),
+        ) {
+            let line = EventLine { event, workload, moved };
+            let mut ours = Vec::new();
+            write_line(&mut ours, &line).expect("write to a Vec");
+            stamp(&mut ours, wall_ns, &node).expect("write to a Vec");
+            let time = String::from_utf8(wall::rfc3339(wall_ns).to_vec()).expect("ASCII");
+            let stamped = Stamped { line, schema: SCHEMA, time, node };
+            let reference = serde_json::to_vec(&stamped).expect("serde");
+            prop_assert_eq!(String::from_utf8_lossy(&ours), String::from_utf8_lossy(&reference));
+            let back: Stamped<EventLine> = serde_json::from_slice(&ours).expect("reads back");
+            prop_assert_eq!(&back, &stamped);
+            let replayed: EventLine = serde_json::from_slice(&ours).expect("replay reads it");
+            prop_assert_eq!(&replayed, &stamped.line);
         }
     }
 }

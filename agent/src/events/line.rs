@@ -1,8 +1,14 @@
-//! The line `run` writes for each kernel event, and `replay` reads back.
+//! The line `run` writes for each kernel event, and `replay` reads back; and the fields every
+//! line of the stream carries besides its own ([`Stamped`]).
 use agent_common::FileId;
 use serde::{Deserialize, Serialize};
 
 use crate::{engine::Workload, events::KernelEvent};
+
+/// The version of the lines' shape, written as `schema` on every line. Bumped when a field
+/// is removed or changes its type or meaning; a field added leaves it (readers ignore fields
+/// they do not know). docs/events.md lists each version.
+pub const SCHEMA: u32 = 1;
 
 /// A kernel event as completed in userspace: what the agent writes and replays.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,4 +22,19 @@ pub struct EventLine {
     /// own view of the path showed it when the event was completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved: Option<FileId>,
+}
+
+/// A line as `run` writes it: an event line or a verdict, then the stream's own fields. The
+/// reference the hand-written JSON is held to (events/json.rs); `replay` reads event lines
+/// as [`EventLine`], which ignores these fields (the engine is clock-free).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped<T> {
+    #[serde(flatten)]
+    pub line: T,
+    /// [`SCHEMA`] when written.
+    pub schema: u32,
+    /// Wall-clock time of `ts_ns`, RFC 3339 in UTC with nanoseconds.
+    pub time: String,
+    /// The node the agent runs on.
+    pub node: String,
 }

@@ -126,8 +126,6 @@ mod tests {
     use super::*;
     use agent_common::Owner;
 
-    use crate::events::EventFlags;
-
     fn input(e: &KernelEvent) -> Input {
         to_input(&EventLine {
             event: e.clone(),
@@ -138,7 +136,6 @@ mod tests {
 
     fn ev(kind: EventKind) -> KernelEvent {
         KernelEvent {
-            kind,
             tier: Tier::Fentry,
             fidelity: Fidelity::Exact,
             ts_ns: 10,
@@ -149,18 +146,7 @@ mod tests {
             dev: 0x801,
             ino: 1 << 40,
             sock_ino: 99,
-            nlink: 1,
-            path: "/run/multus/multus.sock".into(),
-            ret: 0,
-            owner: None,
-            backlog: None,
-            child_tgid: None,
-            dir: None,
-            mntns: None,
-            from: None,
-            from_path: None,
-            from_dir: None,
-            flags: EventFlags::default(),
+            ..KernelEvent::sample(kind, "/run/multus/multus.sock")
         }
     }
 

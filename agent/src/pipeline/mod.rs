@@ -9,7 +9,7 @@ pub mod replay;
 use std::{collections::VecDeque, io, sync::Arc};
 
 use crate::{
-    config::Config,
+    config::{Config, EventsFilter},
     engine::{Engine, Input, Verdict},
     events::{EventLine, KernelEvent, complete::Completer},
     kernel::live::{LiveTable, PENDING_STALE_NS},
@@ -93,6 +93,12 @@ impl Pipeline {
         if let Some((m, _)) = &self.observer {
             m.decode_error();
         }
+    }
+
+    /// Which lines are written (`run --events-filter`): with `verdicts`, no event line is; the
+    /// engine and the metrics still see every event.
+    pub fn filter_output(&mut self, filter: EventsFilter) {
+        self.echo_events = filter == EventsFilter::All;
     }
 
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
@@ -181,7 +187,7 @@ impl Pipeline {
             if let Some((m, config)) = &self.observer {
                 m.verdict(&v, config.watch_of(v.path().unwrap_or_default()));
             }
-            self.out.write(&v)?;
+            self.out.write_verdict(&v)?;
             if self.recent.len() == RECENT_VERDICTS {
                 self.recent.pop_front();
             }

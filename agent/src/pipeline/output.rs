@@ -3,18 +3,84 @@
 //! The agent must outlive its output: a lossy writer ([`JsonLines::lossy`]) whose sink refuses
 //! lines (a full disk, a pipe nobody reads) drops them, counted, and writes again once the sink
 //! takes lines again. A strict one (a replay's) fails with the sink's first error.
+//!
+//! `run`'s writer stamps every line ([`Stamp`]); a replay's writes the engine's verdicts
+//! bare, as it has neither the recording's clocks nor its node.
 use std::{
     fs::OpenOptions,
     io::{self, Write},
     path::Path,
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::Serialize;
 
-use crate::events::{EventLine, json};
+use crate::{
+    engine::Verdict,
+    events::{EventLine, json},
+    pipeline::reconcile,
+};
 
 /// Past this many buffered bytes the lines are written at once, not at the next flush.
 const FLUSH_AT: usize = 8 * 1024;
+
+/// What `run` adds to every line: the schema version, the wall-clock time of the line's
+/// `ts_ns` and the node's name (see `events::Stamped`).
+///
+/// The kernel times events on the boot clock and the engine keeps to it; the wall time is
+/// computed here, at the edge: `ts_ns + (CLOCK_REALTIME - CLOCK_BOOTTIME)`, both clocks read
+/// at the first line after each flush (once per drained batch), not per line. The offset
+/// moves only when the wall clock is set or slewed: a suspend advances both clocks alike.
+pub struct Stamp {
+    node: String,
+    /// Realtime minus boottime (ns) for the lines of this batch; `None` until its first line.
+    boot_to_wall_ns: Option<i64>,
+}
+
+impl Stamp {
+    pub fn new(node: String) -> Self {
+        Self {
+            node,
+            boot_to_wall_ns: None,
+        }
+    }
+
+    /// Ends `line`, a JSON object, with the stamp of its boot-clock time `ts_ns`.
+    fn close(&mut self, line: &mut Vec<u8>, ts_ns: u64) -> io::Result<()> {
+        let offset = *self.boot_to_wall_ns.get_or_insert_with(boot_to_wall_ns);
+        json::stamp(line, ts_ns.saturating_add_signed(offset), &self.node)
+    }
+
+    /// The batch is out: the next line reads the clocks again.
+    fn expire(&mut self) {
+        self.boot_to_wall_ns = None;
+    }
+}
+
+/// Now on the wall clock minus now on the boot clock, ns (a wall clock before 1970 counts as
+/// 1970).
+fn boot_to_wall_ns() -> i64 {
+    let boot = reconcile::boot_ns();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    i64::try_from(wall)
+        .unwrap_or(i64::MAX)
+        .saturating_sub_unsigned(boot)
+}
+
+/// The node's name, for [`Stamp::new`]: `NODE_NAME` (the DaemonSet sets it from the pod's
+/// `spec.nodeName`), else the hostname; empty when neither can be read.
+pub fn node_name() -> String {
+    std::env::var("NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default()
+        })
+}
 
 /// A JSON-lines writer; flushed after each drained batch, not per line.
 pub struct JsonLines {
@@ -29,6 +95,8 @@ pub struct JsonLines {
     dropped: u64,
     /// While the sink fails: the lines dropped since it began to.
     outage: Option<u64>,
+    /// `run`'s: stamps every line.
+    stamp: Option<Stamp>,
 }
 
 impl JsonLines {
@@ -51,6 +119,7 @@ impl JsonLines {
             lossy: false,
             dropped: 0,
             outage: None,
+            stamp: None,
         }
     }
 
@@ -63,18 +132,34 @@ impl JsonLines {
         }
     }
 
-    pub fn write<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
+    /// Every line gets `stamp`'s fields.
+    pub fn stamped(self, stamp: Stamp) -> Self {
+        Self {
+            stamp: Some(stamp),
+            ..self
+        }
+    }
+
+    pub fn write_verdict(&mut self, v: &Verdict) -> io::Result<()> {
+        self.write(v, v.ts_ns())
+    }
+
+    /// Any JSON object, timed `ts_ns` on the boot clock.
+    fn write<T: Serialize>(&mut self, value: &T, ts_ns: u64) -> io::Result<()> {
         serde_json::to_writer(&mut self.buf, value)?;
-        self.end_line()
+        self.end_line(ts_ns)
     }
 
     /// An event line, through its hand-written JSON (the hot path's).
     pub fn write_event(&mut self, line: &EventLine) -> io::Result<()> {
         json::write_line(&mut self.buf, line)?;
-        self.end_line()
+        self.end_line(line.event.ts_ns)
     }
 
-    fn end_line(&mut self) -> io::Result<()> {
+    fn end_line(&mut self, ts_ns: u64) -> io::Result<()> {
+        if let Some(stamp) = &mut self.stamp {
+            stamp.close(&mut self.buf, ts_ns)?;
+        }
         self.buf.push(b'\n');
         if self.buf.len() >= FLUSH_AT {
             return self.flush();
@@ -83,6 +168,9 @@ impl JsonLines {
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
+        if let Some(stamp) = &mut self.stamp {
+            stamp.expire();
+        }
         match self.write_out() {
             Ok(()) => {
                 if let Some(lost) = self.outage.take() {
@@ -190,26 +278,70 @@ mod tests {
         let mut out = JsonLines::new(Box::new(disk.clone())).lossy();
         disk.make_room("\"one\"\n".len() + 3);
         for line in ["one", "two", "three"] {
-            out.write(&line).expect("buffered");
+            out.write(&line, 0).expect("buffered");
         }
         out.flush().expect("a lossy flush does not fail");
         assert_eq!(disk.text(), "\"one\"\n\"tw");
         assert_eq!(out.take_dropped(), 1, "\"three\" was not begun");
-        out.write(&"four").expect("buffered");
+        out.write(&"four", 0).expect("buffered");
         out.flush().expect("a lossy flush does not fail");
         assert_eq!(out.take_dropped(), 1, "\"four\": still no room");
         disk.make_room(usize::MAX);
-        out.write(&"five").expect("buffered");
+        out.write(&"five", 0).expect("buffered");
         out.flush().expect("recovered");
         assert_eq!(disk.text(), "\"one\"\n\"two\"\n\"five\"\n");
         assert_eq!(out.take_dropped(), 0);
+    }
+
+    /// A stamped writer to a disk with room, its offset fixed so that boot-clock second 1 is
+    /// 2026-12-02T17:20:01Z.
+    fn stamped(node: &str) -> (Disk, JsonLines) {
+        let disk = Disk::default();
+        disk.make_room(usize::MAX);
+        let stamp = Stamp {
+            node: node.into(),
+            boot_to_wall_ns: Some(1_796_232_000_000_000_000),
+        };
+        (disk.clone(), JsonLines::new(Box::new(disk)).stamped(stamp))
+    }
+
+    #[test]
+    fn every_line_ends_with_the_schema_the_wall_time_of_its_ts_ns_and_the_node() {
+        let (disk, mut out) = stamped("node \"a\"");
+        out.write(&serde_json::json!({"verdict": "x"}), 1_123_456_789)
+            .expect("buffered");
+        out.flush().expect("room");
+        assert_eq!(
+            disk.text(),
+            "{\"verdict\":\"x\",\"schema\":1,\"time\":\"2026-12-02T17:20:01.123456789Z\",\
+             \"node\":\"node \\\"a\\\"\"}\n"
+        );
+    }
+
+    #[test]
+    fn the_clocks_are_read_again_at_the_first_line_after_a_flush() {
+        let (_, mut out) = stamped("n");
+        let offset = |out: &JsonLines| out.stamp.as_ref().and_then(|s| s.boot_to_wall_ns);
+        out.flush().expect("room");
+        assert_eq!(offset(&out), None, "expired with the batch");
+        out.write(&serde_json::json!({}), 0).expect("buffered");
+        let read = offset(&out).expect("read at the first line");
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos();
+        let expected = i64::try_from(wall).expect("before 2262") - reconcile::boot_ns() as i64;
+        assert!(
+            (expected - read).abs() < 1_000_000_000,
+            "{read} vs {expected}"
+        );
     }
 
     #[test]
     fn a_strict_writer_fails_and_keeps_its_lines() {
         let disk = Disk::default();
         let mut out = JsonLines::new(Box::new(disk.clone()));
-        out.write(&"kept").expect("buffered");
+        out.write(&"kept", 0).expect("buffered");
         let e = out.flush().expect_err("no room");
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
         disk.make_room(usize::MAX);

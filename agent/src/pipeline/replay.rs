@@ -1,7 +1,10 @@
 //! `sockwatch replay`: a recorded event log (what `run` writes) through the engine again.
 use std::io::BufRead;
 
-use crate::{events::EventLine, pipeline::Pipeline};
+use crate::{
+    events::{EventLine, SCHEMA},
+    pipeline::Pipeline,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -11,6 +14,8 @@ pub enum ReplayError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("line {line}: schema {found}, newer than this replay's {SCHEMA}")]
+    Schema { line: usize, found: u64 },
     #[error("line {line}: {source}")]
     Io {
         line: usize,
@@ -28,9 +33,11 @@ pub struct ReplayStats {
 }
 
 /// Feeds every event line of `log` to `pipeline`; blank lines and recorded verdicts are
-/// skipped, anything else that is not an event is an error naming its line. Time is the
-/// events' own (a removal's takeover window ends with the first later event past it), and
-/// the end of the log decides what still waits, as a live agent's timer would have.
+/// skipped, anything else that is not an event is an error naming its line, and so is a line
+/// of a newer schema (one without `schema` predates it). The stream's own fields (`time`,
+/// `node`) are not the engine's, and are ignored. Time is the events' own (a removal's
+/// takeover window ends with the first later event past it), and the end of the log decides
+/// what still waits, as a live agent's timer would have.
 pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats, ReplayError> {
     let mut stats = ReplayStats::default();
     for (i, line) in log.lines().enumerate() {
@@ -47,6 +54,12 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
                 line: line_no,
                 source,
             })?;
+        if let Some(found) = value["schema"].as_u64().filter(|&v| v > u64::from(SCHEMA)) {
+            return Err(ReplayError::Schema {
+                line: line_no,
+                found,
+            });
+        }
         if value.get("verdict").is_some() {
             stats.recorded_verdicts += 1;
             continue;
@@ -77,6 +90,7 @@ mod tests {
 
     use super::*;
     use crate::{
+        config::EventsFilter,
         engine::{Engine, Limits},
         pipeline::output::JsonLines,
     };
@@ -203,6 +217,62 @@ mod tests {
             [r#""foreign_unlink""#, r#""orphan_opened""#],
             "{text}"
         );
+    }
+
+    /// A line as `run` writes it now: the recorded one, stamped.
+    fn stamped(line: &str) -> String {
+        let body = line.strip_suffix('}').expect("an object");
+        format!(r#"{body},"schema":1,"time":"2026-12-02T17:20:01.123456789Z","node":"n1"}}"#)
+    }
+
+    #[test]
+    fn stamped_lines_replay_as_the_unstamped_ones_did() {
+        let bare = run(&[A_BINDS, A_LISTENS, B_UNLINKS].join("\n"));
+        let lines: Vec<String> = [A_BINDS, A_LISTENS, B_UNLINKS]
+            .iter()
+            .map(|l| stamped(l))
+            .collect();
+        let (r, out) = run(&lines.join("\n"));
+        assert_eq!(r.expect("replays").events, 3);
+        assert_eq!(out, bare.1, "the stream's fields change no verdict");
+        assert!(out.contains("foreign_unlink"), "{out}");
+    }
+
+    #[test]
+    fn a_line_of_a_newer_schema_is_refused() {
+        let newer = stamped(A_BINDS).replace(r#""schema":1"#, r#""schema":2"#);
+        let (r, _) = run(&[A_BINDS, &newer].join("\n"));
+        assert_eq!(
+            r.expect_err("newer schema").to_string(),
+            "line 2: schema 2, newer than this replay's 1"
+        );
+    }
+
+    /// `--events-filter`: the verdicts are the same either way; only `all` writes the events.
+    #[test]
+    fn the_events_filter_drops_event_lines_not_events() {
+        let write = |filter| {
+            let buf = Shared::default();
+            let mut p = Pipeline::replay(
+                Engine::new(Limits::default()).expect("engine"),
+                JsonLines::new(Box::new(buf.clone())),
+            );
+            p.filter_output(filter);
+            for line in [A_BINDS, A_LISTENS, B_UNLINKS] {
+                let line: EventLine = serde_json::from_str(line).expect("event");
+                p.event(line.event).expect("applies");
+            }
+            p.finish().expect("finishes");
+            let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+            text.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let (all, verdicts) = (write(EventsFilter::All), write(EventsFilter::Verdicts));
+        assert_eq!(all.len(), 5, "three events, two verdicts: {all:#?}");
+        assert!(
+            all[..3].iter().all(|l| l.starts_with(r#"{"kind":"#)),
+            "{all:#?}"
+        );
+        assert_eq!(verdicts, all[3..], "the same verdicts, no event line");
     }
 
     #[test]

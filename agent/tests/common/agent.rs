@@ -1,8 +1,10 @@
 //! The real `sockwatch run` binary as a test drives it: started on a watched directory,
-//! read back through its JSON-lines event file.
+//! read back through its JSON-lines event file, every line of which must match
+//! docs/events.schema.json (so each end-to-end test on each tier checks the schema).
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command},
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
@@ -95,15 +97,12 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Every line written so far, parsed.
+    /// Every line written so far, parsed and checked against the schema.
     pub fn lines(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(&self.events).unwrap_or_default();
         // The agent may be writing a line as it is read: only whole lines count.
         let whole = text.rfind('\n').map_or("", |end| &text[..end]);
-        whole
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
-            .collect()
+        whole.lines().map(checked_line).collect()
     }
 
     pub fn verdicts(&self) -> Vec<serde_json::Value> {
@@ -160,6 +159,35 @@ impl Agent {
         assert!(status.success(), "exit {status}: {}", self.log_text());
         self.verdicts()
     }
+}
+
+/// One line of the agent's output, parsed; a line that is no JSON or does not match
+/// docs/events.schema.json fails the test.
+fn checked_line(line: &str) -> serde_json::Value {
+    let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
+    let errors: Vec<String> = events_schema()
+        .iter_errors(&value)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "line breaks docs/events.schema.json: {line}\n{errors:#?}"
+    );
+    value
+}
+
+/// docs/events.schema.json, built into the test (the VM's guests have no checkout), compiled
+/// once, formats checked.
+fn events_schema() -> &'static jsonschema::Validator {
+    static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let schema = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
+            .expect("docs/events.schema.json is JSON");
+        jsonschema::draft202012::options()
+            .should_validate_formats(true)
+            .build(&schema)
+            .expect("docs/events.schema.json is a valid draft 2020-12 schema")
+    })
 }
 
 impl Drop for Agent {

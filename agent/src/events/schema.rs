@@ -1,0 +1,340 @@
+//! docs/events.schema.json against the writer: a sample of every event kind and every verdict,
+//! written as `run` writes them, must match it, and what the writer never writes must not.
+use agent_common::{EventKind, Fidelity, FileId, Owner};
+use serde_json::{Value, json};
+
+use crate::{
+    engine::{CloseReason, DecidedBy, OrphanCause, Proc, Relation, StaleKind, Verdict, Workload},
+    events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
+};
+
+/// 2026-12-02T17:20:01.123456789Z, as nanoseconds since the Unix epoch.
+const WALL_NS: u64 = 1_796_232_001_123_456_789;
+const NODE: &str = "node-1";
+
+fn validator() -> jsonschema::Validator {
+    let schema = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
+        .expect("docs/events.schema.json is JSON");
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .expect("docs/events.schema.json is a valid draft 2020-12 schema")
+}
+
+/// The schema's complaints about `line`, one per error.
+fn errors(schema: &jsonschema::Validator, line: &Value) -> Vec<String> {
+    schema
+        .iter_errors(line)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+fn file(ino: u64) -> FileId {
+    FileId { dev: 64_768, ino }
+}
+
+fn event(kind: EventKind) -> KernelEvent {
+    KernelEvent {
+        ts_ns: 5_000_000_000,
+        tgid: 4242,
+        pid: 4243,
+        comm: "server".into(),
+        cgroup_id: 7,
+        dev: 64_768,
+        ino: 9,
+        sock_ino: 90,
+        ..KernelEvent::sample(kind, "/run/app/app.sock")
+    }
+}
+
+/// One line per event kind, each with the fields only its kind has.
+fn event_lines() -> Vec<EventLine> {
+    let owner = Owner {
+        tgid: 4242,
+        cgroup_id: 7,
+        bind_ns: 4_000_000_000,
+        ..Owner::default()
+    };
+    let workload = Workload {
+        pod_uid: Some("6a1f".into()),
+        namespace: Some("kube-system".into()),
+        workload: Some("multus".into()),
+        ..Workload::default()
+    };
+    EventKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let mut e = event(kind);
+            let mut moved = None;
+            match kind {
+                EventKind::Listen => e.backlog = Some(128),
+                EventKind::Fork => e.child_tgid = Some(4300),
+                EventKind::Connect => {
+                    e.ret = -111;
+                    e.mntns = Some(4_026_531_841);
+                    e.flags.resolved_in_userspace = true;
+                }
+                EventKind::Rename => {
+                    e.from = Some(file(10));
+                    e.from_path = Some("/run/app/app.sock.new".into());
+                    e.from_dir = Some(file(2));
+                    e.flags.from_live = true;
+                    moved = Some(file(10));
+                }
+                EventKind::Unlink | EventKind::Receive => {
+                    e.owner = Some(owner);
+                    e.dir = Some(file(2));
+                    e.flags.live = true;
+                    e.flags.listening = true;
+                }
+                _ => {}
+            }
+            EventLine {
+                event: e,
+                workload: (kind == EventKind::Bind).then(|| workload.clone()),
+                moved,
+            }
+        })
+        .collect()
+}
+
+fn proc(tgid: u32) -> Proc {
+    Proc {
+        tgid,
+        pid: tgid,
+        comm: format!("p{tgid}"),
+        cgroup_id: u64::from(tgid),
+        workload: None,
+    }
+}
+
+/// One verdict of each variant, optional fields set in some, not in others.
+fn verdicts() -> Vec<Verdict> {
+    let (actor, victim) = (proc(20), proc(10));
+    vec![
+        Verdict::ForeignUnlink {
+            ts_ns: 3,
+            actor: actor.clone(),
+            victim: victim.clone(),
+            relation: Relation::Other,
+            path: "/run/app/app.sock".into(),
+            victim_path: None,
+            file: file(9),
+            sock_ino: 90,
+            listening: true,
+            victim_bound_ns: 1,
+            decided_by: DecidedBy::Engine,
+            fidelity: Fidelity::PathOnly,
+        },
+        Verdict::Replaced {
+            ts_ns: 3,
+            actor: actor.clone(),
+            victim: victim.clone(),
+            relation: Relation::SameCgroup,
+            foreign: false,
+            path: "/run/app/app.sock".into(),
+            victim_path: Some("/run/app/app.sock".into()),
+            file: file(9),
+            new_file: Some(file(10)),
+            sock_ino: 90,
+            listening: true,
+            victim_bound_ns: 1,
+            decided_by: DecidedBy::Kernel,
+            fidelity: Fidelity::Exact,
+        },
+        Verdict::Moved {
+            ts_ns: 3,
+            actor: actor.clone(),
+            owner: victim.clone(),
+            relation: Relation::Unknown,
+            foreign: true,
+            file: file(9),
+            sock_ino: 90,
+            listening: false,
+            from: Some("/run/app/a.sock".into()),
+            to: None,
+            exchanged_with: Some(file(11)),
+            fidelity: Fidelity::Exact,
+        },
+        Verdict::Takeover {
+            ts_ns: 3,
+            remover: actor.clone(),
+            predecessor: victim.clone(),
+            successor: actor.clone(),
+            relation: Relation::SameWorkloadOtherPod,
+            successor_relation: Relation::SameProcess,
+            path: "/run/app/app.sock".into(),
+            old_file: file(9),
+            new_file: file(10),
+            old_sock_ino: 90,
+            new_sock_ino: 100,
+            gap_ns: 2,
+            decided_by: DecidedBy::Engine,
+            fidelity: Fidelity::Exact,
+        },
+        Verdict::OrphanOpened {
+            ts_ns: 3,
+            since_ns: 3,
+            since_exact: true,
+            cause: OrphanCause::TakenOver,
+            owner: victim.clone(),
+            removed_by: Some(actor.clone()),
+            successor: Some(actor.clone()),
+            path: Some("/run/app/app.sock".into()),
+            file: file(9),
+            sock_ino: 90,
+        },
+        Verdict::OrphanClosed {
+            ts_ns: 9,
+            since_ns: 3,
+            duration_ns: 6,
+            reason: CloseReason::Exited,
+            owner: victim.clone(),
+            path: None,
+            file: file(9),
+            sock_ino: 90,
+        },
+        Verdict::StaleConnect {
+            ts_ns: 9,
+            kind: StaleKind::DeadListener,
+            actor: actor.clone(),
+            path: "/run/app/app.sock".into(),
+            file: Some(file(9)),
+            binder: Some(victim.clone()),
+            removed_by: None,
+            decided_by: DecidedBy::Engine,
+        },
+        Verdict::StaleSocketFile {
+            ts_ns: 9,
+            binder: victim,
+            released_by: None,
+            path: Some("/run/app/app.sock".into()),
+            file: file(9),
+            sock_ino: 90,
+            bound_ns: 1,
+            released_ns: 8,
+        },
+    ]
+}
+
+/// An event line as `run` writes it.
+fn written_event(line: &EventLine) -> Vec<u8> {
+    let mut out = Vec::new();
+    json::write_line(&mut out, line).expect("write to a Vec");
+    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    out
+}
+
+/// A verdict line as `run` writes it.
+fn written_verdict(v: &Verdict) -> Vec<u8> {
+    let mut out = serde_json::to_vec(v).expect("serde");
+    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    out
+}
+
+fn parsed(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).expect("a written line is JSON")
+}
+
+fn sample_lines() -> Vec<Value> {
+    let events = event_lines()
+        .into_iter()
+        .map(|l| parsed(&written_event(&l)));
+    let verdicts = verdicts().into_iter().map(|v| parsed(&written_verdict(&v)));
+    events.chain(verdicts).collect()
+}
+
+#[test]
+fn every_event_kind_and_verdict_as_written_matches_the_schema() {
+    let schema = validator();
+    for line in sample_lines() {
+        let found = errors(&schema, &line);
+        assert!(found.is_empty(), "{line}: {found:#?}");
+    }
+}
+
+#[test]
+fn a_stamped_verdict_is_serdes_stamped_verdict() {
+    let time = String::from_utf8(wall::rfc3339(WALL_NS).to_vec()).expect("ASCII");
+    for v in verdicts() {
+        let reference = Stamped {
+            line: v.clone(),
+            schema: SCHEMA,
+            time: time.clone(),
+            node: NODE.to_owned(),
+        };
+        let ours = String::from_utf8(written_verdict(&v)).expect("utf-8");
+        assert_eq!(ours, serde_json::to_string(&reference).expect("serde"));
+        let back: Stamped<Verdict> = serde_json::from_str(&ours).expect("reads back");
+        assert_eq!(back, reference, "{ours}");
+    }
+}
+
+/// A sample line changed as `change` says: the schema must refuse it.
+fn refused(what: &str, pick: impl Fn(&Value) -> bool, change: impl Fn(&mut Value)) {
+    let schema = validator();
+    let mut line = sample_lines()
+        .into_iter()
+        .find(|l| pick(l))
+        .unwrap_or_else(|| panic!("no sample for {what}"));
+    change(&mut line);
+    assert!(
+        !errors(&schema, &line).is_empty(),
+        "{what}: the schema accepts {line}"
+    );
+}
+
+fn kind(k: &'static str) -> impl Fn(&Value) -> bool {
+    move |l| l["kind"] == k && l.get("verdict").is_none()
+}
+
+fn verdict(v: &'static str) -> impl Fn(&Value) -> bool {
+    move |l| l["verdict"] == v
+}
+
+#[test]
+fn the_schema_refuses_what_the_writer_never_writes() {
+    refused("no time", kind("bind"), |l| {
+        l.as_object_mut().expect("object").remove("time");
+    });
+    refused("a time with microseconds", kind("bind"), |l| {
+        l["time"] = json!("2026-12-02T17:20:01.123456Z");
+    });
+    refused("another schema", kind("bind"), |l| l["schema"] = json!(2));
+    refused("an unknown field", kind("bind"), |l| l["extra"] = json!(1));
+    refused("a backlog on a bind", kind("bind"), |l| {
+        l["backlog"] = json!(1);
+    });
+    refused("a listen without backlog", kind("listen"), |l| {
+        l.as_object_mut().expect("object").remove("backlog");
+    });
+    refused("a flag written false", kind("unlink"), |l| {
+        l["live"] = json!(false);
+    });
+    refused("an unknown kind", kind("exit"), |l| {
+        l["kind"] = json!("open");
+    });
+    refused("a negative inode", kind("release"), |l| {
+        l["ino"] = json!(-1);
+    });
+    refused("an unknown verdict", verdict("takeover"), |l| {
+        l["verdict"] = json!("hijack");
+    });
+    refused(
+        "a verdict without its actor",
+        verdict("foreign_unlink"),
+        |l| {
+            l.as_object_mut().expect("object").remove("actor");
+        },
+    );
+    refused(
+        "an event field on a verdict",
+        verdict("orphan_closed"),
+        |l| {
+            l["tier"] = json!("fentry");
+        },
+    );
+    refused("an unknown stale kind", verdict("stale_connect"), |l| {
+        l["kind"] = json!("bind");
+    });
+}
