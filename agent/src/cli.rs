@@ -70,13 +70,15 @@ pub struct RunArgs {
     /// only; `:9469` on every interface). Off unless given here or in the config file.
     #[arg(long, value_name = "ADDR", value_parser = config::parse_listen, env = "SOCKWATCH_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Seconds between reconciliation sweeps (sock_diag + /proc), which repair the picture
-    /// after lost events; 0 disables them (the startup scan always runs). Default 30.
-    #[arg(long, env = "SOCKWATCH_SCAN_INTERVAL_SECS")]
-    pub scan_interval_secs: Option<u64>,
-    /// How often to drain the ring buffer when the kernel has not woken the agent. Default 10.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000), env = "SOCKWATCH_DRAIN_INTERVAL_MS")]
-    pub drain_interval_ms: Option<u64>,
+    /// Time between reconciliation sweeps (sock_diag + /proc), which repair the picture after
+    /// lost events, e.g. `30s` or `1m30s`; `0s` disables them (the startup scan always runs).
+    /// Default 30s.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_scan_interval, env = "SOCKWATCH_SCAN_INTERVAL")]
+    pub scan_interval: Option<std::time::Duration>,
+    /// How often to drain the ring buffer when the kernel has not woken the agent, 1ms to 1s.
+    /// Default 10ms.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_drain_interval, env = "SOCKWATCH_DRAIN_INTERVAL")]
+    pub drain_interval: Option<std::time::Duration>,
     /// How long a live socket's file removed by a process outside its owner set waits for
     /// that process (or its cgroup or pod) to bind the path again: a takeover, not a foreign
     /// unlink. Such foreign unlinks are reported this late (a stale owner's at once);
@@ -114,8 +116,8 @@ impl From<&RunArgs> for config::Overrides {
         Self {
             watches: args.watch.clone(),
             listen: args.listen,
-            scan_interval: args.scan_interval_secs.map(std::time::Duration::from_secs),
-            drain_interval: args.drain_interval_ms.map(std::time::Duration::from_millis),
+            scan_interval: args.scan_interval,
+            drain_interval: args.drain_interval,
             takeover_window: args.takeover_window,
             require_all_hooks: args.require_all_hooks,
             live_capacity: args.live_capacity,
@@ -190,7 +192,7 @@ mod tests {
         assert_eq!(a.probe_mode, ProbeMode::Auto);
         assert_eq!(a.events, PathBuf::from("-"));
         assert_eq!(
-            (a.drain_interval_ms, a.scan_interval_secs, a.listen),
+            (a.drain_interval, a.scan_interval, a.listen),
             (None, None, None)
         );
         assert!(a.watch.is_empty());
@@ -309,10 +311,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--probe-mode"), "{e}");
-        let e = parse(&["run", "--drain-interval-ms", "0"])
+        let e = parse(&["run", "--drain-interval", "0ms"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--drain-interval-ms"), "{e}");
+        assert!(e.contains("--drain-interval"), "{e}");
+        let e = parse(&["run", "--scan-interval", "30"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--scan-interval") && e.contains("no unit"),
+            "{e}"
+        );
+        let Command::Run(a) = parse(&["run", "--scan-interval", "1m30s"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(a.scan_interval, Some(std::time::Duration::from_secs(90)));
         assert!(parse(&["frobnicate"]).is_err());
         assert!(parse(&[]).is_err());
     }

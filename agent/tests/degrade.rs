@@ -310,7 +310,7 @@ fn sweeps_prune_what_an_unseen_exit_left_in_the_kernel_tables() {
     let agent = Agent::start_with_env(
         dir.path(),
         &watch,
-        &["--listen", &listen, "--scan-interval-secs", "1"],
+        &["--listen", &listen, "--scan-interval", "1s"],
         &[(REFUSE, "exit")],
     );
     let sock = watch.join("gone.sock");
@@ -436,8 +436,8 @@ fn stale_pending_record_is_pruned(mode: &str, kept: f64) {
         &[
             "--listen",
             &listen,
-            "--scan-interval-secs",
-            "1",
+            "--scan-interval",
+            "1s",
             "--probe-mode",
             mode,
         ],

@@ -197,7 +197,7 @@ fn a_restart_in_the_middle_of_s1_reports_the_orphan_once() {
 
     let addr = free_addr();
     let listen = addr.to_string();
-    let args = ["--listen", &listen, "--scan-interval-secs", "1"];
+    let args = ["--listen", &listen, "--scan-interval", "1s"];
     let second = Agent::start(&run2, &watch, &args);
     let m = scrape(addr);
     assert_eq!(
@@ -396,7 +396,7 @@ fn a_stdout_nobody_reads_drops_lines_counted_and_the_agent_runs_on() {
     let log = run.join("agent.log");
     let addr = free_addr();
     let mut cmd = Command::new(sockwatch_bin());
-    cmd.args(["run", "--events", "-", "--scan-interval-secs", "0"])
+    cmd.args(["run", "--events", "-", "--scan-interval", "0s"])
         .args(["--watch", s(&watch), "--listen", &addr.to_string()])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).expect("log file"));
@@ -456,7 +456,7 @@ fn sockets_born_and_gone_within_one_drain_interval() {
     }
     let tmp = tempdir();
     let [run, watch] = dirs(&tmp, ["run", "w"]);
-    let agent = Agent::start(&run, &watch, &["--drain-interval-ms", "1000"]);
+    let agent = Agent::start(&run, &watch, &["--drain-interval", "1s"]);
     let (brief, dead) = (watch.join("brief.sock"), watch.join("dead.sock"));
     let (mut a, mut d) = (Actor::spawn(), Actor::spawn());
     let (a_pid, d_pid) = (a.pid, d.pid);

@@ -92,10 +92,7 @@ fn a_node_wide_run_of_healthy_daemons_raises_no_alert() {
     let tmp = tempdir();
     let addr = free_addr();
     let listen = addr.to_string();
-    let agent = Agent::start_node_wide(
-        tmp.path(),
-        &["--listen", &listen, "--scan-interval-secs", "5"],
-    );
+    let agent = Agent::start_node_wide(tmp.path(), &["--listen", &listen, "--scan-interval", "5s"]);
     let started = Instant::now();
     let mut rounds = 0;
     while started.elapsed() < idle_run() {

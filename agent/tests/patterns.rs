@@ -76,7 +76,7 @@ fn start_for_releases(dir: &Path) -> Agent {
     drop(agent.stop());
     std::fs::remove_file(dir.join("events.jsonl")).expect("reset the events file");
     eprintln!("release on the tracepoint tier: these releases are seen by 1 s sweeps");
-    Agent::start(dir, dir, &["--scan-interval-secs", "1"])
+    Agent::start(dir, dir, &["--scan-interval", "1s"])
 }
 
 /// After `release` closed A's listener without close(2), clients are refused: a stale

@@ -193,7 +193,7 @@ impl Restricted {
         let (log, events, listen) = (dir.join("agent.log"), dir.join("events.jsonl"), free_addr());
         let (keep, last) = (mask(keep), last_cap());
         let mut cmd = Command::new(sockwatch_bin());
-        cmd.args(["run", "--probe-mode", "auto", "--scan-interval-secs", "0"])
+        cmd.args(["run", "--probe-mode", "auto", "--scan-interval", "0s"])
             .args(["--takeover-window", "300ms", "--watch", s(watch)])
             .args(["--listen", &listen.to_string(), "--events", s(&events)])
             .stderr(fs::File::create(&log).expect("log file"));

@@ -74,7 +74,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     env::mount_tracefs()?;
     let env = Env::prepare()?;
     let mut extra = env.watch_watched();
-    extra.extend(["--scan-interval-secs".into(), "5".into()]);
+    extra.extend(["--scan-interval".into(), "5s".into()]);
     let (agent, _events) = env.start_agent("soak", "auto", true, &extra)?;
     let samples = load_and_sample(&env, &agent, args)?;
     let end = agent.settle(Duration::from_secs(30))?;

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! listen = "0.0.0.0:9469"        # HOST:PORT, :PORT or PORT
-//! scan_interval = "30s"          # ms, s, m or h; "0s": no periodic sweeps
+//! scan_interval = "30s"          # ms, s, m, h and sums (1m30s); "0s": no periodic sweeps
 //! drain_interval = "10ms"
 //! takeover_window = "3s"         # a foreign removal re-bound by its remover this soon is a
 //!                                # takeover; "0s": every foreign removal at once
@@ -37,7 +37,7 @@ pub const DEFAULT_PORT: u16 = 9469;
 /// Every interface, [`DEFAULT_PORT`] (what the DaemonSet uses; `127.0.0.1:9469` for loopback).
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT);
-/// As `--scan-interval-secs`; zero disables the periodic sweeps (the start-up scan still runs).
+/// As `--scan-interval`; zero disables the periodic sweeps (the start-up scan still runs).
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// As `--takeover-window`: how long a foreign removal waits for its remover's bind.
@@ -46,7 +46,7 @@ pub const DEFAULT_TAKEOVER_WINDOW: Duration =
 /// Upper bound of the takeover window (zero is accepted: no waiting). A foreign unlink that
 /// is no takeover is reported only after the window, so it stays short.
 pub const TAKEOVER_WINDOW_MAX: Duration = Duration::from_secs(60);
-/// Bounds of the intervals (the drain interval's match `--drain-interval-ms`); a zero scan
+/// Bounds of the intervals (`--drain-interval`'s too); a zero scan
 /// interval is accepted besides (no periodic sweeps).
 pub const SCAN_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(24 * 3600));
@@ -216,8 +216,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             parse_scan_interval(&s).map_err(|p| invalid("scan_interval".into(), p))?;
     }
     if let Some(s) = raw.drain_interval {
-        config.drain_interval = parse_interval(&s, DRAIN_INTERVAL_RANGE)
-            .map_err(|p| invalid("drain_interval".into(), p))?;
+        config.drain_interval =
+            parse_drain_interval(&s).map_err(|p| invalid("drain_interval".into(), p))?;
     }
     if let Some(s) = raw.takeover_window {
         config.takeover_window =
@@ -361,28 +361,52 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// A duration with a unit: `500ms`, `10s`, `5m`, `1h` (a decimal number is allowed: `1.5s`).
+/// A duration as Go and Kubernetes write them: one or more `<number><unit>` parts, units
+/// `ms`, `s`, `m` and `h`, a decimal number allowed (`500ms`, `1.5s`, `1m30s`, `1h 30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
+    let example = "write e.g. 500ms, 10s, 1m30s or 1h";
+    if s.is_empty() {
+        return Err(format!("an empty duration: {example}"));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (part, tail) = duration_part(rest).map_err(|e| format!("`{s}`{e}: {example}"))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| format!("`{s}` is out of range"))?;
+        rest = tail.trim_start();
+    }
+    Ok(total)
+}
+
+/// The first `<number><unit>` of `s` and what follows it; the error completes "`s`…".
+fn duration_part(s: &str) -> Result<(Duration, &str), String> {
+    let digits = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("`{s}` has no unit: write e.g. 500ms, 10s, 5m or 1h"))?;
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration: write e.g. 500ms, 10s, 5m or 1h"))?;
-    let scale = match unit.trim() {
+        .unwrap_or(s.len());
+    let (num, after) = s.split_at(digits);
+    let n: f64 = num.parse().map_err(|_| " is not a duration".to_owned())?;
+    let after = after.trim_start();
+    let unit_len = after
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(after.len());
+    let (unit, tail) = after.split_at(unit_len);
+    let scale = match unit {
         "ms" => 1e-3,
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
-        u => return Err(format!("`{s}`: unknown unit `{u}` (ms, s, m or h)")),
+        "" => return Err(format!(" has no unit after `{num}`")),
+        u => return Err(format!(": unknown unit `{u}` (ms, s, m or h)")),
     };
-    Duration::try_from_secs_f64(n * scale).map_err(|_| format!("`{s}` is out of range"))
+    let part = Duration::try_from_secs_f64(n * scale).map_err(|_| " is out of range".to_owned())?;
+    Ok((part, tail))
 }
 
 /// A duration within `range`.
-pub fn parse_interval(s: &str, range: (Duration, Duration)) -> Result<Duration, String> {
+fn parse_interval(s: &str, range: (Duration, Duration)) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     check_range(d, range)?;
     Ok(d)
@@ -401,6 +425,11 @@ pub fn parse_scan_interval(s: &str) -> Result<Duration, String> {
 /// [`TAKEOVER_WINDOW_MAX`].
 pub fn parse_takeover_window(s: &str) -> Result<Duration, String> {
     parse_interval(s, (Duration::ZERO, TAKEOVER_WINDOW_MAX))
+}
+
+/// A drain interval within [`DRAIN_INTERVAL_RANGE`].
+pub fn parse_drain_interval(s: &str) -> Result<Duration, String> {
+    parse_interval(s, DRAIN_INTERVAL_RANGE)
 }
 
 fn check_range(d: Duration, (lo, hi): (Duration, Duration)) -> Result<(), String> {

@@ -79,7 +79,7 @@ fn errors_name_the_field_and_the_problem() {
         ),
         (
             "scan_interval = \"10\"\n",
-            "config /etc/sockwatch.toml: scan_interval: `10` has no unit",
+            "config /etc/sockwatch.toml: scan_interval: `10` has no unit after `10`",
         ),
         (
             "scan_interval = \"10 fortnights\"\n",
@@ -252,6 +252,18 @@ fn durations() {
     assert!(parse_duration("s").is_err());
     assert!(parse_duration("-1s").is_err());
     assert!(parse_duration("1e400s").is_err());
+    assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+    assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+    assert_eq!(parse_duration("2s500ms"), Ok(Duration::from_millis(2500)));
+    assert_eq!(
+        parse_duration("1m30"),
+        Err("`1m30` has no unit after `30`: write e.g. 500ms, 10s, 1m30s or 1h".into())
+    );
+    assert_eq!(
+        parse_duration(""),
+        Err("an empty duration: write e.g. 500ms, 10s, 1m30s or 1h".into())
+    );
+    assert!(parse_duration("1m-30s").is_err());
 }
 
 #[test]

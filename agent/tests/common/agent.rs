@@ -40,8 +40,8 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
-        let secs = scan_secs.to_string();
-        let sweeps = ["--scan-interval-secs", secs.as_str()];
+        let every = format!("{scan_secs}s");
+        let sweeps = ["--scan-interval", every.as_str()];
         Self::start_with_env(dir, watch, &[&sweeps, extra].concat(), env)
     }
 
@@ -54,10 +54,10 @@ impl Agent {
         let events = dir.join("events.jsonl");
         let log = dir.join("agent.log");
         // No sweeps unless the test asks for them: the events alone must give the verdicts.
-        let sweeps: &[&str] = if args.contains(&"--scan-interval-secs") {
+        let sweeps: &[&str] = if args.contains(&"--scan-interval") {
             &[]
         } else {
-            &["--scan-interval-secs", "0"]
+            &["--scan-interval", "0s"]
         };
         let child = Command::new(sockwatch_bin())
             .arg("run")
