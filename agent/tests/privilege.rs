@@ -8,7 +8,8 @@
 //! setpriv or capsh: the guests' initramfs is busybox): root's permitted and effective sets
 //! after exec are then the bounding set. Two listeners exist before the agent starts, so only
 //! the scan can name their holders: one held in new mount and network namespaces, one held
-//! by another user (nobody).
+//! by another user (nobody). The DaemonSet's set runs once more with the agent in a network
+//! namespace of its own, as a pod without hostNetwork: nothing it sees changes.
 //!
 //! `/api` names the node's processes and paths: by default a client beyond loopback gets a
 //! 403 for it, and `--api-remote` opens it (a client in a namespace of the test's own, at an
@@ -341,9 +342,19 @@ impl Known {
     }
 }
 
+/// Where the agent runs: in the node's network namespace (`hostNetwork: true`), or in one of
+/// its own, as a pod's (the DaemonSet's default).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AgentNetns {
+    Node,
+    Own,
+}
+
 /// Starts the agent with `keep`, checks it runs with exactly that effective set and its hooks
-/// attached, then what its scan saw and a foreign unlink of each listener.
-fn runs_with(test: &str, keep: &[Cap], expect: &Expect) {
+/// attached, then what its scan saw and a foreign unlink of each listener. The listeners are
+/// bound in the test's network namespace (the node's) and in one of their own, before the
+/// agent starts in `netns`.
+fn runs_with(test: &str, keep: &[Cap], expect: &Expect, netns: AgentNetns) {
     if !prepared(test) {
         return;
     }
@@ -356,27 +367,44 @@ fn runs_with(test: &str, keep: &[Cap], expect: &Expect) {
     while !(ns_sock.exists() && nobody_sock.exists()) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let agent = match Restricted::start(tmp.path(), &watch, keep) {
-        Started::Running(a) => a,
-        Started::Exited(status, log) => panic!("{test}: sockwatch exited {status}: {log}"),
-    };
-    assert_eq!(agent.cap_eff(), mask(keep), "{test}: the agent's CapEff");
-    assert_hooks_attached(&agent);
-    assert_serves_only_on_listen(&agent);
-    assert_scan_warnings(test, &agent, expect, keep.contains(&CAP_SYS_PTRACE));
     let scanned = [
         (ns_sock, expect.namespaced, &namespaced),
         (nobody_sock, expect.nobody, &nobody),
     ];
-    for (path, known, holder) in &scanned {
-        assert_eq!(
-            agent.binders(path),
-            known.binders(holder),
-            "{test}: {path:?}"
-        );
-    }
-    assert_foreign_unlinks(&agent, &watch, &scanned);
-    agent.stop();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            if netns == AgentNetns::Own {
+                enter_netns_beyond_loopback().unwrap_or_else(|e| panic!("{test}: netns: {e}"));
+            }
+            let agent = match Restricted::start(tmp.path(), &watch, keep) {
+                Started::Running(a) => a,
+                Started::Exited(status, log) => panic!("{test}: sockwatch exited {status}: {log}"),
+            };
+            assert_eq!(
+                netns_of(agent.child.id()) == netns_of(nobody.pid()),
+                netns == AgentNetns::Node,
+                "{test}: the agent's network namespace"
+            );
+            assert_eq!(agent.cap_eff(), mask(keep), "{test}: the agent's CapEff");
+            assert_hooks_attached(&agent);
+            assert_serves_only_on_listen(&agent);
+            assert_scan_warnings(test, &agent, expect, keep.contains(&CAP_SYS_PTRACE));
+            for (path, known, holder) in &scanned {
+                assert_eq!(
+                    agent.binders(path),
+                    known.binders(holder),
+                    "{test}: {path:?}"
+                );
+            }
+            assert_foreign_unlinks(&agent, &watch, &scanned);
+            agent.stop();
+        });
+    });
+}
+
+/// The network namespace `pid` is in (`net:[4026531840]`).
+fn netns_of(pid: u32) -> PathBuf {
+    fs::read_link(format!("/proc/{pid}/ns/net")).expect("a process's network namespace")
 }
 
 /// Processes whose namespaces even the test, root, cannot read (a sandbox's init): every
@@ -548,6 +576,25 @@ fn the_daemonset_set_attaches_scans_serves_and_reports() {
             namespaced: Known::WithHolder,
             nobody: Known::WithHolder,
         },
+        AgentNetns::Node,
+    );
+}
+
+/// The DaemonSet without hostNetwork: the agent in a network namespace of its own, as a pod
+/// is, still dumps the node's sockets and every other namespace's (it enters each through a
+/// process's /proc/PID/ns/net), names their holders and reports their foreign unlinks; its
+/// endpoint is in its own namespace.
+#[test]
+fn without_host_network_the_scan_still_sees_every_namespace() {
+    runs_with(
+        "privilege_own_netns",
+        &DAEMONSET,
+        &Expect {
+            warnings: &[],
+            namespaced: Known::WithHolder,
+            nobody: Known::WithHolder,
+        },
+        AgentNetns::Own,
     );
 }
 
@@ -598,6 +645,7 @@ fn without_bpf_sys_admin_stands_in() {
             namespaced: Known::WithHolder,
             nobody: Known::WithHolder,
         },
+        AgentNetns::Node,
     );
 }
 
@@ -613,6 +661,7 @@ fn without_perfmon_sys_admin_stands_in() {
             namespaced: Known::WithHolder,
             nobody: Known::WithHolder,
         },
+        AgentNetns::Node,
     );
 }
 
@@ -631,6 +680,7 @@ fn without_sys_admin_other_network_namespaces_are_not_scanned() {
             namespaced: Known::Nothing,
             nobody: Known::WithHolder,
         },
+        AgentNetns::Node,
     );
 }
 
@@ -652,6 +702,7 @@ fn without_sys_ptrace_other_processes_are_not_read() {
             namespaced: Known::Nothing,
             nobody: Known::WithoutHolder,
         },
+        AgentNetns::Node,
     );
 }
 
@@ -670,6 +721,7 @@ fn without_dac_read_search_other_users_fds_are_not_read() {
             namespaced: Known::WithHolder,
             nobody: Known::WithoutHolder,
         },
+        AgentNetns::Node,
     );
 }
 
