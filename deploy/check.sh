@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # deploy/check.sh: checks deploy/ and dashboards/ without a cluster. Exit 0 when all pass.
 #
-#   1. manifests: Kubernetes schemas (PyPI kubernetes-validate, strict, 1.30 and 1.37),
+#   1. `helm lint --strict` of the chart deploy/helm/sockwatch, with its defaults, the plain
+#      manifests' values and every deploy/helm/tests/values-*.yaml (Kubernetes 1.30 and 1.37)
+#   2. drift: the plain manifests (deploy/*.yaml, extras/podmonitor.yaml) are the chart's
+#      rendering byte for byte (else: run deploy/render.sh)
+#   3. manifests: Kubernetes schemas (PyPI kubernetes-validate, strict, 1.30 and 1.37),
 #      Prometheus Operator schemas (npm @kubernetes-models/prometheus-operator, plus the strict
-#      subsets in deploy/schemas/), the privileged patch applied, cross-object checks
-#      (deploy/tests/validate.py)
-#   2. `promtool check rules` on the PrometheusRule's groups
-#   3. `promtool test rules deploy/tests/alerts.test.yaml`: every alert fires when it should and
+#      subsets in deploy/schemas/), the privileged patch applied, cross-object checks and the
+#      values they were rendered from (deploy/tests/validate.py)
+#   4. the same for the chart rendered with its defaults and with each
+#      deploy/helm/tests/values-*.yaml
+#   5. every deploy/helm/tests/refused-*.yaml is refused (values.schema.json or a `fail`), with
+#      the message its `# refused:` line names
+#   6. `promtool check rules` on the PrometheusRule's groups
+#   7. `promtool test rules deploy/tests/alerts.test.yaml`: every alert fires when it should and
 #      stays silent in benign series
-#   4. every PromQL expression of every dashboard parses (`promtool check rules` on them as
+#   8. every PromQL expression of every dashboard parses (`promtool check rules` on them as
 #      recording rules)
 #
 # Installs what is missing, idempotently: Debian's `prometheus` package (promtool) with
-# apt-get (as root), the Python packages with `pip --target` and the npm package with
-# `npm --prefix`, both into $SOCKWATCH_CHECK_CACHE (default /var/cache/sockwatch-deploy-check).
+# apt-get (as root), the Python packages with `pip --target` (Helm itself is PyPI's
+# helm-python-sdk: deploy/helm/sdk.sh) and the npm package with `npm --prefix`, all into
+# $SOCKWATCH_CHECK_CACHE (default /var/cache/sockwatch-deploy-check).
 # Runs every step even after a failure; the last line is `deploy/check.sh: N passed, M failed`.
 set -uo pipefail
 
@@ -54,6 +63,9 @@ if [[ ! -e $py_stamp ]]; then
     touch "$py_stamp"
 fi
 export PYTHONPATH="$py_dir${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=helm/sdk.sh
+source "$here/helm/sdk.sh"
+helm_sdk_setup || die "pip install $helm_sdk_package failed"
 node_dir="$cache/node"
 node_stamp="$node_dir/.installed-$(echo "$npm_package" | sha256sum | cut -c1-16)"
 if [[ ! -e $node_stamp ]]; then
@@ -96,8 +108,32 @@ dashboard_exprs() {
         && echo "$(grep -c 'record:' "$tmp/dashboards.rules.yaml") dashboard expressions parse"
 }
 
-step "manifests: schemas and cross-object checks" \
-    python3 "$here/tests/validate.py" --deploy "$here" --crd-validator "$node_dir"
+render=(python3 "$here/helm/render.py")
+# The plain manifests' values: what `render.py template` coalesces them to, for validate.py.
+plain_manifests() {
+    "${render[@]}" template -f "$here/helm/plain.yaml" "$tmp/plain.yaml" \
+        && python3 "$here/tests/validate.py" --deploy "$here" --release "$tmp/plain.yaml.values.json" \
+            --crd-validator "$node_dir"
+}
+rendered() {
+    local out="$tmp/rendered-$1.yaml"
+    shift
+    "${render[@]}" template "$@" "$out" \
+        && python3 "$here/tests/validate.py" --rendered "$out" --release "$out.values.json" \
+            --crd-validator "$node_dir"
+}
+
+step "helm lint --strict (defaults, helm/plain*.yaml, helm/tests/values-*.yaml)" \
+    "${render[@]}" lint "$here"/helm/plain*.yaml "$here"/helm/tests/values-*.yaml
+step "plain manifests are the chart's rendering (deploy/render.sh)" "${render[@]}" drift "$here"
+step "plain manifests: schemas and cross-object checks" plain_manifests
+step "chart rendered with its defaults: schemas and cross-object checks" rendered defaults
+for f in "$here"/helm/tests/values-*.yaml; do
+    set_name="$(basename "$f" .yaml)"
+    step "chart rendered with helm/tests/$set_name.yaml: schemas and cross-object checks" \
+        rendered "$set_name" -f "$f"
+done
+step "chart refuses helm/tests/refused-*.yaml" "${render[@]}" refused "$here"/helm/tests/refused-*.yaml
 step "promtool check rules (PrometheusRule)" alert_rules
 step "promtool test rules (deploy/tests/alerts.test.yaml)" alert_tests
 step "dashboard PromQL parses" dashboard_exprs

@@ -5,6 +5,7 @@
 //! - S22 (a Go daemon with the seed's fix rolled over by a Go successor: a takeover) puts no
 //!   alert of its watch in `ALERTS`, neither pending nor firing;
 //! - after S1, SockwatchOrphanedListener and SockwatchForeignUnlink reach `firing`;
+//! - `promtool check metrics` has nothing to say about the agent's scrape;
 //! - every PromQL expression of every dashboard returns data from that Prometheus.
 //!
 //! What differs from the pod: the binary is the one cargo built, `--listen` is a free
@@ -269,6 +270,39 @@ fn substitute(expr: &str) -> String {
     }
     assert!(!e.contains('$'), "unknown Grafana variable in {expr}");
     e
+}
+
+/// `promtool check metrics` on `scrape`: exit 0 and not one complaint (naming, units, help,
+/// counter suffixes, family clashes).
+fn assert_promtool_finds_nothing(scrape: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is not installed: `apt-get install prometheus` (deploy/check.sh installs it)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(scrape.as_bytes())
+        .expect("write the scrape to promtool");
+    let out = promtool.wait_with_output().expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics ({}):\n{said}",
+        out.status
+    );
+    eprintln!(
+        "promtool check metrics: nothing to say about {} lines",
+        scrape.lines().count()
+    );
 }
 
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
@@ -578,6 +612,11 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
     let (status, verdicts) = http_get(agent_addr, "/api/verdicts?limit=50").expect("api");
     assert_eq!(status, 200, "{verdicts}");
     assert!(verdicts.contains("foreign_unlink"), "{verdicts}");
+
+    // The exposition as Prometheus' linter reads it, with every family populated by S1.
+    let (status, scrape) = http_get(agent_addr, "/metrics").expect("scrape");
+    assert_eq!(status, 200, "{scrape}");
+    assert_promtool_finds_nothing(&scrape);
 
     // Every dashboard expression returns data.
     let mut empty = Vec::new();

@@ -1,0 +1,172 @@
+{{/*
+The app.kubernetes.io/name label: always the chart's name, which the monitors make the `job`
+label that the alert rules and dashboards select (job="sockwatch").
+*/}}
+{{- define "sockwatch.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Every object's name: fullnameOverride, else the release name when it contains the chart's
+name, else "<release>-<chart>".
+*/}}
+{{- define "sockwatch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "sockwatch.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+What selects the agent's pods: the DaemonSet's selector, the Service's and the monitors'.
+*/}}
+{{- define "sockwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sockwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/*
+The labels of every object.
+*/}}
+{{- define "sockwatch.labels" -}}
+{{ include "sockwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "sockwatch.chart" . }}
+{{- end }}
+
+{{- define "sockwatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+`--listen`: every interface of the pod (or of the node, with hostNetwork).
+*/}}
+{{- define "sockwatch.listen" -}}
+{{- printf "0.0.0.0:%d" (.Values.metrics.port | int) }}
+{{- end }}
+
+{{/*
+Indents every non-empty line of .text by .spaces (nindent would leave trailing blanks on the
+empty ones).
+*/}}
+{{- define "sockwatch.nindent" -}}
+{{- regexReplaceAll "(?m)^[ ]+$" (nindent .spaces .text) "" }}
+{{- end }}
+
+{{/*
+sockwatch.toml, the ConfigMap's one key (without its final newline). Strings are written as
+JSON strings, which TOML reads the same.
+*/}}
+{{- define "sockwatch.config" -}}
+{{- $c := .Values.config -}}
+# How often the reconciliation sweep (sock_diag, /proc fds, mountinfo) runs; it repairs
+# the state after lost events. "0s" disables it (the start-up scan always runs).
+scan_interval = {{ $c.scanInterval | toJson }}
+# How often the ring buffer is drained when the kernel has not woken the agent.
+drain_interval = {{ $c.drainInterval | toJson }}
+# A live socket's file removed by a process outside its owner set is a takeover (no alert)
+# when that process, its cgroup or its pod binds the path again this soon (a rollout);
+# otherwise a foreign unlink, reported this late. "0s": every one at once, no takeovers.
+takeover_window = {{ $c.takeoverWindow | toJson }}
+# Lines written to the events output (stdout, the pod's log): "verdicts" only, or "all"
+# (a line per kernel event as well: thousands a second on a busy node).
+events_filter = {{ $c.eventsFilter | toJson }}
+# Live sockets the kernel's table holds: past it new binds are counted as map_full and left
+# to the sweeps.
+live_capacity = {{ $c.liveCapacity | int }}
+# true: /api (the node's pids, paths and pods) answers every client; false: loopback clients
+# only, others get 403. /metrics and the health routes answer everyone either way.
+api_remote = {{ $c.apiRemote }}
+# true: exit 2 when any hook gets no probe tier, instead of running without it.
+require_all_hooks = {{ $c.requireAllHooks }}
+
+# Each watch is a directory (sockets in it and up to 8 levels below) whose name becomes the
+# `watch` label of the metrics. Without any watch, every path socket on the node is watched
+# and labelled watch="none". Paths are host paths: the DaemonSet mounts the host's /run at
+# /run and /var/lib/kubelet/device-plugins at the same path; directories elsewhere need a
+# mount of their own. A watched directory that does not exist yet is waited for
+# (sockwatch_watch_directory_missing is 1 meanwhile).
+{{- range .Values.watches }}
+
+[[watches]]
+{{- with .name }}
+name = {{ toJson . }}
+{{- end }}
+path = {{ toJson .path }}
+{{- else }}
+#
+# [[watches]]
+# name = "multus"
+# path = "/run/multus"
+#
+# [[watches]]
+# name = "device-plugins"
+# path = "/var/lib/kubelet/device-plugins"
+{{- end }}
+{{- end }}
+
+{{/*
+The host directories the container mounts at their own paths, where watches may be.
+*/}}
+{{- define "sockwatch.watchableMounts" -}}
+{{- $paths := list "/run" "/var/lib/kubelet/device-plugins" }}
+{{- range .Values.extraVolumeMounts }}
+{{- $paths = append $paths .mountPath }}
+{{- end }}
+{{- toJson $paths }}
+{{- end }}
+
+{{/*
+What values.schema.json cannot say; `fail` stops `helm install` and `helm template` with the
+reason.
+*/}}
+{{- define "sockwatch.validate" -}}
+{{- $m := .Values.metrics }}
+{{- if and $m.serviceMonitor.enabled $m.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled are both true: every agent would be scraped twice (its series duplicated, every alert doubled). Enable one of them." }}
+{{- end }}
+{{- if and $m.serviceMonitor.enabled (not $m.service.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the agents through the headless Service. Use metrics.podMonitor to scrape the pods without one." }}
+{{- end }}
+{{- $own := dict "--config" "the chart's ConfigMap" "--listen" "metrics.port" "--probe-mode" "config.probeMode" }}
+{{- range $i, $a := .Values.extraArgs }}
+{{- $flag := regexReplaceAll "=.*" $a "" }}
+{{- if hasKey $own $flag }}
+{{- fail (printf "extraArgs[%d]: %s is the chart's (%s); sockwatch run refuses it twice" $i $flag (get $own $flag)) }}
+{{- end }}
+{{- end }}
+{{- $names := dict }}
+{{- $paths := dict }}
+{{- $mounts := include "sockwatch.watchableMounts" . | fromJsonArray }}
+{{- range $i, $w := .Values.watches }}
+{{- $name := $w.name | default (base $w.path) }}
+{{- if hasKey $names $name }}
+{{- fail (printf "watches[%d]: the name %q is already the name of watches[%d] (each name is a `watch` label value)" $i $name (get $names $name)) }}
+{{- end }}
+{{- $_ := set $names $name $i }}
+{{- $path := $w.path | trimSuffix "/" }}
+{{- if hasKey $paths $path }}
+{{- fail (printf "watches[%d]: %s is already watched by watches[%d]" $i $w.path (get $paths $path)) }}
+{{- end }}
+{{- $_ := set $paths $path $i }}
+{{- $mounted := false }}
+{{- range $mounts }}
+{{- $mp := . | trimSuffix "/" }}
+{{- if or (eq $path $mp) (hasPrefix (printf "%s/" $mp) $path) }}
+{{- $mounted = true }}
+{{- end }}
+{{- end }}
+{{- if not $mounted }}
+{{- fail (printf "watches[%d]: %s is outside every mount of the container (%s): the agent would never see it. Mount its host directory at the same path with extraVolumes and extraVolumeMounts." $i $w.path (join ", " $mounts)) }}
+{{- end }}
+{{- end }}
+{{- end }}
