@@ -19,7 +19,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Load the kernel probes and stream events as JSON lines until SIGINT or SIGTERM.
+    /// Load the kernel probes and stream events as JSON lines (or verdicts as sentences)
+    /// until SIGINT or SIGTERM.
     Run(RunArgs),
     /// Print, per hook, which tiers this kernel supports and which one `run` would attach.
     Check(CheckArgs),
@@ -98,9 +99,9 @@ pub struct RunArgs {
     /// and the health routes answer every client either way.
     #[arg(long, env = "SOCKWATCH_API_REMOTE")]
     pub api_remote: bool,
-    /// Which lines go to --events (config key `events_filter`): `all`, a line per kernel event
-    /// and per verdict, or `verdicts` only. The engine sees every event either way. Default
-    /// all.
+    /// Which lines go to --events (config key `events_filter`): `all`, a line per kernel event,
+    /// per verdict and per notice, or `verdicts`: verdicts and notices (hooks missing, records
+    /// lost, scans failing). The engine sees every event either way. Default all.
     #[arg(
         long,
         value_enum,
@@ -108,6 +109,11 @@ pub struct RunArgs {
         env = "SOCKWATCH_EVENTS_FILTER"
     )]
     pub events_filter: Option<config::EventsFilter>,
+    /// How --events is written: `json`, a JSON object per line, or `text`, one sentence per
+    /// verdict for people (its time, the node, who did what to which socket file, the likely
+    /// cause and the fix) and no kernel event lines, whatever --events-filter says.
+    #[arg(long, value_enum, default_value = "json", env = "SOCKWATCH_FORMAT")]
+    pub format: crate::text::Format,
 }
 
 impl From<&RunArgs> for config::Overrides {
@@ -134,6 +140,15 @@ pub struct ExplainArgs {
     /// A running agent's API address; when none answers there, a scan of the node is used.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9469", value_parser = config::parse_listen, env = "SOCKWATCH_AGENT")]
     pub agent: SocketAddr,
+    /// `text`: the path's timeline and what holds now, as lines for people; `json`: the
+    /// agent's answer (or the scan's) as it is, for machines.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "SOCKWATCH_EXPLAIN_FORMAT"
+    )]
+    pub format: crate::text::Format,
 }
 
 #[derive(Debug, Args)]
@@ -196,6 +211,29 @@ mod tests {
             (None, None, None)
         );
         assert!(a.watch.is_empty());
+        assert_eq!(a.format, crate::text::Format::Json);
+    }
+
+    #[test]
+    fn text_is_a_format_of_run_and_the_default_of_explain() {
+        let Command::Run(a) = parse(&["run", "--format", "text"]).expect("parses").command else {
+            panic!("not run")
+        };
+        assert_eq!(a.format, crate::text::Format::Text);
+        let e = parse(&["run", "--format", "xml"]).unwrap_err().to_string();
+        assert!(e.contains("--format"), "{e}");
+        let Command::Explain(a) = parse(&["explain", "/run/x.sock"]).expect("parses").command
+        else {
+            panic!("not explain")
+        };
+        assert_eq!(a.format, crate::text::Format::Text);
+        let Command::Explain(a) = parse(&["explain", "/run/x.sock", "--format", "json"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not explain")
+        };
+        assert_eq!(a.format, crate::text::Format::Json);
     }
 
     #[test]

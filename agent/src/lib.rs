@@ -1,8 +1,8 @@
 //! sockwatch's agent: loads the kernel probes, reads their events and reports them.
 //!
 //! Layers, top to bottom; a module imports only from the layers below it:
-//! `commands` → `pipeline` → `metrics`, `cli` → `kernel` → `events` → `attribution` →
-//! `scan`, `engine` → `http`, `config` → `agent_common`. docs/ARCHITECTURE.md draws the map.
+//! `commands` → `pipeline` → `metrics`, `cli` → `text` → `kernel` → `events` → `attribution`
+//! → `scan`, `engine` → `http`, `config` → `agent_common`. docs/ARCHITECTURE.md draws the map.
 pub mod attribution;
 pub mod cli;
 pub mod commands;
@@ -14,3 +14,4 @@ pub mod kernel;
 pub mod metrics;
 pub mod pipeline;
 pub mod scan;
+pub mod text;

@@ -17,6 +17,8 @@ use common::{
     agent::{Agent, sockwatch_bin},
     *,
 };
+use serde_json::{Value, json};
+use sockwatch::kernel::probes::{Hook, Missed as _, PROBES};
 
 const REFUSE: &str = "SOCKWATCH_TEST_REFUSE_HOOKS";
 
@@ -108,6 +110,82 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
     );
     drop(a);
     agent.stop();
+}
+
+/// The notice `run` writes for `hook` refused on every tier by [`REFUSE`], stamped as `line`
+/// is (its time is checked by the schema, its `ts_ns` by the caller).
+fn refused_hook_notice(hook: Hook, line: &Value) -> Value {
+    let spec = PROBES
+        .iter()
+        .find(|h| h.hook == hook)
+        .expect("in the probe table");
+    let refused: Vec<Value> = spec
+        .tiers
+        .iter()
+        .map(|t| json!({"tier": t.tier.name(), "reason": format!("refused by {REFUSE}")}))
+        .collect();
+    json!({
+        "notice": "hook_missing",
+        "hook": hook.name(),
+        "missed": hook.missed_without(),
+        "refused": refused,
+        "ts_ns": line["ts_ns"],
+        "schema": 1,
+        "time": line["time"],
+        "node": "notice-node",
+    })
+}
+
+/// Each hook no tier attached is said in the event stream itself, once, before anything
+/// else, under either events filter: a log pipeline reading only the stream knows what the
+/// agent cannot see. Fork and exit keep the same tiers under every probe mode, so their
+/// notices are the same on every kernel; a foreign unlink shows the filter still applies.
+#[test]
+fn each_missing_hook_is_a_notice_line_under_either_filter() {
+    if !root("each_missing_hook_is_a_notice_line_under_either_filter") {
+        return;
+    }
+    for filter in ["all", "verdicts"] {
+        let (dir, watch) = watched_tempdir();
+        let env = [
+            (REFUSE, "fork,exit"),
+            ("NODE_NAME", "notice-node"),
+            ("SOCKWATCH_TAKEOVER_WINDOW", "0s"),
+        ];
+        let before = sockwatch::pipeline::reconcile::boot_ns();
+        let agent = Agent::start_with_env(dir.path(), &watch, &["--events-filter", filter], &env);
+        let started = sockwatch::pipeline::reconcile::boot_ns();
+        let path = watch.join("a.sock");
+        let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+        a.must(&format!("listen-on {}", path.display()));
+        b.must(&format!("unlink {}", path.display()));
+        agent.expect_verdict("B's foreign unlink", |v| {
+            v["verdict"] == "foreign_unlink" && v["actor"]["tgid"] == b.pid
+        });
+        drop((a, b));
+        let lines = agent.lines();
+        assert!(lines.len() > 2, "{filter}: {lines:#?}");
+        let want: Vec<Value> = [Hook::Fork, Hook::Exit]
+            .iter()
+            .zip(&lines)
+            .map(|(hook, line)| refused_hook_notice(*hook, line))
+            .collect();
+        assert_eq!(lines[..2], want[..], "{filter}: {lines:#?}");
+        for n in &want {
+            let ts = n["ts_ns"].as_u64().expect("ts_ns");
+            assert!(
+                (before..=started).contains(&ts),
+                "{filter}: {ts} at start: {n}"
+            );
+        }
+        assert_eq!(agent.notices(), want, "{filter}: no other notice");
+        let events = lines.iter().filter(|l| l.get("kind").is_some()).count();
+        match filter {
+            "all" => assert!(events >= 3, "bind, listen, unlink: {lines:#?}"),
+            _ => assert_eq!(events, 0, "{lines:#?}"),
+        }
+        agent.stop();
+    }
 }
 
 #[test]

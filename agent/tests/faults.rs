@@ -1,7 +1,8 @@
 //! Faults around the real agent, each with exact expectations: a restart in the middle of S1,
 //! an events output that refuses lines (a full disk, a pipe nobody reads), a socket whose
-//! whole life fits in one drain interval, the kernel's live table at capacity, a storm of
-//! process exits during sweeps, and a kernel without `unix_diag`.
+//! whole life fits in one drain interval, the kernel's live table at capacity, its ring
+//! buffer overflowing while the agent is stopped, a storm of process exits during sweeps, and
+//! a kernel without `unix_diag`.
 mod common;
 
 use std::{
@@ -534,6 +535,15 @@ fn a_full_live_table_counts_map_full_and_the_sweeps_repair_it() {
     wait_until("16 entries, 4 binds counted as map_full", || {
         live_entries() == Some(16.0) && map_full() - full_before >= 4.0
     });
+    // Said in the stream too: each notice what the kernel refused since the one before.
+    let refused = || -> f64 {
+        let notices = agent.notices().into_iter();
+        let full = notices.filter(|n| n["notice"] == "live_table_full");
+        full.map(|n| n["refused"].as_f64().expect("refused")).sum()
+    };
+    wait_until("live_table_full notices adding up to map_full", || {
+        refused() == map_full()
+    });
     let quiet = || verdicts_under(agent.verdicts(), &watch);
     assert_eq!(quiet(), Vec::<Value>::new(), "nothing false while full");
 
@@ -562,6 +572,131 @@ fn a_full_live_table_counts_map_full_and_the_sweeps_repair_it() {
         "A still listens on the unlinked file: {verdicts:#?}"
     );
     assert!(file_is(&verdicts[1]["file"], file), "{verdicts:#?}");
+}
+
+/// The agent's process stopped (SIGSTOP) while this lives, so nobody drains the kernel's ring
+/// buffer; continued (SIGCONT) when dropped, however the test ends.
+struct Stopped(libc::pid_t);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        let pid = libc::pid_t::try_from(pid).expect("a pid");
+        // SAFETY: kill(2) takes no pointers; the pid is the test's own child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP");
+        let stopped = Stopped(pid);
+        wait_until("the agent stopped", || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        });
+        stopped
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// Records the kernel's ring buffer holds at most: each is an event behind an 8-byte
+/// header, 8-aligned.
+fn ring_records() -> usize {
+    let record = (agent_common::Event::SIZE + 8).next_multiple_of(8);
+    agent_common::maps::EVENTS_BYTES as usize / record
+}
+
+/// The agent stopped (SIGSTOP), this process binds a quarter more datagram sockets under the
+/// watch than the ring buffer holds records, closing each at once: the kernel loses at least
+/// the binds the ring could not hold. Continued, the agent says so in one `events_lost`
+/// notice (under `--events-filter verdicts`) whose counts per kind and total are exactly
+/// what `sockwatch_events_lost_total` counts.
+#[test]
+fn a_ring_buffer_overflow_is_one_events_lost_notice_matching_the_metrics() {
+    if !root("ring_overflow") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let addr = free_addr();
+    let args = ["--listen", &addr.to_string(), "--events-filter", "verdicts"];
+    let agent = Agent::start(&run, &watch, &args);
+    let records = ring_records();
+    let binds = records + records / 4;
+    let stopped = Stopped::stop(agent.pid());
+    let began = Instant::now();
+    for i in 0..binds {
+        drop(std::os::unix::net::UnixDatagram::bind(watch.join(format!("f{i}"))).expect("bind"));
+    }
+    eprintln!(
+        "{binds} binds (the ring holds {records} records) in {:?}",
+        began.elapsed()
+    );
+    drop(stopped);
+
+    let notice = agent.expect_line("the events_lost notice", |l| l["notice"] == "events_lost");
+    let m = scrape(addr);
+    let lost = |kind: &str| m.sum("sockwatch_events_lost_total", &[("kind", kind)]);
+    let total = m.sum("sockwatch_events_lost_total", &[]);
+    let kinds = notice["lost"].as_object().expect("lost by kind");
+    for (kind, n) in kinds {
+        assert_eq!(n.as_f64(), Some(lost(kind)), "{kind}: {notice}");
+    }
+    let named: f64 = kinds.keys().map(|k| lost(k)).sum();
+    assert_eq!(named, total, "every kind that lost is named: {notice}");
+    assert_eq!(notice["total"].as_f64(), Some(total), "{notice}");
+    assert!(
+        lost("bind") >= (binds - records) as f64,
+        "at least the binds the ring could not hold: {notice}"
+    );
+    assert_eq!(
+        agent.notices(),
+        [notice],
+        "one notice: the losses ended before it"
+    );
+    agent.stop();
+}
+
+/// Sweeps every second while the watched directory is a regular file: each fails for the same
+/// reason, said in one `scan_failed` notice (under `--events-filter verdicts`); the directory
+/// back, the next sweep's success is one `scan_recovered` notice counting every failure.
+#[test]
+fn failing_sweeps_are_one_notice_and_their_recovery_one() {
+    if !root("sweep_notices") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let addr = free_addr();
+    let args = ["--listen", &addr.to_string(), "--events-filter", "verdicts"];
+    let agent = Agent::start_sweeping(&run, &watch, 1, &args, &[]);
+    std::fs::remove_dir(&watch).expect("rmdir");
+    std::fs::write(&watch, "not a directory").expect("a file in its place");
+    let failures = || scrape(addr).sum("sockwatch_scan_failures_total", &[("scan", "periodic")]);
+    wait_until("three sweeps failed", || failures() >= 3.0);
+    let reason = format!("--watch {}: not a directory or a socket file", s(&watch));
+    let notices = agent.notices();
+    assert_eq!(notices.len(), 1, "said once: {notices:#?}");
+    let n = &notices[0];
+    assert_eq!(
+        (&n["notice"], &n["scan"], &n["reason"]),
+        (&"scan_failed".into(), &"periodic".into(), &reason.into()),
+        "{n}"
+    );
+
+    std::fs::remove_file(&watch).expect("rm");
+    std::fs::create_dir(&watch).expect("the directory back");
+    let back = agent.expect_line("the recovery", |l| l["notice"] == "scan_recovered");
+    assert_eq!(back["failed_scans"].as_f64(), Some(failures()), "{back}");
+    let periodic = r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#;
+    let ok = scrape(addr).value(periodic).unwrap_or_default();
+    wait_until("two more sweeps", || {
+        scrape(addr).value(periodic).unwrap_or_default() >= ok + 2.0
+    });
+    assert_eq!(agent.notices(), [n.clone(), back], "recovered once");
+    agent.stop();
 }
 
 /// A process that forks children which exit at once, as fast as it can, until killed.
@@ -775,6 +910,14 @@ fn without_unix_diag_the_agent_runs_on_kernel_events_and_adopts_once_it_returns(
         0,
         "each sweep failing as the start-up scan did is not said again: {log}"
     );
+    let notices = agent.notices();
+    assert_eq!(
+        notices.len(),
+        1,
+        "the startup scan's failure, said once: {notices:#?}"
+    );
+    assert_eq!(notices[0]["notice"], "scan_failed", "{notices:#?}");
+    assert_eq!(notices[0]["scan"], "startup", "{notices:#?}");
 
     // The kernel's events still give verdicts.
     let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
@@ -805,6 +948,13 @@ fn without_unix_diag_the_agent_runs_on_kernel_events_and_adopts_once_it_returns(
     });
     let log = agent.log_text();
     assert_eq!(log.matches("sweep recovered after ").count(), 1, "{log}");
+    let recovered = agent.expect_line("the recovery notice", |l| l["notice"] == "scan_recovered");
+    let failed = failures("startup") + failures("periodic");
+    assert_eq!(
+        recovered["failed_scans"].as_f64(),
+        Some(failed),
+        "{recovered}"
+    );
     let early_file = stat_id(&early);
     a.must(&format!("unlink {}", s(&early)));
     let v = agent.expect_verdict("A's foreign unlink of B's adopted listener", |v| {

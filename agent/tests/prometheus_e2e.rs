@@ -281,7 +281,9 @@ fn assert_promtool_finds_nothing(scrape: &str) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool is not installed: `apt-get install prometheus` (deploy/check.sh installs it)");
+        .expect(
+            "promtool is not installed: `apt-get install prometheus` (deploy/check.sh installs it)",
+        );
     promtool
         .stdin
         .take()

@@ -2,13 +2,14 @@
 //! ../shared/brief/scenarios.md end to end, on whichever tier this kernel gives `run`.
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::path::Path;
 
-use common::{actor::Actor, agent::Agent, *};
+use common::{
+    actor::Actor,
+    agent::Agent,
+    go::{go_listen, go_or_skip, go_stop},
+    *,
+};
 use serde_json::Value;
 
 #[test]
@@ -107,48 +108,6 @@ fn s1_rolling_restart() {
         (1, 1),
         "one takeover, one foreign unlink: {verdicts:#?}"
     );
-}
-
-/// A Go listener (agent/tests/go/golistener.go) on `sock` with `flags`, once it listens.
-fn go_listen(
-    go: &Path,
-    flags: &[&str],
-    sock: &Path,
-) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let mut child = Command::new(go)
-        .args(flags)
-        .arg(sock)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("go listener");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "listening");
-    (child, out)
-}
-
-/// SIGTERM to a Go listener; it closes its listener and exits cleanly.
-fn go_stop(child: &mut std::process::Child, out: &mut BufReader<std::process::ChildStdout>) {
-    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let mut line = String::new();
-    out.read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "closed");
-    assert!(child.wait().expect("wait").success());
-}
-
-/// The Go listener, or why the test cannot run (an error in CI).
-fn go_or_skip(test: &str) -> Option<std::path::PathBuf> {
-    let go = agent::go_listener();
-    if go.is_none() {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "the Go listener is required in CI"
-        );
-        eprintln!("SKIP {test}: no Go toolchain and no SOCKWATCH_GO_LISTENER");
-    }
-    go
 }
 
 /// S1 with the incident's mechanism: a Go daemon's `net.Listen("unix", …)`, whose Close

@@ -6,26 +6,55 @@ use anyhow::Context as _;
 use crate::{
     cli::ExplainArgs,
     http::client,
-    scan::{self, ScanOptions},
+    scan::{self, ScanOptions, ScanReport},
+    text::{
+        Format,
+        timeline::{self, PathAnswer},
+    },
 };
 
 /// Prints the agent's answer for `args.path`, or one from a scan of the node.
 pub fn explain(args: ExplainArgs) -> anyhow::Result<()> {
     let path = args.path.to_str().context("the path is not UTF-8")?;
-    match client::get(
-        args.agent,
-        &format!("/api/sockets?path={}", client::percent_encode(path)),
-    ) {
-        Ok(body) => {
-            writeln!(std::io::stdout(), "{body}")?;
-            return Ok(());
+    let route = format!("/api/sockets?path={}", client::percent_encode(path));
+    let lines = match client::get(args.agent, &route) {
+        Ok(body) => from_agent(&body, args.format)?,
+        Err(e) => {
+            log::info!(
+                "no agent answered at {}: {e}; scanning the node instead",
+                args.agent
+            );
+            from_scan(path, &scan::scan(&ScanOptions::default())?, args.format)
         }
-        Err(e) => log::info!(
-            "no agent answered at {}: {e}; scanning the node instead",
-            args.agent
-        ),
+    };
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        writeln!(out, "{line}")?;
     }
-    let report = scan::scan(&ScanOptions::default())?;
+    Ok(())
+}
+
+/// The agent's answer: as it came (json), or its timeline (text).
+fn from_agent(body: &str, format: Format) -> anyhow::Result<Vec<String>> {
+    Ok(match format {
+        Format::Json => vec![body.trim_end().to_owned()],
+        Format::Text => {
+            let answer: PathAnswer =
+                serde_json::from_str(body).context("the agent's answer is not a path's")?;
+            timeline::timeline(&answer)
+        }
+    })
+}
+
+/// What the scan shows at `path`: one JSON object, or lines.
+fn from_scan(path: &str, report: &ScanReport, format: Format) -> Vec<String> {
+    match format {
+        Format::Json => vec![scan_json(path, report).to_string()],
+        Format::Text => timeline::scanned(path, report),
+    }
+}
+
+fn scan_json(path: &str, report: &ScanReport) -> serde_json::Value {
     let sockets: Vec<serde_json::Value> = report
         .sockets
         .iter()
@@ -40,9 +69,6 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<()> {
             })
         })
         .collect();
-    let findings = scan::report::to_json(&report);
-    let answer =
-        serde_json::json!({ "source": "scan", "path": path, "sockets": sockets, "scan": findings });
-    writeln!(std::io::stdout(), "{answer}")?;
-    Ok(())
+    let findings = scan::report::to_json(report);
+    serde_json::json!({ "source": "scan", "path": path, "sockets": sockets, "scan": findings })
 }

@@ -17,6 +17,7 @@ use crate::{
     metrics::{EngineSnapshot, EngineSource, KernelSource, MapFill, Metrics, Scan},
     pipeline::{
         Pipeline,
+        notice::{Notice, ScanHealth},
         output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
         reconcile,
@@ -58,7 +59,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?
-        .stamped(Stamp::new(output::node_name()));
+        .stamped(Stamp::new(output::node_name()))
+        .formatted(args.format);
     let mut probes = attach(&args, &config, &watches)?;
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());
@@ -74,6 +76,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         pipeline.without_release_hook();
     }
     pipeline.observe(metrics.clone(), config.clone());
+    let now = reconcile::boot_ns();
+    let missing: Vec<Notice> = probes
+        .report
+        .iter()
+        .filter_map(|r| Notice::hook_missing(r, now))
+        .collect();
+    pipeline.notices(&missing)?;
 
     // After attaching, so a socket bound meanwhile is in the scan or in the events.
     let scan_opts = ScanOptions {
@@ -105,11 +114,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
         if !config.scan_interval.is_zero() {
-            let metrics = shared.metrics.clone();
             tokio::spawn(sweep_periodically(
                 scan_opts,
                 config.clone(),
-                metrics,
+                shared.clone(),
                 scan_health,
                 sweep_tx,
             ));
@@ -121,6 +129,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             config.drain_interval,
             sweeps,
             shutdown,
+            || shared.probes.counters(),
         );
         tokio::select! {
             r = pump => r.map_err(anyhow::Error::from),
@@ -196,7 +205,9 @@ fn startup_scan(
                  the start stay unknown until a sweep succeeds): {e}"
             );
             metrics.scan_failed(Scan::Startup);
-            return Ok(ScanHealth::failing(e.to_string()));
+            let (health, notice) = ScanHealth::startup_failed(e.to_string(), reconcile::boot_ns());
+            pipeline.notices([&notice])?;
+            return Ok(health);
         }
         None => {
             log::info!("startup scan skipped: no watched directory exists yet");
@@ -228,44 +239,6 @@ fn startup_scan(
         clock.elapsed().as_millis()
     );
     Ok(ScanHealth::default())
-}
-
-/// Whether scans fail, so that one failing for the same reason at every interval (a kernel
-/// without `unix_diag`) is said once, and its recovery too; the counter counts every one.
-#[derive(Default)]
-struct ScanHealth {
-    /// The reason, and how many scans in a row failed for it.
-    failing: Option<(String, u64)>,
-}
-
-impl ScanHealth {
-    fn failing(why: String) -> Self {
-        Self {
-            failing: Some((why, 1)),
-        }
-    }
-
-    fn failed(&mut self, why: String) {
-        match &mut self.failing {
-            Some((last, n)) if *last == why => {
-                *n += 1;
-                log::debug!("sweep failed again ({n} in a row): {why}");
-            }
-            _ => {
-                log::warn!(
-                    "sweep failed: {why} (said again only if the reason changes; \
-                     sockwatch_scan_failures_total counts each)"
-                );
-                self.failing = Some((why, 1));
-            }
-        }
-    }
-
-    fn succeeded(&mut self) {
-        if let Some((_, n)) = self.failing.take() {
-            log::info!("sweep recovered after {n} failed scans: the sockets it found are adopted");
-        }
-    }
 }
 
 /// Binds the HTTP endpoint (a bind failure stops the agent) and serves it in the background.
@@ -355,9 +328,7 @@ impl Api for Shared {
     fn sockets(&self, path: Option<&str>) -> serde_json::Value {
         let p = self.pipeline.lock().expect("pipeline lock");
         match path {
-            Some(path) => {
-                serde_json::json!({ "path": path, "sockets": p.engine.socket_by_path(path) })
-            }
+            Some(path) => serde_json::to_value(p.path_answer(path)).expect("plain data serializes"),
             None => serde_json::json!({ "orphans": p.engine.orphans(reconcile::boot_ns()) }),
         }
     }
@@ -369,11 +340,12 @@ impl Api for Shared {
     }
 }
 
-/// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag).
+/// Reconciliation sweeps, off the event path (a scan reads /proc and sock_diag). A failure
+/// for a new reason, and the recovery, are notices as well as log lines.
 async fn sweep_periodically(
     opts: ScanOptions,
     config: Arc<Config>,
-    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
     mut health: ScanHealth,
     tx: tokio::sync::mpsc::Sender<Sweep>,
 ) {
@@ -387,21 +359,36 @@ async fn sweep_periodically(
         match tokio::task::spawn_blocking(move || scan_present(&opts)).await {
             Ok(None) => log::debug!("sweep skipped: no watched directory exists yet"),
             Ok(Some(Ok(report))) => {
-                health.succeeded();
-                record_scan(&metrics, &config, Scan::Periodic, clock.elapsed(), &report);
+                notify(&shared.pipeline, health.succeeded(reconcile::boot_ns()));
+                let took = clock.elapsed();
+                record_scan(&shared.metrics, &config, Scan::Periodic, took, &report);
                 if tx.send((started, report)).await.is_err() {
                     return;
                 }
             }
             Ok(Some(Err(e))) => {
-                health.failed(e.to_string());
-                metrics.scan_failed(Scan::Periodic);
+                notify(
+                    &shared.pipeline,
+                    health.failed(e.to_string(), reconcile::boot_ns()),
+                );
+                shared.metrics.scan_failed(Scan::Periodic);
             }
             Err(e) => {
-                health.failed(format!("sweep task: {e}"));
-                metrics.scan_failed(Scan::Periodic);
+                let why = format!("sweep task: {e}");
+                notify(&shared.pipeline, health.failed(why, reconcile::boot_ns()));
+                shared.metrics.scan_failed(Scan::Periodic);
             }
         }
+    }
+}
+
+/// Writes a sweep's notice, if it has one.
+fn notify(pipeline: &Mutex<Pipeline>, notice: Option<Notice>) {
+    let Some(n) = notice else {
+        return;
+    };
+    if let Err(e) = pipeline.lock().expect("pipeline lock").notices([&n]) {
+        log::warn!("writing a notice: {e}");
     }
 }
 

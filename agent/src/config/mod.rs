@@ -9,7 +9,7 @@
 //! require_all_hooks = false      # true: exit 2 when any hook gets no probe tier
 //! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
 //! api_remote = false             # true: /api (pids, paths) answers clients beyond loopback
-//! events_filter = "all"          # lines written to --events: "all", or "verdicts" only
+//! events_filter = "all"          # lines written to --events: "all", or "verdicts" (and notices)
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -75,7 +75,7 @@ pub struct WatchConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum EventsFilter {
-    /// Verdict lines only (the agent writes no other notice lines).
+    /// Verdict and notice lines (hooks missing, records lost, scans failing), no event line.
     Verdicts,
     /// A line per kernel event, and one per verdict.
     #[default]

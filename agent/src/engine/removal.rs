@@ -341,7 +341,7 @@ impl Engine {
                 .record(&file, ts_ns, actor.tgid, HistoryEvent::OwnerUnlink);
             return;
         }
-        let facts = RemovalFacts {
+        let mut facts = RemovalFacts {
             ts_ns,
             actor: actor.clone(),
             victim: self.victim(s, kernel_owner),
@@ -353,12 +353,14 @@ impl Engine {
             victim_bound_ns: s.bound_ns,
             decided_by,
             fidelity,
+            stale_owner: false,
         };
+        facts.stale_owner = matches!(how, How::Unlink) && self.lost_own_listener(&facts);
         self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
         match how {
             // A foreign unlink may be a successor's takeover: it waits for a bind, unless the
             // remover is a stale owner whose own listener at this path lost its file (S1).
-            How::Unlink if self.pending.window_ns > 0 && !self.lost_own_listener(&facts) => {
+            How::Unlink if self.pending.window_ns > 0 && !facts.stale_owner => {
                 self.hold_removal(facts, out);
             }
             How::Unlink => self.report_foreign_unlink(facts, ts_ns, out),
@@ -477,6 +479,8 @@ pub(super) struct RemovalFacts {
     pub victim_bound_ns: u64,
     pub decided_by: DecidedBy,
     pub fidelity: Fidelity,
+    /// See [`Verdict::ForeignUnlink`]'s `stale_owner`.
+    pub stale_owner: bool,
 }
 
 impl RemovalFacts {
@@ -498,6 +502,7 @@ impl RemovalFacts {
             victim_bound_ns: self.victim_bound_ns,
             decided_by: self.decided_by,
             fidelity: self.fidelity,
+            stale_owner: self.stale_owner,
         }
     }
 

@@ -3,7 +3,7 @@
 //! every change through [`SocketTable::modify`].
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     model::{FileId, Proc},
@@ -14,7 +14,7 @@ use super::{
 pub const MAX_ALIASES: usize = 4;
 
 /// What the engine knows about one socket file and the socket bound to it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketState {
     pub file: FileId,
     /// The socket's own inode (`socket:[N]`).
@@ -44,14 +44,14 @@ pub struct SocketState {
     pub touched_ns: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
     pub ts_ns: u64,
     /// The process that closed it last, when known.
     pub by: Option<Proc>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RemovalHow {
     Unlinked,
@@ -60,7 +60,7 @@ pub enum RemovalHow {
     Unknown,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Removal {
     pub ts_ns: u64,
     pub by: Option<Proc>,
@@ -69,7 +69,7 @@ pub struct Removal {
     pub foreign: Option<bool>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Orphan {
     pub since_ns: u64,
     pub since_exact: bool,
@@ -80,14 +80,23 @@ pub struct Orphan {
 }
 
 /// One line of a socket's history, for `explain`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub ts_ns: u64,
     pub tgid: u32,
     pub event: HistoryEvent,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+impl HistoryEntry {
+    /// `next` is a later scan right after this one.
+    fn rescanned_by(&self, next: &HistoryEntry) -> bool {
+        self.event == HistoryEvent::Scanned
+            && next.event == HistoryEvent::Scanned
+            && self.ts_ns <= next.ts_ns
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HistoryEvent {
     Bound,
@@ -292,24 +301,32 @@ impl SocketTable {
     }
 
     /// Adds to an entry's bounded history, in time order (a removal decided after its
-    /// window goes where it happened).
+    /// window goes where it happened). A scan after a scan only moves the last one's time:
+    /// every sweep sees every socket, and would push its bind out of the history.
     pub fn record(&mut self, file: &FileId, ts_ns: u64, tgid: u32, event: HistoryEvent) {
-        let max = self.max_history;
-        let mut dropped = 0;
-        if let Some(e) = self.entries.get_mut(file) {
-            let at = e.history.len()
-                - e.history
-                    .iter()
-                    .rev()
-                    .take_while(|h| h.ts_ns > ts_ns)
-                    .count();
-            e.history.insert(at, HistoryEntry { ts_ns, tgid, event });
-            while e.history.len() > max {
-                e.history.pop_front();
-                dropped += 1;
-            }
+        let Some(e) = self.entries.get_mut(file) else {
+            return;
+        };
+        let entry = HistoryEntry { ts_ns, tgid, event };
+        if let Some(last) = e
+            .history
+            .back_mut()
+            .filter(|last| last.rescanned_by(&entry))
+        {
+            *last = entry;
+            return;
         }
-        self.history_dropped += dropped;
+        let at = e.history.len()
+            - e.history
+                .iter()
+                .rev()
+                .take_while(|h| h.ts_ns > ts_ns)
+                .count();
+        e.history.insert(at, entry);
+        while e.history.len() > self.max_history {
+            e.history.pop_front();
+            self.history_dropped += 1;
+        }
     }
 
     fn index(&mut self, e: &SocketState) {

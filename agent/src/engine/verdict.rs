@@ -128,6 +128,10 @@ pub enum Verdict {
         victim_bound_ns: u64,
         decided_by: DecidedBy,
         fidelity: Fidelity,
+        /// The actor owns (or owned) a listener bound at the same path whose file is gone: a
+        /// stale owner removing its successor's socket (S1's Go `Close`). Reported at once.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stale_owner: bool,
     },
     /// A live socket's file was replaced by a rename-over; reported even for a hand-over.
     Replaced {
@@ -300,6 +304,26 @@ impl Verdict {
                 owner, sock_ino, ..
             } => Some((owner.tgid, *sock_ino)),
             _ => None,
+        }
+    }
+
+    /// Whether the verdict names `f` as one of its files (removed, new, moved or swapped).
+    pub fn names_file(&self, f: FileId) -> bool {
+        match self {
+            Verdict::Replaced { file, new_file, .. } => *file == f || *new_file == Some(f),
+            Verdict::Moved {
+                file,
+                exchanged_with,
+                ..
+            } => *file == f || *exchanged_with == Some(f),
+            Verdict::Takeover {
+                old_file, new_file, ..
+            } => *old_file == f || *new_file == f,
+            Verdict::StaleConnect { file, .. } => *file == Some(f),
+            Verdict::ForeignUnlink { file, .. }
+            | Verdict::OrphanOpened { file, .. }
+            | Verdict::OrphanClosed { file, .. }
+            | Verdict::StaleSocketFile { file, .. } => *file == f,
         }
     }
 

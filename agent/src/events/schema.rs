@@ -1,11 +1,15 @@
-//! docs/events.schema.json against the writer: a sample of every event kind and every verdict,
-//! written as `run` writes them, must match it, and what the writer never writes must not.
-use agent_common::{EventKind, Fidelity, FileId, Owner};
+//! docs/events.schema.json against the writer: a sample of every event kind, every verdict and
+//! every notice, written as `run` writes them, must match it, and what the writer never writes
+//! must not.
+use agent_common::{EventKind, Fidelity, FileId, Owner, Tier};
 use serde_json::{Value, json};
 
 use crate::{
     engine::{CloseReason, DecidedBy, OrphanCause, Proc, Relation, StaleKind, Verdict, Workload},
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
+    kernel::{loader::HookReport, probes::Hook},
+    metrics::Scan,
+    pipeline::notice::Notice,
 };
 
 /// 2026-12-02T17:20:01.123456789Z, as nanoseconds since the Unix epoch.
@@ -125,6 +129,7 @@ fn verdicts() -> Vec<Verdict> {
             victim_bound_ns: 1,
             decided_by: DecidedBy::Engine,
             fidelity: Fidelity::PathOnly,
+            stale_owner: true,
         },
         Verdict::Replaced {
             ts_ns: 3,
@@ -217,6 +222,46 @@ fn verdicts() -> Vec<Verdict> {
     ]
 }
 
+/// One notice of each kind (a scan failure of each scan).
+fn notices() -> Vec<Notice> {
+    let missing = HookReport {
+        hook: Hook::Exit,
+        attached: None,
+        refused: vec![(
+            Tier::Tracepoint,
+            "sched_process_exit: no such tracepoint".into(),
+        )],
+        degraded: Vec::new(),
+        programs: Vec::new(),
+    };
+    vec![
+        Notice::hook_missing(&missing, 3).expect("no tier attached"),
+        Notice::EventsLost {
+            lost: vec![(EventKind::Bind, 3), (EventKind::Exit, 1)],
+            total: 4,
+            ts_ns: 3,
+        },
+        Notice::LiveTableFull {
+            refused: 2,
+            ts_ns: 3,
+        },
+        Notice::ScanFailed {
+            scan: Scan::Startup,
+            reason: "sock_diag: the kernel has no unix_diag".into(),
+            ts_ns: 3,
+        },
+        Notice::ScanFailed {
+            scan: Scan::Periodic,
+            reason: "reading /proc: Too many open files".into(),
+            ts_ns: 4,
+        },
+        Notice::ScanRecovered {
+            failed_scans: 5,
+            ts_ns: 9,
+        },
+    ]
+}
+
 /// An event line as `run` writes it.
 fn written_event(line: &EventLine) -> Vec<u8> {
     let mut out = Vec::new();
@@ -232,6 +277,13 @@ fn written_verdict(v: &Verdict) -> Vec<u8> {
     out
 }
 
+/// A notice line as `run` writes it.
+fn written_notice(n: &Notice) -> Vec<u8> {
+    let mut out = serde_json::to_vec(n).expect("serde");
+    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    out
+}
+
 fn parsed(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).expect("a written line is JSON")
 }
@@ -241,16 +293,51 @@ fn sample_lines() -> Vec<Value> {
         .into_iter()
         .map(|l| parsed(&written_event(&l)));
     let verdicts = verdicts().into_iter().map(|v| parsed(&written_verdict(&v)));
-    events.chain(verdicts).collect()
+    let notices = notices().into_iter().map(|n| parsed(&written_notice(&n)));
+    events.chain(verdicts).chain(notices).collect()
 }
 
 #[test]
-fn every_event_kind_and_verdict_as_written_matches_the_schema() {
+fn every_event_kind_verdict_and_notice_as_written_matches_the_schema() {
     let schema = validator();
     for line in sample_lines() {
         let found = errors(&schema, &line);
         assert!(found.is_empty(), "{line}: {found:#?}");
     }
+}
+
+/// The example lines of docs/events.md (its `json` blocks), real output, match the schema too.
+#[test]
+fn every_example_line_of_the_docs_matches_the_schema() {
+    let schema = validator();
+    let doc = include_str!("../../../docs/events.md");
+    let examples: Vec<&str> = doc
+        .split("```json\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("\n```").map(|(lines, _)| lines))
+        .flat_map(str::lines)
+        .collect();
+    let notices = examples.iter().filter(|l| l.starts_with(r#"{"notice":"#));
+    assert_eq!(notices.count(), 5, "one example per notice");
+    for line in examples {
+        let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let found = errors(&schema, &value);
+        assert!(found.is_empty(), "{line}: {found:#?}");
+    }
+}
+
+/// A notice kind the schema does not list, or one without a sample here, fails.
+#[test]
+fn the_notice_samples_are_every_notice_the_schema_lists() {
+    let schema: Value = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
+        .expect("docs/events.schema.json is JSON");
+    let listed = &schema["$defs"]["notice"]["properties"]["notice"]["enum"];
+    let mut sampled: Vec<Value> = sample_lines()
+        .into_iter()
+        .filter_map(|l| l.get("notice").cloned())
+        .collect();
+    sampled.dedup();
+    assert_eq!(&Value::Array(sampled), listed);
 }
 
 #[test]
@@ -290,6 +377,72 @@ fn kind(k: &'static str) -> impl Fn(&Value) -> bool {
 
 fn verdict(v: &'static str) -> impl Fn(&Value) -> bool {
     move |l| l["verdict"] == v
+}
+
+fn notice(n: &'static str) -> impl Fn(&Value) -> bool {
+    move |l| l["notice"] == n
+}
+
+#[test]
+fn the_schema_refuses_notices_the_writer_never_writes() {
+    refused("an unknown notice", notice("hook_missing"), |l| {
+        l["notice"] = json!("blind");
+    });
+    refused("a notice without ts_ns", notice("scan_recovered"), |l| {
+        l.as_object_mut().expect("object").remove("ts_ns");
+    });
+    refused(
+        "a notice without its stamp",
+        notice("live_table_full"),
+        |l| {
+            l.as_object_mut().expect("object").remove("node");
+        },
+    );
+    refused(
+        "an event field on a notice",
+        notice("live_table_full"),
+        |l| {
+            l["tier"] = json!("fentry");
+        },
+    );
+    refused("a hook that is none", notice("hook_missing"), |l| {
+        l["hook"] = json!("open");
+    });
+    refused("a refused tier that is none", notice("hook_missing"), |l| {
+        l["refused"][0]["tier"] = json!("uprobe");
+    });
+    refused("a kind that lost nothing", notice("events_lost"), |l| {
+        l["lost"]["bind"] = json!(0);
+    });
+    refused("a loss of an unknown kind", notice("events_lost"), |l| {
+        l["lost"]["open"] = json!(1);
+    });
+    refused("nothing lost", notice("events_lost"), |l| {
+        l["lost"] = json!({});
+    });
+    refused("a loss without its total", notice("events_lost"), |l| {
+        l.as_object_mut().expect("object").remove("total");
+    });
+    refused(
+        "a full table that refused nothing",
+        notice("live_table_full"),
+        |l| {
+            l["refused"] = json!(0);
+        },
+    );
+    refused("an unknown scan", notice("scan_failed"), |l| {
+        l["scan"] = json!("nightly");
+    });
+    refused("a failure without its reason", notice("scan_failed"), |l| {
+        l.as_object_mut().expect("object").remove("reason");
+    });
+    refused(
+        "a recovery after no failure",
+        notice("scan_recovered"),
+        |l| {
+            l["failed_scans"] = json!(0);
+        },
+    );
 }
 
 #[test]

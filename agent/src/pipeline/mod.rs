@@ -1,6 +1,7 @@
 //! What happens to each kernel event: completed, written, and run through the engine, whose
 //! verdicts are written as their own lines.
 pub mod adapter;
+pub mod notice;
 pub mod output;
 pub mod pump;
 pub mod reconcile;
@@ -15,7 +16,9 @@ use crate::{
     kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
     scan::ScanReport,
+    text::timeline::{PathAnswer, SocketView},
 };
+use notice::Notice;
 use output::JsonLines;
 
 /// Verdicts kept for the API.
@@ -99,6 +102,18 @@ impl Pipeline {
     /// engine and the metrics still see every event.
     pub fn filter_output(&mut self, filter: EventsFilter) {
         self.echo_events = filter == EventsFilter::All;
+    }
+
+    /// Writes notices under every filter (a reader of verdicts alone must know what the
+    /// agent could not see), flushed at once as one batch: they are rare, and no drain may
+    /// follow.
+    pub fn notices<'a>(&mut self, notices: impl IntoIterator<Item = &'a Notice>) -> io::Result<()> {
+        let mut any = false;
+        for n in notices {
+            self.out.write_notice(n)?;
+            any = true;
+        }
+        if any { self.flush() } else { Ok(()) }
     }
 
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
@@ -273,6 +288,22 @@ impl Pipeline {
     /// The latest verdicts, oldest first.
     pub fn recent(&self) -> impl Iterator<Item = &Verdict> {
         self.recent.iter()
+    }
+
+    /// What `explain` reads about `path`: the engine's sockets there with their owners and
+    /// history, and the kept verdicts about them, timed by the clocks as of now.
+    pub fn path_answer(&self, path: &str) -> PathAnswer {
+        let sockets = self
+            .engine
+            .socket_by_path(path)
+            .into_iter()
+            .map(|s| SocketView {
+                state: s.clone(),
+                owners: self.engine.owners(s.file),
+            })
+            .collect();
+        let at = (path, self.out.node());
+        PathAnswer::new(at, output::boot_to_wall_ns(), sockets, &self.recent)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

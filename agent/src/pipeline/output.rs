@@ -5,7 +5,8 @@
 //! takes lines again. A strict one (a replay's) fails with the sink's first error.
 //!
 //! `run`'s writer stamps every line ([`Stamp`]); a replay's writes the engine's verdicts
-//! bare, as it has neither the recording's clocks nor its node.
+//! bare, as it has neither the recording's clocks nor its node. With `--format text` it writes
+//! a sentence per verdict instead (`text::verdict::line`), and no event lines.
 use std::{
     fs::OpenOptions,
     io::{self, Write},
@@ -18,7 +19,8 @@ use serde::Serialize;
 use crate::{
     engine::Verdict,
     events::{EventLine, json},
-    pipeline::reconcile,
+    pipeline::{notice::Notice, reconcile},
+    text::{self, Format},
 };
 
 /// Past this many buffered bytes the lines are written at once, not at the next flush.
@@ -47,8 +49,14 @@ impl Stamp {
 
     /// Ends `line`, a JSON object, with the stamp of its boot-clock time `ts_ns`.
     fn close(&mut self, line: &mut Vec<u8>, ts_ns: u64) -> io::Result<()> {
+        let wall_ns = self.wall_ns(ts_ns);
+        json::stamp(line, wall_ns, &self.node)
+    }
+
+    /// The wall-clock time (ns since the epoch) of the boot-clock time `ts_ns`.
+    fn wall_ns(&mut self, ts_ns: u64) -> u64 {
         let offset = *self.boot_to_wall_ns.get_or_insert_with(boot_to_wall_ns);
-        json::stamp(line, ts_ns.saturating_add_signed(offset), &self.node)
+        ts_ns.saturating_add_signed(offset)
     }
 
     /// The batch is out: the next line reads the clocks again.
@@ -59,7 +67,7 @@ impl Stamp {
 
 /// Now on the wall clock minus now on the boot clock, ns (a wall clock before 1970 counts as
 /// 1970).
-fn boot_to_wall_ns() -> i64 {
+pub fn boot_to_wall_ns() -> i64 {
     let boot = reconcile::boot_ns();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -97,6 +105,8 @@ pub struct JsonLines {
     outage: Option<u64>,
     /// `run`'s: stamps every line.
     stamp: Option<Stamp>,
+    /// JSON objects, or (`run --format text`) a sentence per verdict and no event lines.
+    format: Format,
 }
 
 impl JsonLines {
@@ -120,6 +130,7 @@ impl JsonLines {
             dropped: 0,
             outage: None,
             stamp: None,
+            format: Format::Json,
         }
     }
 
@@ -140,8 +151,42 @@ impl JsonLines {
         }
     }
 
+    /// Writes verdicts in `format`; with [`Format::Text`], events not at all.
+    pub fn formatted(self, format: Format) -> Self {
+        Self { format, ..self }
+    }
+
+    /// The node the lines are stamped with; empty when unstamped.
+    pub fn node(&self) -> &str {
+        self.stamp.as_ref().map_or("", |s| s.node.as_str())
+    }
+
     pub fn write_verdict(&mut self, v: &Verdict) -> io::Result<()> {
-        self.write(v, v.ts_ns())
+        match self.format {
+            Format::Json => self.write(v, v.ts_ns()),
+            Format::Text => self.write_text(&text::verdict::sentence(v), v.ts_ns()),
+        }
+    }
+
+    pub fn write_notice(&mut self, n: &Notice) -> io::Result<()> {
+        match self.format {
+            Format::Json => self.write(n, n.ts_ns()),
+            // A notice has no sentence (yet): its JSON, so that text readers still see it.
+            Format::Text => {
+                let what = format!("NOTICE: {}", serde_json::to_string(n)?);
+                self.write_text(&what, n.ts_ns())
+            }
+        }
+    }
+
+    /// `what`, after the wall time of `ts_ns` and the node when stamped.
+    fn write_text(&mut self, what: &str, ts_ns: u64) -> io::Result<()> {
+        let line = match &mut self.stamp {
+            Some(stamp) => text::line(stamp.wall_ns(ts_ns), &stamp.node, what),
+            None => what.to_owned(),
+        };
+        self.buf.extend_from_slice(line.as_bytes());
+        self.next_line()
     }
 
     /// Any JSON object, timed `ts_ns` on the boot clock.
@@ -150,16 +195,24 @@ impl JsonLines {
         self.end_line(ts_ns)
     }
 
-    /// An event line, through its hand-written JSON (the hot path's).
+    /// An event line, through its hand-written JSON (the hot path's); none in text.
     pub fn write_event(&mut self, line: &EventLine) -> io::Result<()> {
+        if self.format == Format::Text {
+            return Ok(());
+        }
         json::write_line(&mut self.buf, line)?;
         self.end_line(line.event.ts_ns)
     }
 
+    /// Ends a JSON object timed `ts_ns` with its stamp, and its line.
     fn end_line(&mut self, ts_ns: u64) -> io::Result<()> {
         if let Some(stamp) = &mut self.stamp {
             stamp.close(&mut self.buf, ts_ns)?;
         }
+        self.next_line()
+    }
+
+    fn next_line(&mut self) -> io::Result<()> {
         self.buf.push(b'\n');
         if self.buf.len() >= FLUSH_AT {
             return self.flush();
@@ -334,6 +387,36 @@ mod tests {
         assert!(
             (expected - read).abs() < 1_000_000_000,
             "{read} vs {expected}"
+        );
+    }
+
+    #[test]
+    fn text_is_a_sentence_per_verdict_after_its_time_and_node_and_no_event_lines() {
+        let (disk, out) = stamped("node-1");
+        let mut out = out.formatted(Format::Text);
+        let bind = crate::events::KernelEvent::sample(agent_common::EventKind::Bind, "/run/a");
+        out.write_event(&EventLine {
+            event: bind,
+            workload: None,
+            moved: None,
+        })
+        .expect("buffered");
+        let closed = Verdict::OrphanClosed {
+            ts_ns: 1_123_456_789,
+            since_ns: 123_456_789,
+            duration_ns: 1_000_000_000,
+            reason: crate::engine::CloseReason::Exited,
+            owner: crate::engine::Proc::unknown(7),
+            path: Some("/run/a".into()),
+            file: crate::engine::FileId { dev: 1, ino: 2 },
+            sock_ino: 3,
+        };
+        out.write_verdict(&closed).expect("buffered");
+        out.flush().expect("room");
+        assert_eq!(
+            disk.text(),
+            "2026-12-02T17:20:01.123Z node-1 ORPHAN CLOSED: the orphaned listener of pid 7 on \
+             inode 1:2 (once /run/a) ended after 1.0 s: its last owner exited.\n"
         );
     }
 

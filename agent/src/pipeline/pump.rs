@@ -1,7 +1,8 @@
 //! Moves events from the kernel to the output: woken by the kernel past a backlog threshold,
 //! and drained on a short timer regardless (submits below the threshold wake nobody). Each
 //! timer tick also tells the engine the time (`CLOCK_BOOTTIME`, the clock of the kernel's
-//! `bpf_ktime_get_boot_ns` timestamps), so a takeover window ends without a later event.
+//! `bpf_ktime_get_boot_ns` timestamps), so a takeover window ends without a later event, and
+//! at most once a second the kernel's loss counters are read for notices (`notice::Losses`).
 use std::{future::Future, io, sync::Mutex, time::Duration};
 
 use tokio::{
@@ -11,8 +12,8 @@ use tokio::{
 
 use crate::{
     events::{KernelEvent, decode::DecodeError},
-    kernel::loader::EventReader,
-    pipeline::Pipeline,
+    kernel::loader::{EventReader, KernelCounters},
+    pipeline::{Pipeline, notice::Losses},
     scan::ScanReport,
 };
 
@@ -27,19 +28,22 @@ pub struct PumpStats {
 }
 
 /// Runs until `shutdown` completes, then drains what is left. Sweeps arriving on `sweeps`
-/// are applied between drains, after the events the kernel delivered before them.
+/// are applied between drains, after the events the kernel delivered before them. Losses
+/// the kernel's counters (`counters`) show are written as notices, and once more at the end.
 pub async fn pump(
     reader: EventReader,
     pipeline: &Mutex<Pipeline>,
     drain_every: Duration,
     mut sweeps: mpsc::Receiver<Sweep>,
     shutdown: impl Future<Output = ()>,
+    counters: impl Fn() -> Option<KernelCounters>,
 ) -> io::Result<PumpStats> {
     // SAFETY: the reader owns the ring buffer's fd and keeps it open while the AsyncFd lives.
     let mut fd = unsafe { AsyncFd::register_with_interest(reader, Interest::READABLE)? };
     let mut tick = tokio::time::interval(drain_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut stats = PumpStats::default();
+    let mut losses = Losses::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -52,7 +56,11 @@ pub async fn pump(
                 // The clock first: every event drained now happened before it.
                 let now = crate::pipeline::reconcile::boot_ns();
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
-                pipeline.lock().expect("pipeline lock").tick(now)?;
+                // Read before the pipeline is locked: the probes have a lock of their own.
+                let notices = losses.poll(now, &counters);
+                let mut p = pipeline.lock().expect("pipeline lock");
+                p.tick(now)?;
+                p.notices(&notices)?;
             }
             Some((ts_ns, report)) = sweeps.recv() => {
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
@@ -65,7 +73,13 @@ pub async fn pump(
         }
     }
     drain_into(fd.get_mut(), pipeline, &mut stats)?;
-    pipeline.lock().expect("pipeline lock").finish()?;
+    let now = crate::pipeline::reconcile::boot_ns();
+    let last = counters()
+        .map(|c| losses.check(&c, now))
+        .unwrap_or_default();
+    let mut p = pipeline.lock().expect("pipeline lock");
+    p.finish()?;
+    p.notices(&last)?;
     Ok(stats)
 }
 

@@ -30,10 +30,12 @@ pub struct ReplayStats {
     pub events: usize,
     /// Verdict lines of the recording, skipped: the engine derives its own.
     pub recorded_verdicts: usize,
+    /// Notice lines of the recording (what the recording agent could not see), skipped.
+    pub recorded_notices: usize,
 }
 
-/// Feeds every event line of `log` to `pipeline`; blank lines and recorded verdicts are
-/// skipped, anything else that is not an event is an error naming its line, and so is a line
+/// Feeds every event line of `log` to `pipeline`; blank lines, recorded verdicts and
+/// notices are skipped, anything else that is not an event is an error naming its line, and so is a line
 /// of a newer schema (one without `schema` predates it). The stream's own fields (`time`,
 /// `node`) are not the engine's, and are ignored. Time is the events' own (a removal's
 /// takeover window ends with the first later event past it), and the end of the log decides
@@ -62,6 +64,10 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
         }
         if value.get("verdict").is_some() {
             stats.recorded_verdicts += 1;
+            continue;
+        }
+        if value.get("notice").is_some() {
+            stats.recorded_notices += 1;
             continue;
         }
         let line: EventLine =
@@ -138,7 +144,8 @@ mod tests {
             r.expect("replays"),
             ReplayStats {
                 events: 3,
-                recorded_verdicts: 1
+                recorded_verdicts: 1,
+                recorded_notices: 0,
             }
         );
         let verdicts: Vec<serde_json::Value> = out
@@ -235,6 +242,35 @@ mod tests {
         let (r, out) = run(&lines.join("\n"));
         assert_eq!(r.expect("replays").events, 3);
         assert_eq!(out, bare.1, "the stream's fields change no verdict");
+        assert!(out.contains("foreign_unlink"), "{out}");
+    }
+
+    /// What the recording agent could not see is no input: the verdicts are the ones the
+    /// events alone give.
+    #[test]
+    fn recorded_notices_are_skipped() {
+        let notices = [
+            r#"{"notice":"hook_missing","hook":"exit","missed":"exits are not seen","refused":[{"tier":"tracepoint","reason":"refused"}],"ts_ns":1}"#,
+            r#"{"notice":"events_lost","lost":{"bind":3},"total":3,"ts_ns":2}"#,
+        ];
+        let bare = run(&[A_BINDS, A_LISTENS, B_UNLINKS].join("\n"));
+        let lines = [
+            stamped(notices[0]),
+            A_BINDS.into(),
+            A_LISTENS.into(),
+            stamped(notices[1]),
+            B_UNLINKS.into(),
+        ];
+        let (r, out) = run(&lines.join("\n"));
+        assert_eq!(
+            r.expect("replays"),
+            ReplayStats {
+                events: 3,
+                recorded_verdicts: 0,
+                recorded_notices: 2,
+            }
+        );
+        assert_eq!(out, bare.1);
         assert!(out.contains("foreign_unlink"), "{out}");
     }
 

@@ -156,6 +156,37 @@ impl Findings {
         self.len() == 0
     }
 
+    /// The findings about `path`: its listeners and files, and mounts of it or onto it.
+    pub fn about(&self, path: &str) -> Findings {
+        let mount = |source: &str, point: &str| source == path || point == path;
+        Findings {
+            orphaned_listeners: self
+                .orphaned_listeners
+                .iter()
+                .filter(|o| o.path == path)
+                .cloned()
+                .collect(),
+            stale_socket_files: self
+                .stale_socket_files
+                .iter()
+                .filter(|f| f.path == path)
+                .cloned()
+                .collect(),
+            stale_bind_mounts: self
+                .stale_bind_mounts
+                .iter()
+                .filter(|m| mount(&m.source, &m.mount_point))
+                .cloned()
+                .collect(),
+            socket_file_mounts: self
+                .socket_file_mounts
+                .iter()
+                .filter(|m| mount(&m.source, &m.mount_point))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// Drop what a later dump shows was a race with the scan: an orphaned listener that has
     /// since closed (its owner unlinked and closed it: S2), a stale file that is now served
     /// (a bind between the dump and the walk).

@@ -7,7 +7,10 @@ use serde::Serialize;
 use agent_common::FileId;
 
 use super::{
-    findings::{Findings, OrphanCause, SocketFileMount, StaleBindMount, StaleCause},
+    findings::{
+        Findings, OrphanCause, OrphanedListener, SocketFileMount, StaleBindMount, StaleCause,
+        StaleSocketFile,
+    },
     model::{Counts, ScanReport},
     procfd::Holder,
 };
@@ -126,51 +129,56 @@ fn socket_file_mount_line(m: &SocketFileMount) -> String {
 
 /// One line per finding, then one per risk.
 pub fn write_table(r: &ScanReport, out: &mut dyn Write) -> io::Result<()> {
-    for o in &r.findings.orphaned_listeners {
-        let how = match o.cause {
-            OrphanCause::Unlinked => "unlinked".to_string(),
-            OrphanCause::Replaced { now } => format!("replaced by {}", file(&now, false)),
-        };
-        let queue = match (o.pending, o.backlog) {
-            (Some(p), Some(b)) => format!("; {p}/{b} connections pending"),
-            _ => String::new(),
-        };
-        writeln!(
-            out,
-            "orphaned-listener  {}  {how}; socket:[{}] on {}{queue}; held by {}",
-            o.path,
-            o.sock_ino,
-            file(&o.file, o.ino_low32),
-            holders(&o.holders),
-        )?;
-    }
-    for s in &r.findings.stale_socket_files {
-        let why = match &s.cause {
-            StaleCause::NoSocket => "no socket is bound to it".to_string(),
-            StaleCause::NotListening { sock_inos } => {
-                let socks: Vec<String> =
-                    sock_inos.iter().map(|i| format!("socket:[{i}]")).collect();
-                format!(
-                    "bound but nothing listens ({}; held by {})",
-                    socks.join(", "),
-                    holders(&s.holders)
-                )
-            }
-        };
-        writeln!(
-            out,
-            "stale-socket-file  {}  {why}; {}",
-            s.path,
-            file(&s.file, false)
-        )?;
-    }
-    for m in &r.findings.stale_bind_mounts {
-        writeln!(out, "{}", bind_mount_line(m))?;
-    }
-    for m in &r.findings.socket_file_mounts {
-        writeln!(out, "{}", socket_file_mount_line(m))?;
+    for line in finding_lines(&r.findings) {
+        writeln!(out, "{line}")?;
     }
     Ok(())
+}
+
+/// The table's lines: one per finding, then one per risk.
+pub fn finding_lines(f: &Findings) -> Vec<String> {
+    let mut lines: Vec<String> = f.orphaned_listeners.iter().map(orphan_line).collect();
+    lines.extend(f.stale_socket_files.iter().map(stale_file_line));
+    lines.extend(f.stale_bind_mounts.iter().map(bind_mount_line));
+    lines.extend(f.socket_file_mounts.iter().map(socket_file_mount_line));
+    lines
+}
+
+fn orphan_line(o: &OrphanedListener) -> String {
+    let how = match o.cause {
+        OrphanCause::Unlinked => "unlinked".to_string(),
+        OrphanCause::Replaced { now } => format!("replaced by {}", file(&now, false)),
+    };
+    let queue = match (o.pending, o.backlog) {
+        (Some(p), Some(b)) => format!("; {p}/{b} connections pending"),
+        _ => String::new(),
+    };
+    format!(
+        "orphaned-listener  {}  {how}; socket:[{}] on {}{queue}; held by {}",
+        o.path,
+        o.sock_ino,
+        file(&o.file, o.ino_low32),
+        holders(&o.holders),
+    )
+}
+
+fn stale_file_line(s: &StaleSocketFile) -> String {
+    let why = match &s.cause {
+        StaleCause::NoSocket => "no socket is bound to it".to_string(),
+        StaleCause::NotListening { sock_inos } => {
+            let socks: Vec<String> = sock_inos.iter().map(|i| format!("socket:[{i}]")).collect();
+            format!(
+                "bound but nothing listens ({}; held by {})",
+                socks.join(", "),
+                holders(&s.holders)
+            )
+        }
+    };
+    format!(
+        "stale-socket-file  {}  {why}; {}",
+        s.path,
+        file(&s.file, false)
+    )
 }
 
 /// A one-line summary for people (stderr in table mode).

@@ -610,3 +610,37 @@ fn bind_through_a_closed_descriptor_is_found_by_the_walk() {
     );
     assert_eq!(s.dir.as_ref().map(|d| d.0.ino), Some(9));
 }
+
+#[test]
+fn findings_about_a_path_are_its_listeners_files_and_mounts_of_it_or_onto_it() {
+    let fake = Fake::default()
+        .ns(Some(30), "pod")
+        .file("pod", "/var/run/m.sock", stat(S_IFSOCK, 7, 0))
+        .file("pod", "/var/run/live.sock", sock(8));
+    let mut s = snap(
+        vec![listener(500, "/run/a.sock", 0x42)],
+        vec![proc_(10, 100, &[500]), proc_(30, 200, &[])],
+    );
+    s.mount_tables = vec![MountTable {
+        mntns: 200,
+        pid: 30,
+        mounts: vec![
+            bind_mount("/run/m.sock", true, "/var/run/m.sock"),
+            bind_mount("/run/live.sock", false, "/var/run/live.sock"),
+        ],
+    }];
+    let f = analyze(&s, &fake).findings;
+    let counts = |f: &Findings| {
+        (
+            f.orphaned_listeners.len(),
+            f.stale_socket_files.len(),
+            f.stale_bind_mounts.len(),
+            f.socket_file_mounts.len(),
+        )
+    };
+    assert_eq!(counts(&f), (1, 0, 1, 1), "{f:#?}");
+    assert_eq!(counts(&f.about("/run/a.sock")), (1, 0, 0, 0));
+    assert_eq!(counts(&f.about("/run/m.sock")), (0, 0, 1, 0));
+    assert_eq!(counts(&f.about("/var/run/live.sock")), (0, 0, 0, 1));
+    assert_eq!(counts(&f.about("/run/other.sock")), (0, 0, 0, 0));
+}

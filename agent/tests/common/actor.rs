@@ -63,6 +63,8 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
     use std::os::fd::{AsRawFd, OwnedFd};
     match w {
         ["pid"] => Ok(std::process::id().to_string()),
+        // The comm of the thread that runs the commands: what the kernel reports it by.
+        ["comm"] => std::fs::read_to_string("/proc/thread-self/comm").map(|c| c.trim().into()),
         // bind PATH: a stream socket bound to PATH, not listening; replies its handle.
         ["bind", path] => {
             // SAFETY: socket(2) takes no pointers; the result is checked by from_raw_fd's caller below.

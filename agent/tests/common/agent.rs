@@ -99,10 +99,20 @@ impl Agent {
 
     /// Every line written so far, parsed and checked against the schema.
     pub fn lines(&self) -> Vec<serde_json::Value> {
+        self.text_lines().iter().map(|l| checked_line(l)).collect()
+    }
+
+    /// Every whole line written so far, as it is (`--format text`).
+    pub fn text_lines(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.events).unwrap_or_default();
         // The agent may be writing a line as it is read: only whole lines count.
         let whole = text.rfind('\n').map_or("", |end| &text[..end]);
-        whole.lines().map(checked_line).collect()
+        whole.lines().map(str::to_owned).collect()
+    }
+
+    /// Waits for a line of `--format text` output matching `want`; fails listing every line.
+    pub fn expect_text(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        self.wait_for(what, Agent::text_lines, |l: &String| want(l))
     }
 
     pub fn verdicts(&self) -> Vec<serde_json::Value> {
@@ -110,6 +120,19 @@ impl Agent {
             .into_iter()
             .filter(|v| v.get("verdict").is_some())
             .collect()
+    }
+
+    /// The notice lines written so far (what the agent said it could not see).
+    pub fn notices(&self) -> Vec<serde_json::Value> {
+        self.lines()
+            .into_iter()
+            .filter(|v| v.get("notice").is_some())
+            .collect()
+    }
+
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for an event or verdict line matching `want`; fails listing every line written.
@@ -130,12 +153,12 @@ impl Agent {
         self.wait_for(&format!("{what} verdict"), Agent::verdicts, want)
     }
 
-    fn wait_for(
+    fn wait_for<T: std::fmt::Debug>(
         &self,
         what: &str,
-        lines: fn(&Agent) -> Vec<serde_json::Value>,
-        want: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
+        lines: fn(&Agent) -> Vec<T>,
+        want: impl Fn(&T) -> bool,
+    ) -> T {
         let deadline = Instant::now() + patience();
         loop {
             if let Some(v) = lines(self).into_iter().find(|v| want(v)) {
@@ -144,7 +167,7 @@ impl Agent {
             assert!(
                 Instant::now() < deadline,
                 "no {what}; lines: {:#?}\nlog: {}",
-                self.lines(),
+                self.text_lines(),
                 self.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -153,11 +176,21 @@ impl Agent {
 
     /// Stops the agent with SIGINT; it must exit cleanly.
     pub fn stop(mut self) -> Vec<serde_json::Value> {
+        self.interrupt();
+        self.verdicts()
+    }
+
+    /// [`Agent::stop`] for `--format text`: every line it wrote.
+    pub fn stop_text(mut self) -> Vec<String> {
+        self.interrupt();
+        self.text_lines()
+    }
+
+    fn interrupt(&mut self) {
         // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "exit {status}: {}", self.log_text());
-        self.verdicts()
     }
 }
 

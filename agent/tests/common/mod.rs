@@ -8,6 +8,7 @@
 
 pub mod actor;
 pub mod agent;
+pub mod go;
 
 use std::{
     path::Path,

@@ -34,7 +34,16 @@ fn foreign_unlink(
         victim_bound_ns,
         decided_by,
         fidelity,
+        stale_owner: false,
     }
+}
+
+/// `v`, a foreign unlink, by a stale owner.
+fn by_stale_owner(mut v: Verdict) -> Verdict {
+    if let Verdict::ForeignUnlink { stale_owner, .. } = &mut v {
+        *stale_owner = true;
+    }
+    v
 }
 
 fn opened(
@@ -119,17 +128,18 @@ fn s1_prefix(e: &mut Engine, kernel: bool) {
             listen(2101, &b(), fid(F2), 22),
         ],
     );
-    // A's Go listener closes: unlink-on-close removes B's file, then the socket closes.
+    // A's Go listener closes: unlink-on-close removes B's file, then the socket closes. A's
+    // own listener at P lost its file to B: A is a stale owner.
     assert_eq!(
         e.apply(&un(3000, &a(), F2, &b(), 22)),
         vec![
-            foreign_unlink(
+            by_stale_owner(foreign_unlink(
                 3000,
                 (a(), b(), Relation::SameWorkloadOtherPod),
                 P,
                 (fid(F2), 22, 2100),
                 (decided_by, fidelity)
-            ),
+            )),
             opened(3000, OrphanCause::Unlinked, b(), Some(a()), P, fid(F2), 22),
         ]
     );
@@ -920,6 +930,7 @@ fn s13_one_socket_seen_under_two_paths_is_one_socket() {
                 victim_bound_ns: 1000,
                 decided_by: DecidedBy::Engine,
                 fidelity: Fidelity::PathOnly,
+                stale_owner: false,
             },
             opened(
                 2000,

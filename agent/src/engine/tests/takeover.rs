@@ -74,6 +74,7 @@ fn b_foreign_unlink() -> Verdict {
         victim_bound_ns: 1000,
         decided_by: DecidedBy::Kernel,
         fidelity: Fidelity::Exact,
+        stale_owner: false,
     }
 }
 
@@ -324,14 +325,15 @@ fn s1(kernel: bool) {
         victim,
         file,
         ts_ns,
+        stale_owner,
         ..
     } = &out[0]
     else {
         panic!("{out:?}")
     };
     assert_eq!(
-        (actor.tgid, victim.tgid, *file, *ts_ns),
-        (a().tgid, b().tgid, fid(F2), T0 + 500)
+        (actor.tgid, victim.tgid, *file, *ts_ns, *stale_owner),
+        (a().tgid, b().tgid, fid(F2), T0 + 500, true)
     );
     let Verdict::OrphanOpened {
         owner,

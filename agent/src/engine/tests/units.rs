@@ -154,6 +154,38 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
 }
 
 #[test]
+fn sweeps_in_a_row_keep_one_history_line_and_the_bind() {
+    let mut e = engine();
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    for ts in 10..100 {
+        e.apply(&scan(ts, vec![scanned(11, fid(1), P, &[a()], true)]));
+    }
+    e.apply(&unlink_path(200, &b(), P));
+    e.apply(&scan(300, vec![scanned(11, fid(1), P, &[a()], false)]));
+    let events: Vec<_> = e
+        .socket(fid(1))
+        .expect("tracked")
+        .history
+        .iter()
+        .map(|h| (h.ts_ns, h.event))
+        .collect();
+    use crate::engine::HistoryEvent::*;
+    assert_eq!(
+        events,
+        vec![
+            (1, Bound),
+            (2, Listen),
+            (99, Scanned),
+            (200, ForeignUnlink),
+            (200, OrphanOpened),
+            (300, Scanned)
+        ]
+    );
+    assert_eq!(e.stats().evictions.history, 0);
+}
+
+#[test]
 fn a_kernel_reported_owner_the_engine_never_saw_is_adopted() {
     let mut e = engine();
     // The bind was lost; the kernel still knows who listens on the file.

@@ -51,6 +51,7 @@ fn foreign_unlink(relation: Relation) -> Verdict {
         victim_bound_ns: 0,
         decided_by: DecidedBy::Kernel,
         fidelity: Fidelity::Exact,
+        stale_owner: false,
     }
 }
 

@@ -77,8 +77,9 @@ drain_interval = {{ $c.drainInterval | toJson }}
 # when that process, its cgroup or its pod binds the path again this soon (a rollout);
 # otherwise a foreign unlink, reported this late. "0s": every one at once, no takeovers.
 takeover_window = {{ $c.takeoverWindow | toJson }}
-# Lines written to the events output (stdout, the pod's log): "verdicts" only, or "all"
-# (a line per kernel event as well: thousands a second on a busy node).
+# Lines written to the events output (stdout, the pod's log): "verdicts" (verdicts and the
+# agent's notices: hooks missing, records lost, scans failing), or "all" (a line per kernel
+# event as well: thousands a second on a busy node).
 events_filter = {{ $c.eventsFilter | toJson }}
 # Live sockets the kernel's table holds: past it new binds are counted as map_full and left
 # to the sweeps.

@@ -1,0 +1,292 @@
+//! The real agent as a person reads it: `run --format text` writes each verdict as one exact
+//! sentence naming both processes, the path and the inode, and `explain PATH` tells the path's
+//! timeline from the running agent's API. S1 (the Go listener's Close) and S3 (a stale
+//! connect through a bind-mounted socket file), on whichever tier this kernel gives `run`.
+mod common;
+
+use std::{net::SocketAddr, path::Path, process::Command};
+
+use common::{
+    actor::Actor,
+    agent::{Agent, sockwatch_bin},
+    go::{go_listen, go_or_skip, go_stop},
+    *,
+};
+use sockwatch::{attribution::Attributor, engine::Proc};
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    actor::serve();
+}
+
+const NODE: &str = "readable-node";
+
+/// An agent watching `dir` that writes sentences, with its API on a free loopback port.
+fn text_agent(dir: &Path) -> (Agent, SocketAddr) {
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = ["--format", "text", "--listen", listen.as_str()];
+    let agent = Agent::start_with_env(dir, dir, &args, &[("NODE_NAME", NODE)]);
+    (agent, addr)
+}
+
+/// `comm (pid N)` as the agent names a live process: with its workload, read as the agent
+/// reads it (none on a plain host; a container id where the tests run in one).
+fn named(pid: u32, comm: &str) -> String {
+    sockwatch::text::who(&Proc {
+        tgid: pid,
+        pid,
+        comm: comm.into(),
+        cgroup_id: 0,
+        workload: Attributor::default().workload(pid),
+    })
+}
+
+/// The actor's name as the kernel reports it: the comm of the thread that runs commands.
+fn actor_named(a: &mut Actor) -> String {
+    let comm = a.must("comm");
+    named(a.pid, &comm)
+}
+
+fn inode((dev, ino): (u64, u64)) -> String {
+    format!("{dev}:{ino}")
+}
+
+/// `what` after a line's stamp: `YYYY-MM-DDTHH:MM:SS.mmmZ` and, when `node` is given, it.
+fn after_stamp<'a>(line: &'a str, node: Option<&str>) -> &'a str {
+    let (time, rest) = line.split_at_checked(24).unwrap_or((line, ""));
+    let shape = time.bytes().enumerate().all(|(i, b)| match i {
+        4 | 7 => b == b'-',
+        10 => b == b'T',
+        13 | 16 => b == b':',
+        19 => b == b'.',
+        23 => b == b'Z',
+        _ => b.is_ascii_digit(),
+    });
+    assert!(shape, "no RFC 3339 time to the millisecond: {line:?}");
+    let rest = match node {
+        Some(node) => rest.strip_prefix(&format!(" {node} ")),
+        None => rest.strip_prefix("  "),
+    };
+    rest.unwrap_or_else(|| panic!("no {node:?} after the time: {line:?}"))
+}
+
+/// The sentence of the first `--format text` line that `want` picks, waiting for it.
+fn expect_sentence(agent: &Agent, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let line = agent.expect_text(what, |l| want(after_stamp(l, Some(NODE))));
+    after_stamp(&line, Some(NODE)).to_owned()
+}
+
+/// `sockwatch explain PATH` against the agent at `addr`: its lines.
+fn explain(path: &Path, addr: SocketAddr) -> Vec<String> {
+    let out = Command::new(sockwatch_bin())
+        .arg("explain")
+        .arg(path)
+        .args(["--agent", &addr.to_string()])
+        .output()
+        .expect("run sockwatch explain");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "explain: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().map(str::to_owned).collect()
+}
+
+/// What a timeline line must be (after its time), and what it is called in a failure.
+type Wanted<'a> = (&'a str, &'a dyn Fn(&str) -> bool);
+
+/// Each of `wanted` matches a line of `lines` (after its time, for a timeline line), in this
+/// order.
+fn in_order(lines: &[String], wanted: &[Wanted]) {
+    let mut rest = lines.iter();
+    for (what, want) in wanted {
+        let found = rest.any(|l| {
+            let text = match l.starts_with("now:") {
+                true => l.as_str(),
+                false => l.split_once("  ").map_or(l.as_str(), |(_, t)| t),
+            };
+            want(text)
+        });
+        assert!(
+            found,
+            "no {what} (in this order) in the timeline:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+/// S1 with the Go listener: the successor's takeover, then the old daemon's Close unlinking
+/// the successor's socket, one sentence each, exact to the pid and inode; `explain` tells the
+/// same path's timeline from the agent.
+#[test]
+fn s1_sentences_and_the_timeline_explain_tells() {
+    if !root("readable_s1") {
+        return;
+    }
+    let Some(go) = go_or_skip("readable_s1") else {
+        return;
+    };
+    let tmp = tempdir();
+    let dir = tmp.path().join("multus");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let sock = dir.join("multus.sock");
+    let (agent, addr) = text_agent(tmp.path());
+    let (mut old, mut out) = go_listen(&go, &[], &sock);
+    let old_pid = old.id();
+    let old_name = named(old_pid, "golistener");
+    let old_file = inode(stat_id(&sock));
+    let mut b = Actor::spawn();
+    let b_name = actor_named(&mut b);
+    b.must(&format!("rmtree {}", s(&dir)));
+    b.must(&format!("mkdir {}", s(&dir)));
+    b.must(&format!("listen-on {}", s(&sock)));
+    let new_file = inode(stat_id(&sock));
+    go_stop(&mut old, &mut out);
+    let sock = s(&sock);
+
+    let takeover = expect_sentence(&agent, "B's takeover", |l| l.starts_with("TAKEOVER: "));
+    let (healthy_start, healthy_end) = (
+        format!(
+            "TAKEOVER: {b_name} removed {sock} (inode {old_file}), the file of the live socket \
+             of {old_name}, and bound a new socket there (inode {new_file}) "
+        ),
+        " later: a healthy rollout, nothing to fix; the old listener should close as its \
+         process shuts down.",
+    );
+    assert!(
+        takeover.starts_with(&healthy_start) && takeover.ends_with(healthy_end),
+        "{takeover}"
+    );
+    let foreign = expect_sentence(&agent, "the Close's foreign unlink", |l| {
+        l.starts_with("FOREIGN UNLINK: ")
+    });
+    let s1 = format!(
+        "FOREIGN UNLINK: {old_name} removed {sock} (inode {new_file}), the file of the \
+         listening socket of {b_name}, so clients can no longer reach it by path; likely cause: \
+         the remover is a stale owner, its own listener at this path was already replaced, yet \
+         its Close unlinked the path (Go's net.UnixListener unlinks its path on Close); fix: \
+         call SetUnlinkOnClose(false) or remove only your own inode."
+    );
+    assert_eq!(foreign, s1);
+    let b_orphan = format!(
+        "ORPHANED LISTENER: {b_name} listens on inode {new_file}, whose path {sock} was \
+         removed by {old_name}: no client can reach it by path until its owner binds again or \
+         exits."
+    );
+    assert_eq!(
+        expect_sentence(&agent, "B's orphan", |l| l
+            .starts_with(&format!("ORPHANED LISTENER: {b_name}"))),
+        b_orphan
+    );
+    let old_orphan = format!(
+        "ORPHANED LISTENER: {old_name} still listens on inode {old_file}, whose path {sock} was \
+         taken over by {b_name}: expected while the old process shuts down; if it lingers, its \
+         shutdown is stuck."
+    );
+    assert_eq!(
+        expect_sentence(&agent, "the old daemon's orphan", |l| l
+            .starts_with(&format!("ORPHANED LISTENER: {old_name}"))),
+        old_orphan
+    );
+
+    let timeline = explain(Path::new(sock), addr);
+    assert_eq!(
+        timeline[0],
+        format!("{sock}, as the agent on {NODE} saw it:")
+    );
+    let old_bind = format!("{old_name} bound the path: inode {old_file}");
+    let b_bind = format!("{b_name} bound the path: inode {new_file}");
+    let now = format!("now: ORPHANED LISTENER: inode {new_file} still listens (owners: {b_name})");
+    in_order(
+        &timeline,
+        &[
+            ("the old daemon's bind", &|l| l == old_bind),
+            ("the takeover", &|l| l == takeover),
+            ("the successor's bind", &|l| l == b_bind),
+            ("the Close's removal", &|l| l == s1),
+            ("the successor's orphan", &|l| l == b_orphan),
+            ("its state now", &|l| l.starts_with(&now)),
+        ],
+    );
+    for line in timeline.iter().skip(1).filter(|l| !l.starts_with("now:")) {
+        after_stamp(line, None);
+    }
+    // The text stream holds verdicts only: no kernel event, no JSON.
+    let lines = agent.stop_text();
+    eprintln!("run --format text wrote:\n{}\n", lines.join("\n"));
+    eprintln!("explain printed:\n{}", timeline.join("\n"));
+    assert!(lines.iter().all(|l| !l.contains('{')), "{lines:#?}");
+    let count = |label: &str| lines.iter().filter(|l| l.contains(label)).count();
+    assert_eq!(
+        (count(" TAKEOVER: "), count(" FOREIGN UNLINK: ")),
+        (1, 1),
+        "{lines:#?}"
+    );
+}
+
+/// S3: a client's bind mount of the socket file pins the old inode; its refused connect is
+/// one sentence naming the client, the binder, the remover and the fix; `explain` of the
+/// server's path tells it too.
+#[test]
+fn s3_stale_connect_sentence_says_mount_the_directory() {
+    if !root("readable_s3") {
+        return;
+    }
+    let tmp = tempdir();
+    let sock = tmp.path().join("srv.sock");
+    let view = tmp.path().join("client-view.sock");
+    let (agent, addr) = text_agent(tmp.path());
+    let (mut a, mut b, mut c) = (Actor::spawn(), Actor::spawn(), Actor::spawn());
+    let (a_name, b_name, c_name) = (
+        actor_named(&mut a),
+        actor_named(&mut b),
+        actor_named(&mut c),
+    );
+    a.must(&format!("listen-on {}", s(&sock)));
+    let old_file = inode(stat_id(&sock));
+    c.must(&format!("touch {}", s(&view)));
+    c.must(&format!("bind-mount {} {}", s(&sock), s(&view)));
+    b.must(&format!("unlink {}", s(&sock)));
+    b.must(&format!("listen-on {}", s(&sock)));
+    drop(a);
+    assert_eq!(
+        c.must(&format!("connect {}", s(&view))),
+        libc::ECONNREFUSED.to_string()
+    );
+    let stale = expect_sentence(&agent, "the stale connect", |l| {
+        l.starts_with("STALE CONNECT: ")
+    });
+    let s3 = format!(
+        "STALE CONNECT: {c_name} was refused (ECONNREFUSED) connecting to {}: it reached inode \
+         {old_file}, a removed socket file (removed by {b_name}) that no socket listens on (last \
+         bound by {a_name}), kept reachable by a bind mount of the file; likely cause: the \
+         socket file itself is bind-mounted into the client's mount namespace (a hostPath of \
+         type Socket, a volume of the file), so the daemon's new socket stays out of its view; \
+         fix: mount the socket's directory, not the file.",
+        s(&view)
+    );
+    assert_eq!(stale, s3);
+
+    let timeline = explain(&sock, addr);
+    let a_bind = format!("{a_name} bound the path: inode {old_file}");
+    in_order(
+        &timeline,
+        &[
+            ("the old server's bind", &|l| l == a_bind),
+            ("the successor's takeover", &|l| {
+                l.starts_with(&format!("TAKEOVER: {b_name} removed {}", s(&sock)))
+            }),
+            ("the stale connect", &|l| l == s3),
+            ("the old file now", &|l| {
+                l == format!("now: inode {old_file} is gone: its socket closed, its file removed")
+            }),
+        ],
+    );
+    drop(c);
+    let lines = agent.stop_text();
+    eprintln!("run --format text wrote:\n{}\n", lines.join("\n"));
+    eprintln!("explain printed:\n{}", timeline.join("\n"));
+}
