@@ -341,20 +341,11 @@ fn alerts(prom: SocketAddr) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// A Go listener (agent/tests/go/golistener.go) with `flags` on `sock`, once it listens.
+/// A Go listener (agent/tests/go/golistener.go) with `flags` on `sock`, once it listens; its
+/// stdout stays open (a write to a closed pipe would kill it).
 fn go_listen(go: &Path, flags: &[&str], sock: &Path) -> Reaped {
-    use std::io::BufRead as _;
-    let mut child = Command::new(go)
-        .args(flags)
-        .arg(sock)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("go listener");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.as_mut().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read");
-    assert_eq!(line.trim(), "listening");
+    let (mut child, out) = common::go::go_listen(go, flags, sock);
+    child.stdout = Some(out.into_inner());
     Reaped(child, "golistener")
 }
 

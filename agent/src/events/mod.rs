@@ -9,6 +9,8 @@ pub mod line;
 pub mod mntns;
 #[cfg(test)]
 mod schema;
+#[cfg(test)]
+mod schema_validator;
 pub mod wall;
 
 pub use decode::{DecodeError, EventFlags, KernelEvent, decode};

@@ -17,12 +17,7 @@ const WALL_NS: u64 = 1_796_232_001_123_456_789;
 const NODE: &str = "node-1";
 
 fn validator() -> jsonschema::Validator {
-    let schema = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
-        .expect("docs/events.schema.json is JSON");
-    jsonschema::draft202012::options()
-        .should_validate_formats(true)
-        .build(&schema)
-        .expect("docs/events.schema.json is a valid draft 2020-12 schema")
+    super::schema_validator::events_schema()
 }
 
 /// The schema's complaints about `line`, one per error.

@@ -209,18 +209,13 @@ fn checked_line(line: &str) -> serde_json::Value {
     value
 }
 
-/// docs/events.schema.json, built into the test (the VM's guests have no checkout), compiled
-/// once, formats checked.
+#[path = "../../src/events/schema_validator.rs"]
+mod schema_validator;
+
+/// docs/events.schema.json, compiled once.
 fn events_schema() -> &'static jsonschema::Validator {
     static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let schema = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
-            .expect("docs/events.schema.json is JSON");
-        jsonschema::draft202012::options()
-            .should_validate_formats(true)
-            .build(&schema)
-            .expect("docs/events.schema.json is a valid draft 2020-12 schema")
-    })
+    SCHEMA.get_or_init(schema_validator::events_schema)
 }
 
 impl Drop for Agent {
