@@ -225,6 +225,31 @@ fn s1_sentences_and_the_timeline_explain_tells() {
         (1, 1),
         "{lines:#?}"
     );
+    assert_explained_by_a_scan(sock, &new_file, b.pid);
+}
+
+/// With the agent gone, `explain` scans the node: no history, but the orphaned listener at
+/// `sock` (file `file`, held by `holder`) as it is now.
+fn assert_explained_by_a_scan(sock: &str, file: &str, holder: u32) {
+    let gone = free_addr();
+    let scanned = explain(Path::new(sock), gone);
+    eprintln!("explain without an agent printed:\n{}", scanned.join("\n"));
+    assert_eq!(
+        scanned[0],
+        format!("{sock}, as a scan of this node shows it now (no agent answered: no history):")
+    );
+    let orphan = scanned
+        .iter()
+        .find(|l| l.starts_with("now: ORPHANED LISTENER: socket:["));
+    let orphan = orphan.unwrap_or_else(|| panic!("no orphan in {scanned:#?}"));
+    assert!(
+        // sock_diag gives the file's inode as 32 bits: said so, not widened.
+        orphan.contains(&format!("(inode {file}"))
+            && orphan.contains(" listens, held by ")
+            && orphan.contains(&format!("(pid {holder})"))
+            && orphan.ends_with("but the path no longer leads to it"),
+        "{orphan}"
+    );
 }
 
 /// S3: a client's bind mount of the socket file pins the old inode; its refused connect is
