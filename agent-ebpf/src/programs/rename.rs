@@ -81,7 +81,25 @@ flavored! {
 
     #[kprobe(function = "vfs_rename")]
     fn rename_kprobe / rename_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
-        begin(|n| ctx.arg::<u64>(n as usize).unwrap_or(0), flavor);
+        // The registers `begin` may ask for, read at constant offsets as volatile loads (see
+        // `unlink_kprobe`): arguments 0, 1, 3 and 5.
+        let regs = ctx.regs;
+        // SAFETY: `regs` is the kernel's register frame for this probe, valid while it runs.
+        let [a0, a1, a3, a5] = unsafe {
+            [
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdi)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rcx)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*regs).r9)),
+            ]
+        };
+        let arg = |n| match n {
+            0 => a0,
+            1 => a1,
+            3 => a3,
+            _ => a5,
+        };
+        begin(arg, flavor);
         0
     }
 
