@@ -113,9 +113,7 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
 /// Identity of the directory holding `dentry` (zero at a filesystem root).
 #[inline(always)]
 pub fn parent_id(dentry: Dentry) -> FileId {
-    shim::dentry_file(shim::dentry_parent(dentry))
-        .map(|f| f.id())
-        .unwrap_or_default()
+    shim::dentry_id(shim::dentry_parent(dentry)).unwrap_or_default()
 }
 
 /// Whether process `tgid` is tracked (holds or descends from a live socket's holder).
@@ -125,9 +123,11 @@ pub fn is_tracked(tgid: u32) -> bool {
     unsafe { TRACKED.get(tgid) }.is_some()
 }
 
+/// A lookup first: a process binds many sockets, and an update costs a bucket lock and an
+/// element swap even when the entry is there.
 #[inline(always)]
 pub fn track(tgid: u32) {
-    if TRACKED.insert(tgid, 1, 0).is_err() {
+    if !is_tracked(tgid) && TRACKED.insert(tgid, 1, 0).is_err() {
         count(Counter::MapFull);
     }
 }

@@ -118,6 +118,7 @@ shim_values! {
 unsafe extern "C" {
     fn shim_sk_bound_file(sk: Sock, out: *mut File) -> i32;
     fn shim_dentry_file(d: Dentry, out: *mut File) -> i32;
+    fn shim_dentry_id(d: Dentry, out: *mut File) -> i32;
     fn shim_path_file(path: Ptr, out: *mut File) -> i32;
     fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
     fn shim_sk_path(sk: Sock, buf: *mut u8) -> i32;
@@ -157,6 +158,13 @@ pub fn sk_bound_file(sk: Sock) -> Option<File> {
 pub fn dentry_file(d: Dentry) -> Option<File> {
     // SAFETY: as in `sk_bound_file`.
     filled(|out| unsafe { shim_dentry_file(d, out) })
+}
+
+/// The identity of the file behind `d`, read alone (cheaper than [`dentry_file`]).
+#[inline(always)]
+pub fn dentry_id(d: Dentry) -> Option<FileId> {
+    // SAFETY: as in `sk_bound_file`.
+    filled(|out| unsafe { shim_dentry_id(d, out) }).map(|f| f.id())
 }
 
 /// The inode a resolved `struct path` names.

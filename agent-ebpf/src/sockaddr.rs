@@ -5,6 +5,14 @@ const AF_UNIX: u16 = 1;
 /// `offsetof(struct sockaddr_un, sun_path)`.
 pub const SUN_PATH_OFFSET: usize = 2;
 
+/// The family and the first byte of `sun_path`, read in one helper call.
+type Head = [u8; SUN_PATH_OFFSET + 1];
+
+#[inline(always)]
+fn names_a_path(head: Head) -> bool {
+    u16::from_ne_bytes([head[0], head[1]]) == AF_UNIX && head[SUN_PATH_OFFSET] != 0
+}
+
 /// A `sockaddr` in user memory of family AF_UNIX naming a path (not abstract, not unnamed):
 /// a `sun_path` whose first byte is not NUL.
 #[inline(always)]
@@ -13,10 +21,7 @@ pub fn is_user_unix_path(addr: *const u8, len: u64) -> bool {
         return false;
     }
     // SAFETY: the helper checks the user address: a bad one is an error, not a fault.
-    let family = unsafe { bpf_probe_read_user(addr as *const u16) };
-    // SAFETY: as above.
-    let first = unsafe { bpf_probe_read_user(addr.wrapping_add(SUN_PATH_OFFSET)) };
-    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
+    unsafe { bpf_probe_read_user(addr as *const Head) }.is_ok_and(names_a_path)
 }
 
 /// The same for a kernel copy of the address.
@@ -26,8 +31,5 @@ pub fn is_kernel_unix_path(addr: *const u8) -> bool {
         return false;
     }
     // SAFETY: the helper checks the kernel address: a bad one is an error, not a fault.
-    let family = unsafe { bpf_probe_read_kernel(addr as *const u16) };
-    // SAFETY: as above.
-    let first = unsafe { bpf_probe_read_kernel(addr.wrapping_add(SUN_PATH_OFFSET)) };
-    matches!((family, first), (Ok(AF_UNIX), Ok(b)) if b != 0u8)
+    unsafe { bpf_probe_read_kernel(addr as *const Head) }.is_ok_and(names_a_path)
 }

@@ -19,18 +19,17 @@ pub fn is_watched(file: Dentry) -> bool {
         if dir.is_null() {
             return false;
         }
-        let Some(d) = shim::dentry_file(dir) else {
+        let Some(id) = shim::dentry_id(dir) else {
             return false;
         };
-        let id = d.id();
         // SAFETY: only presence is tested; the value is never read.
         if unsafe { WATCHED_DIRS.get(id) }.is_some() {
             return true;
         }
         let parent = shim::dentry_parent(dir);
-        if let Some(p) = shim::dentry_file(parent) {
+        if let Some(parent_id) = shim::dentry_id(parent) {
             let by_name = WatchedName {
-                parent: p.id(),
+                parent: parent_id,
                 name_hash: shim::dentry_name_hash(dir),
             };
             // SAFETY: only presence is tested; the value is never read.

@@ -266,12 +266,13 @@ fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
     if current::is_agent() || !sockaddr::is_user_unix_path(uaddr as *const u8, len) {
         return;
     }
-    let mut f = extra;
-    let sk = shim::socket_sk(shim::current_fd_socket(fd as i32));
-    if !sk.is_null() && shim::sk_type(sk) == SOCK_DGRAM {
-        f |= flags::DGRAM;
-    }
-    stash_connect(uaddr, f);
+    // The descriptor is kept, not resolved: most connects succeed, and only a failure needs
+    // the socket's type (`tp_end`).
+    let p = Pending {
+        flags: extra,
+        ..Pending::args(uaddr, fd)
+    };
+    pending::stash(Slot::Connect, &p);
 }
 
 #[inline(always)]
@@ -283,9 +284,16 @@ fn tp_end(ret: i64) {
         count(Counter::ConnectOk);
         return;
     }
+    // The descriptor is still this thread's at the syscall's exit (a sibling thread's close
+    // in between would only lose the datagram flag).
+    let mut f = p.flags;
+    let sk = shim::socket_sk(shim::current_fd_socket(p.arg as i32));
+    if !sk.is_null() && shim::sk_type(sk) == SOCK_DGRAM {
+        f |= flags::DGRAM;
+    }
     if let Some(mut ev) = emit::reserve(EventKind::Connect, Tier::Tracepoint, Fidelity::PathOnly) {
         ev.ret(ret)
-            .flags(p.flags)
+            .flags(f)
             .aux(shim::current_mntns())
             .user_path((p.ptr as *const u8).wrapping_add(SUN_PATH_OFFSET));
         ev.submit();
