@@ -1,5 +1,5 @@
 //! Every map and load-time global of the kernel side, in one place.
-use agent_common::{Event, FileId, LiveSock, PATH_CAP, WatchedName, maps, slots};
+use agent_common::{FileId, LiveSock, PATH_CAP, WatchedName, maps, slots};
 use aya_ebpf::{
     Global,
     macros::map,
@@ -52,7 +52,7 @@ pub static VERIFIER_INSNS: HashMap<u64, u32> = HashMap::with_max_entries(16, 0);
 pub static AGENT_TGID: Global<u32> = Global::new(0);
 
 #[unsafe(no_mangle)]
-pub static WAKEUP_BYTES: Global<u64> = Global::new((64 * Event::SIZE) as u64);
+pub static WAKEUP_BYTES: Global<u64> = Global::new((maps::EVENTS_BYTES / 4) as u64);
 
 #[unsafe(no_mangle)]
 pub static WATCH_ALL: Global<u8> = Global::new(1);

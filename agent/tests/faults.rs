@@ -447,7 +447,7 @@ fn a_stdout_nobody_reads_drops_lines_counted_and_the_agent_runs_on() {
 
 /// With a drain interval of a second, a socket bound, listened on, unlinked by its owner and
 /// closed, and another bound, listened on and left behind by its binder's exit, all before
-/// the agent drains (as a rule: the kernel wakes it only past a 64-record backlog): each life
+/// the agent drains (as a rule: the kernel wakes it only past a quarter-full ring): each life
 /// cycle is written in order with its process, the first is quiet, and the second is exactly
 /// one stale socket file naming its binder and file.
 #[test]

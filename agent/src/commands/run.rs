@@ -165,7 +165,11 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
     let probes = Probes::load(&LoadOptions {
         mode: args.probe_mode,
         ignore_tgid: std::process::id(),
-        wakeup_bytes: 64 * agent_common::Event::SIZE as u64,
+        // A wakeup is an IPI (a VM exit on a virtual node) and a reader woken for a few dozen
+        // records: the drain timer empties the ring long before a quarter of it fills at any
+        // rate the probes reach (~10k records: 66 ms at 150k events/s), so a wakeup is only
+        // the safety net of a burst or a long --drain-interval.
+        wakeup_bytes: u64::from(agent_common::maps::EVENTS_BYTES / 4),
         watch: watches.to_vec(),
         require_all_hooks: config.require_all_hooks,
         live_capacity: config.live_capacity,
