@@ -187,7 +187,9 @@ pub struct Evicted(pub SocketState);
 
 #[derive(Debug)]
 pub struct SocketTable {
-    entries: BTreeMap<FileId, SocketState>,
+    /// Boxed: a B-tree shifts its values within a node on every insert and removal, and
+    /// `modify` does both; a state is a few hundred bytes, a box one pointer.
+    entries: BTreeMap<FileId, Box<SocketState>>,
     by_path: BTreeMap<String, BTreeSet<FileId>>,
     by_sock: BTreeMap<u64, FileId>,
     /// (class, touched_ns, file): released first, then live, then open orphans; oldest first.
@@ -223,11 +225,11 @@ impl SocketTable {
     }
 
     pub fn get(&self, file: &FileId) -> Option<&SocketState> {
-        self.entries.get(file)
+        self.entries.get(file).map(|e| &**e)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &SocketState> {
-        self.entries.values()
+        self.entries.values().map(|e| &**e)
     }
 
     pub fn by_sock(&self, sock_ino: u64) -> Option<FileId> {
@@ -243,7 +245,7 @@ impl SocketTable {
     }
 
     pub fn open_orphans(&self) -> impl Iterator<Item = &SocketState> {
-        self.open_orphans.iter().filter_map(|f| self.entries.get(f))
+        self.open_orphans.iter().filter_map(|f| self.get(f))
     }
 
     pub fn open_orphan_files(&self) -> Vec<FileId> {
@@ -272,7 +274,7 @@ impl SocketTable {
             evicted = self.evict_one();
         }
         self.index(&state);
-        self.entries.insert(file, state);
+        self.entries.insert(file, Box::new(state));
         evicted
     }
 
@@ -281,7 +283,7 @@ impl SocketTable {
         let old = self.entries.remove(&file)?;
         // lru already popped; unindex tolerates the missing key.
         self.unindex(&old);
-        Some(Evicted(old))
+        Some(Evicted(*old))
     }
 
     /// Changes one entry, keeping every index in step; `ts_ns` becomes its eviction age.
