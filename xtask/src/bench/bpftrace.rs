@@ -82,6 +82,33 @@ pub fn script(watched: &Path) -> String {
     s
 }
 
+/// Empty programs on every tracepoint sockwatch's tracepoint tier attaches, and on the
+/// tracepoints of [`script`]'s fork and exit counters: the attachment's own cost.
+pub fn floor_script() -> String {
+    let mut s = String::from("BEGIN { printf(\"ready\\n\"); }\n");
+    for call in FLOOR_SYSCALLS {
+        s += &format!("tracepoint:syscalls:sys_enter_{call} {{}}\n");
+        s += &format!("tracepoint:syscalls:sys_exit_{call} {{}}\n");
+    }
+    s += "tracepoint:syscalls:sys_enter_close {}\n\
+          tracepoint:sched:sched_process_fork {}\n\
+          tracepoint:sched:sched_process_exit {}\n";
+    s
+}
+
+/// The syscalls whose entry and exit sockwatch's tracepoint tier hooks.
+const FLOOR_SYSCALLS: [&str; 9] = [
+    "bind",
+    "listen",
+    "connect",
+    "sendto",
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+];
+
 /// Tracepoint probes in [`script`].
 pub fn probes(script: &str) -> usize {
     script
@@ -211,5 +238,26 @@ mod tests {
         assert!(s.contains("sys_enter_close"));
         assert!(s.contains(r#"strncmp($p, "/run/w/", 7)"#));
         assert_eq!(probes(&s), 21);
+    }
+
+    #[test]
+    fn the_floor_has_an_empty_program_on_each_of_the_scripts_tracepoints() {
+        let (s, floor) = (script(Path::new("/run/w")), floor_script());
+        let tracepoints = |text: &str| -> Vec<String> {
+            let mut v: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("tracepoint:"))
+                .map(|l| l.split([' ', '{']).next().unwrap_or_default().to_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(tracepoints(&floor), tracepoints(&s));
+        assert!(
+            floor
+                .lines()
+                .filter(|l| l.starts_with("tracepoint:"))
+                .all(|l| l.ends_with(" {}"))
+        );
     }
 }

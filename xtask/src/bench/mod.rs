@@ -72,6 +72,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
     env::mount_tracefs()?;
     let env = Env::prepare()?;
     let mut rep = report::Report::new(&plan, std::env::args().skip(1).collect(), &env)?;
+    rep.before = report::Before::read(&output);
     progress(started, "machine and tiers recorded");
 
     let audit = match AuditGuard::prepare() {

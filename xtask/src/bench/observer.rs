@@ -10,6 +10,7 @@ pub enum Observer {
     Sockwatch(Agent),
     Bpftrace(Bpftrace),
     Auditd { lost_before: u64 },
+    Floor(Bpftrace),
 }
 
 impl Observer {
@@ -24,6 +25,15 @@ impl Observer {
                 Observer::Bpftrace(Bpftrace::start(
                     &script,
                     &env.root.join("bpftrace.out"),
+                    bpftrace::probes(&text),
+                )?)
+            }
+            Variant::Floor => {
+                let (script, text) = (env.root.join("floor.bt"), bpftrace::floor_script());
+                fs::write(&script, &text)?;
+                Observer::Floor(Bpftrace::start(
+                    &script,
+                    &env.root.join("floor.out"),
                     bpftrace::probes(&text),
                 )?)
             }
@@ -59,6 +69,11 @@ impl Observer {
                          its lines by first word: {lines:?}; stderr: {err:?}"
                     )
                 })
+            }
+            // Empty programs report nothing; `start` saw every one attached.
+            Observer::Floor(b) => {
+                b.stop()?;
+                None
             }
             Observer::Auditd { lost_before } => {
                 audit::off()?;

@@ -187,13 +187,17 @@ fn run_batches(serve: &mut Serve, plan: &Plan) -> anyhow::Result<Window> {
     Ok(w)
 }
 
-/// The observers compared: off and sockwatch always, bpftrace if it starts here, auditd if
-/// `audit` is prepared.
+/// The observers compared: off and sockwatch always, bpftrace and the empty-program floor
+/// (bpftrace too) if it starts here, auditd if `audit` is prepared.
 fn observers(env: &Env, audit: Option<&AuditGuard>, notes: &mut Notes) -> Vec<Variant> {
     let mut variants = vec![Variant::Off, Variant::Sockwatch];
     match Observer::start(Variant::Bpftrace, env).and_then(|o| o.stop(0)) {
         Ok(_) => variants.push(Variant::Bpftrace),
         Err(e) => notes.push(format!("bpftrace not compared: {e:#}")),
+    }
+    match Observer::start(Variant::Floor, env).and_then(|o| o.stop(0)) {
+        Ok(_) => variants.push(Variant::Floor),
+        Err(e) => notes.push(format!("the empty-program floor not measured: {e:#}")),
     }
     if audit.is_some() {
         variants.push(Variant::Auditd);

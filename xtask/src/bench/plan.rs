@@ -120,6 +120,9 @@ pub enum Variant {
     Sockwatch,
     Bpftrace,
     Auditd,
+    /// Empty programs on the tracepoints sockwatch's tracepoint tier attaches: what the
+    /// attachment itself costs, the floor sockwatch's cost is measured against.
+    Floor,
 }
 
 impl Variant {
@@ -129,6 +132,7 @@ impl Variant {
             Variant::Sockwatch => "sockwatch (tracepoint)",
             Variant::Bpftrace => "bpftrace",
             Variant::Auditd => "auditd",
+            Variant::Floor => "empty programs (floor)",
         }
     }
 }

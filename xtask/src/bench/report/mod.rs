@@ -1,5 +1,6 @@
 //! docs/BENCHMARKS.md: the machine, the exact command, every figure, and the targets. Every
 //! sentence is either the method (what was measured and how) or a figure of this run.
+mod before;
 mod footprint;
 mod format;
 mod latency;
@@ -13,6 +14,7 @@ mod throughput;
 
 use std::{fmt::Write as _, time::Duration};
 
+pub use self::before::Before;
 pub use self::machine::loadavg;
 use self::targets::Target;
 use super::{
@@ -35,6 +37,8 @@ pub struct Report {
     pub latency: Option<Latency>,
     pub throughput: Option<Throughput>,
     pub footprint: Option<Footprint>,
+    /// The report this one replaces: its figures are shown beside the new ones.
+    pub before: Option<Before>,
 }
 
 impl Report {
@@ -58,6 +62,7 @@ impl Report {
             latency: None,
             throughput: None,
             footprint: None,
+            before: None,
         })
     }
 
@@ -84,7 +89,7 @@ impl Report {
     fn render_into(&self, s: &mut String) -> std::fmt::Result {
         self.render_header(s)?;
         let targets = self.targets();
-        targets::render(s, &targets)?;
+        targets::render(s, &targets, self.before.as_ref())?;
         if let Some(o) = &self.overhead {
             overhead::render(s, &self.plan, o)?;
         }

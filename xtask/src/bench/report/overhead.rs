@@ -56,7 +56,10 @@ fn render_method(s: &mut String, plan: &Plan, o: &Overhead) -> std::fmt::Result 
          of bound descriptors and live socket paths, a printed line per event, output to a \
          tmpfs file); **auditd** with `auditctl -w DIR -p wa` (Debian's auditd, backlog \
          8192 as Debian's default rules set it, log on disk as configured by the \
-         package). Between auditd windows, and after the run, auditing is off and the \
+         package); **empty programs (floor)**, bpftrace with an empty program on each \
+         tracepoint sockwatch's tracepoint tier attaches (`floor_script` in the same file): \
+         what the attachment alone costs, which no program on those tracepoints can avoid. \
+         Between auditd windows, and after the run, auditing is off and the \
          rule `-a never,task` is in place: once auditing has been enabled since boot the \
          kernel gives every new task an audit context unless a task rule says never, \
          and the other observers must not pay for it.\n"

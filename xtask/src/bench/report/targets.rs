@@ -1,7 +1,7 @@
 //! The targets the bench checks (issue 6), each with what was measured and a verdict.
 use std::fmt::Write as _;
 
-use super::format::ns;
+use super::{before::Before, format::ns};
 use crate::bench::{
     footprint::Footprint,
     latency::Latency,
@@ -48,6 +48,9 @@ pub fn all(
         ));
         let auditd = "far cheaper than auditd (≤ ⅓ of its added cost)";
         t.extend(versus(o, Variant::Auditd, auditd, 1.0 / 3.0));
+        let floor = "within 2× the empty-program floor (issue 12)";
+        t.extend(versus(o, Variant::Floor, floor, 2.0));
+        t.extend(unrelated_syscall(o));
     }
     if let Some(th) = throughput {
         t.extend(sustained(th));
@@ -69,11 +72,27 @@ pub fn overhead_missed(targets: &[Target]) -> bool {
     })
 }
 
-pub fn render(s: &mut String, targets: &[Target]) -> std::fmt::Result {
-    writeln!(s, "## Targets (issue 6)\n")?;
-    writeln!(s, "| target | measured | verdict |\n| --- | --- | --- |")?;
+/// The targets table; with `before`, the replaced report's figure beside each.
+pub fn render(s: &mut String, targets: &[Target], before: Option<&Before>) -> std::fmt::Result {
+    writeln!(s, "## Targets (issues 6 and 12)\n")?;
+    match before {
+        Some(b) => writeln!(
+            s,
+            "| target | measured | before (git {}) | verdict |\n| --- | --- | --- | --- |",
+            b.revision
+        )?,
+        None => writeln!(s, "| target | measured | verdict |\n| --- | --- | --- |")?,
+    }
     for t in targets {
-        writeln!(s, "| {} | {} | {} |", t.what, t.measured, t.verdict.text())?;
+        let was = before.map(|b| format!(" {} |", b.measured(&t.what)));
+        let was = was.as_deref().unwrap_or("");
+        writeln!(
+            s,
+            "| {} | {} |{was} {} |",
+            t.what,
+            t.measured,
+            t.verdict.text()
+        )?;
     }
     writeln!(s)
 }
@@ -91,6 +110,19 @@ fn tracepoint_tier(o: &Overhead) -> Vec<Target> {
             ))
         })
         .collect()
+}
+
+/// An unrelated syscall (getppid) pays only the attachment: sockwatch's time per call within
+/// 10 % of the empty programs'.
+fn unrelated_syscall(o: &Overhead) -> Option<Target> {
+    let p50 = |v| Spread::of(o.ns.get(&(v, Op::Getppid))?).map(|s| s.p50);
+    let (sw, floor) = (p50(Variant::Sockwatch)?, p50(Variant::Floor)?);
+    let over = sw / floor - 1.0;
+    Some(Target::new(
+        "tracepoint tier: getppid(2) ≤ the empty-program floor + 10 % (issue 12)",
+        format!("{sw:.0} vs {floor:.0} ns per call ({:+.1} %)", over * 100.0),
+        Verdict::at_most(over, 0.10, |x| format!("{:.1} points", x * 100.0)),
+    ))
 }
 
 /// sockwatch's added ns per op at most `factor` times observer `v`'s, for every op; an op
