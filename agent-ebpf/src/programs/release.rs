@@ -9,7 +9,7 @@ use aya_ebpf::{
 
 use super::tp_arg;
 use crate::{
-    emit, live,
+    current, emit, live,
     shim::{self, Sock},
 };
 
@@ -29,8 +29,14 @@ pub fn release_kprobe(ctx: ProbeContext) -> u32 {
 
 /// Tracepoint tier: a close(2) that drops a socket file's last reference. Sockets closed by
 /// a process's exit make no close(2): the exit hook releases those (see `process.rs`).
+/// Every close on the node runs this: a process that holds no live socket (not tracked: it
+/// bound none, descends from no holder, no scan found it holding one) leaves after one map
+/// lookup, before its descriptor table is read.
 #[tracepoint(category = "syscalls", name = "sys_enter_close")]
 pub fn release_tp_close(ctx: TracePointContext) -> u32 {
+    if !live::is_tracked(current::tgid()) {
+        return 0;
+    }
     let file = shim::current_fd_file(tp_arg(&ctx, 0) as i32);
     if !file.is_null() && shim::file_refs(file) == 1 {
         released(shim::socket_sk(shim::file_socket(file)), Tier::Tracepoint);

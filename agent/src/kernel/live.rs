@@ -108,6 +108,13 @@ impl LiveTable {
         Ok(removed)
     }
 
+    /// Marks process `tgid` as a holder of a live socket, found by a scan (bound before the
+    /// agent started, or received by SCM_RIGHTS on a tier without the receipt hook): the
+    /// tracepoint tier's close and exit programs look only at tracked processes.
+    pub fn track(&mut self, tgid: u32) -> Result<(), aya::maps::MapError> {
+        self.tracked.insert(tgid, 1, 0)
+    }
+
     /// Removes the tracked processes `alive` says are gone (their exit was not seen: the
     /// exit hook missing, or a lost event). Walks the table: for sweeps only.
     pub fn prune_tracked(

@@ -218,12 +218,16 @@ impl Pipeline {
         let mut seeded = 0;
         if let Some(live) = &mut self.live {
             let (mut refused, mut first_error) = (0, None);
-            for (file, entry) in report
-                .sockets
-                .iter()
-                .filter_map(|s| reconcile::live_entry(s, ts_ns))
-            {
-                match live.seed(file, entry) {
+            for s in &report.sockets {
+                let Some((file, entry)) = reconcile::live_entry(s, ts_ns) else {
+                    continue;
+                };
+                let tracked =
+                    |live: &mut LiveTable| s.holders.iter().try_for_each(|h| live.track(h.tgid));
+                match live
+                    .seed(file, entry)
+                    .and_then(|added| tracked(live).map(|()| added))
+                {
                     Ok(added) => seeded += usize::from(added),
                     Err(e) => {
                         refused += 1;
