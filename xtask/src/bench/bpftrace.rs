@@ -86,7 +86,7 @@ pub fn script(watched: &Path) -> String {
 /// tracepoints of [`script`]'s fork and exit counters: the attachment's own cost.
 pub fn floor_script() -> String {
     let mut s = String::from("BEGIN { printf(\"ready\\n\"); }\n");
-    for call in FLOOR_SYSCALLS {
+    for call in TRACED_SYSCALLS {
         s += &format!("tracepoint:syscalls:sys_enter_{call} {{}}\n");
         s += &format!("tracepoint:syscalls:sys_exit_{call} {{}}\n");
     }
@@ -97,7 +97,7 @@ pub fn floor_script() -> String {
 }
 
 /// The syscalls whose entry and exit sockwatch's tracepoint tier hooks.
-const FLOOR_SYSCALLS: [&str; 9] = [
+const TRACED_SYSCALLS: [&str; 9] = [
     "bind",
     "listen",
     "connect",
@@ -221,17 +221,7 @@ mod tests {
     #[test]
     fn the_bpftrace_script_covers_the_tracepoint_tiers_syscalls() {
         let s = script(Path::new("/run/w"));
-        for call in [
-            "bind",
-            "listen",
-            "connect",
-            "sendto",
-            "unlink",
-            "unlinkat",
-            "rename",
-            "renameat",
-            "renameat2",
-        ] {
+        for call in TRACED_SYSCALLS {
             assert!(s.contains(&format!("sys_enter_{call} ")), "{call}");
             assert!(s.contains(&format!("sys_exit_{call} ")), "{call}");
         }
