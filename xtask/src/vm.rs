@@ -4,6 +4,7 @@
 use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write},
+    os::unix::process::ExitStatusExt as _,
     path::{Path, PathBuf},
     process::{ChildStdout, Command, Stdio},
     sync::{
@@ -411,12 +412,49 @@ fn boot_once(
         writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
     }
     if stop == Stop::Exited && console.verdict.is_none() {
-        console.exit_status = Some(status.to_string());
+        console.exit_status = Some(match status.signal() {
+            // Not ours: the console closed before this run killed QEMU.
+            Some(_) => format!("{status}; {}", host_memory()),
+            None => status.to_string(),
+        });
     }
     if stop == Stop::PoweredOff {
         stop = Stop::Exited;
     }
     Ok((console, stop))
+}
+
+/// What the host had when something outside this run killed QEMU: its free memory now and the
+/// kernel's last OOM-killer line, the usual culprit.
+fn host_memory() -> String {
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mib = |key: &str| {
+        meminfo
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(key)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or("?".to_owned(), |kib| (kib / 1024).to_string())
+    };
+    let oom = match cmd::command("dmesg").output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.contains("Out of memory") || l.contains("oom-kill"))
+            .map_or("no OOM-killer line in dmesg".to_owned(), |l| {
+                format!("dmesg: {}", l.trim())
+            }),
+        _ => "dmesg unreadable".to_owned(),
+    };
+    format!(
+        "host MemAvailable {} of {} MiB; {oom}",
+        mib("MemAvailable:"),
+        mib("MemTotal:")
+    )
 }
 
 /// Why [`Console::follow`] stopped reading a guest.
@@ -469,9 +507,11 @@ impl Stop {
 /// `qemu-system-x86_64` booting `kernel` with `initrd`, the serial console on stdout.
 fn qemu(kernel: &Kernel, initrd: &Path) -> Command {
     let mut qemu = cmd::command("qemu-system-x86_64");
+    // TCG's translation cache is 1 GiB by default on a host this size, and a long suite fills
+    // it: three guests held about 7 GiB. A quarter of it holds a guest's working set.
     qemu.args([
         "-accel",
-        "tcg,thread=multi",
+        "tcg,thread=multi,tb-size=256",
         "-cpu",
         "max",
         "-m",
