@@ -184,11 +184,9 @@ impl Artifact {
     }
 }
 
-/// The guest's `/init`: mounts what the probes and tests need, runs every test binary with one
-/// thread, and ends with a verdict line the host looks for.
-fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
-    let mut s = String::from(
-        r#"#!/bin/busybox sh
+/// The start of every guest's `/init`: busybox's applets, the filesystems the probes and tests
+/// need, loopback, each kernel's modules, and the kernel line the host waits for.
+pub const INIT_PREAMBLE: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TMPDIR=/tmp
 mount -t proc proc /proc
@@ -205,9 +203,12 @@ for m in /lib/modules/$(uname -r)/*.ko; do
   [ -e "$m" ] && { insmod "$m" || echo "SOCKWATCH-VM-WARNING: insmod $m failed"; }
 done
 echo "SOCKWATCH-VM-KERNEL: $(uname -r) lsm=$(cat /sys/kernel/security/lsm)"
-verdict=PASS
-"#,
-    );
+"#;
+
+/// The guest's `/init`: mounts what the probes and tests need, runs every test binary with one
+/// thread, and ends with a verdict line the host looks for.
+fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
+    let mut s = format!("{INIT_PREAMBLE}verdict=PASS\n");
     if go_listener {
         s.push_str(&format!(
             "export SOCKWATCH_GO_LISTENER={GO_LISTENER_GUEST}\n"
@@ -271,6 +272,24 @@ pub fn build_initramfs(
     tiers: Tiers,
     out: &Path,
 ) -> anyhow::Result<()> {
+    let mut img = base_image(kernels)?;
+    img.executable("bin/sockwatch", &payload.sockwatch)?;
+    if let Some(go) = &payload.go_listener {
+        img.executable(GO_LISTENER_GUEST, go)?;
+    }
+    let mut names = Vec::new();
+    for (name, exe) in &payload.tests {
+        img.executable(&format!("tests/{name}"), exe)?;
+        names.push(name.clone());
+    }
+    let init = init_script(&names, payload.go_listener.is_some(), tiers);
+    img.bytes("init", init, 0o755);
+    write_image(&img, out)
+}
+
+/// What every guest's initramfs holds: its directories, `/dev/console`, busybox and each
+/// kernel's [`modules`](Kernel::modules) under `/lib/modules/<release>/`.
+pub fn base_image(kernels: &[Kernel]) -> anyhow::Result<Image> {
     let mut img = Image::default();
     for d in [
         "proc", "sys", "dev", "tmp", "run", "root", "sbin", "usr/bin", "usr/sbin",
@@ -288,17 +307,11 @@ pub fn build_initramfs(
             img.copy(&format!("lib/modules/{}/{name}", k.release()), m, 0o644);
         }
     }
-    img.executable("bin/sockwatch", &payload.sockwatch)?;
-    if let Some(go) = &payload.go_listener {
-        img.executable(GO_LISTENER_GUEST, go)?;
-    }
-    let mut names = Vec::new();
-    for (name, exe) in &payload.tests {
-        img.executable(&format!("tests/{name}"), exe)?;
-        names.push(name.clone());
-    }
-    let init = init_script(&names, payload.go_listener.is_some(), tiers);
-    img.bytes("init", init, 0o755);
+    Ok(img)
+}
+
+/// Writes `img`, gzipped, to `out`, creating its directory.
+pub fn write_image(img: &Image, out: &Path) -> anyhow::Result<()> {
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -339,6 +352,8 @@ pub struct Outcome {
     pub boot_time: Option<Duration>,
     /// `None` when the run passed; otherwise why it failed.
     pub failure: Option<String>,
+    /// The guest's own verdict line, if it printed one.
+    pub verdict: Option<bool>,
     pub elapsed: Duration,
     pub log: PathBuf,
 }
@@ -371,6 +386,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
         let counts = testrun::sum_results(&console.text);
         return Ok(Outcome {
             failure: stop.failure(&console, &counts, timeout, attempt),
+            verdict: console.verdict,
             label: console.label,
             kernel: kernel.clone(),
             release: console.release,
@@ -645,6 +661,7 @@ impl Console {
             self.boot_time = Some(self.started.elapsed());
         }
         if text.contains("SOCKWATCH-VM-")
+            || text.contains("SOCKWATCH-BENCH-")
             || text.contains(crate::headroom::PREFIX)
             || text.contains("test result:")
             || text.starts_with("test ")

@@ -12,10 +12,13 @@
 //! 4. footprint: idle CPU, RSS with 10,000 live watched sockets, /metrics scrape time with the
 //!    most watches the agent accepts.
 //!
+//! `--vm SERIES` runs none of these: it measures every tier inside a QEMU guest (`vm`) and
+//! replaces only the report's VM section, which a host run keeps as it is.
+//!
 //! Modules, lowest first: `plan`, `stats`, `log` and `process` depend on nothing here; `agent`,
 //! `bpftrace` and `audit` drive the observers; `env` starts agents in the bench's tmpfs;
 //! `observer` switches one observer on and off; the phases `overhead`, `latency`, `throughput`
-//! and `footprint` measure; `report` writes what they measured.
+//! and `footprint` measure, and `vm` in a guest; `report` writes what they measured.
 pub mod agent;
 mod audit;
 mod bpftrace;
@@ -30,6 +33,7 @@ mod process;
 mod report;
 mod stats;
 mod throughput;
+mod vm;
 
 use std::{fs, path::PathBuf, time::Instant};
 
@@ -37,13 +41,18 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use self::{audit::AuditGuard, env::Env, log::progress, plan::Plan};
-use crate::{apt::Apt, cmd, setup};
+use crate::{apt::Apt, cmd, kernels::Series, setup};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Interleaved rounds of the overhead phase; each visits every observer once.
+    /// Interleaved rounds of the overhead phase (or of the VM's); each visits every observer
+    /// (every tier) once.
     #[arg(long, default_value_t = 12)]
     rounds: usize,
+    /// Measure every tier in a QEMU guest on this kernel series instead of the host phases
+    /// (repeatable); replaces only the report's VM section.
+    #[arg(long = "vm", value_enum, value_name = "SERIES")]
+    vm: Vec<Series>,
     /// A short run that exercises the harness (few rounds and samples); its report goes to
     /// target/bench/BENCHMARKS.md unless --output says otherwise.
     #[arg(long)]
@@ -66,6 +75,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
             cmd::workspace_root().join("docs/BENCHMARKS.md")
         }
     });
+    if !args.vm.is_empty() {
+        return run_vm(args, &output, started);
+    }
     setup::setup(false, &[])?;
     Apt::default().ensure_installed(&["bpftrace", "auditd"])?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
@@ -91,9 +103,33 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
     rep.throughput = Some(throughput::throughput(&env, &plan, started)?);
     rep.footprint = Some(footprint::footprint(&env, &plan, started)?);
     rep.finish(started.elapsed());
-    write_report(&output, &rep.render())?;
+    let old = fs::read_to_string(&output).unwrap_or_default();
+    let text = match report::vm::section(&old) {
+        Some(vm) => report::vm::splice(&rep.render(), vm),
+        None => rep.render(),
+    };
+    write_report(&output, &text)?;
     println!(
         "bench: report written to {} in {:.0?}",
+        output.display(),
+        started.elapsed()
+    );
+    Ok(true)
+}
+
+/// `--vm`: every tier in a guest of each series, the report's VM section replaced.
+fn run_vm(args: &BenchArgs, output: &std::path::Path, started: Instant) -> anyhow::Result<bool> {
+    let ready = setup::setup(true, &args.vm)?;
+    let guests = vm::run(&ready.kernels, args.rounds)?;
+    let command = std::iter::once("cargo xtask".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let section = report::vm::render(&guests, &command, &report::date());
+    let old = fs::read_to_string(output).unwrap_or_default();
+    write_report(output, &report::vm::splice(&old, &section))?;
+    println!(
+        "bench: VM section written to {} in {:.0?}",
         output.display(),
         started.elapsed()
     );

@@ -11,11 +11,12 @@ mod targets;
 #[cfg(test)]
 mod tests;
 mod throughput;
+pub mod vm;
 
 use std::{fmt::Write as _, time::Duration};
 
 pub use self::before::Before;
-pub use self::machine::loadavg;
+pub use self::machine::{date, loadavg};
 use self::targets::Target;
 use super::{
     env::Env, footprint::Footprint, latency::Latency, log::Notes, overhead::Overhead, plan::Plan,

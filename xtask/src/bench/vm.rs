@@ -1,0 +1,255 @@
+//! `cargo xtask bench --vm SERIES`: the precise tiers, which this host cannot load, measured in
+//! a QEMU guest on Debian's kernel. The guest's `/init` runs the workload's `serve` pinned to
+//! vCPU 0 and the agent pinned to vCPU 1, and times every operation with no agent and under
+//! each tier in turn, the order of tiers rotated each round; then one pass per tier with
+//! `kernel.bpf_stats_enabled` on for each program's run count and time. It prints one console
+//! line per figure; the host reads them from the console log.
+use std::{fs, time::Duration};
+
+use anyhow::{Context as _, bail};
+
+use crate::{
+    cmd,
+    kernels::Kernel,
+    vm::{self, INIT_PREAMBLE},
+};
+
+/// No agent, then every tier, the precise ones first.
+pub const MODES: [&str; 5] = ["off", "lsm", "fentry", "kprobe", "tracepoint"];
+/// The operations and batch sizes of the host's overhead phase, a fifth of each batch: TCG
+/// runs a syscall 10–40× slower than the host does.
+pub const OPS: [(&str, u64); 5] = [
+    ("getppid", 80_000),
+    ("connect", 1_000),
+    ("unlink", 2_000),
+    ("sockcycle", 600),
+    ("sockcycle-go", 600),
+];
+const OP_LINE: &str = "SOCKWATCH-BENCH-OP: ";
+const PROG_LINE: &str = "SOCKWATCH-BENCH-PROG: ";
+const START_LINE: &str = "SOCKWATCH-BENCH-START: ";
+/// One guest's whole run may take this long (about 8 minutes for 10 rounds on an idle host).
+const TIMEOUT: Duration = Duration::from_secs(3 * 3600);
+
+/// What one guest measured.
+#[derive(Debug, Default, PartialEq)]
+pub struct GuestBench {
+    /// `uname -r` of the guest.
+    pub release: String,
+    pub rounds: usize,
+    /// (round, mode, op, ns per op).
+    pub ops: Vec<(usize, String, String, f64)>,
+    /// (mode, program, runs, ns per run), from the pass with `bpf_stats` on.
+    pub programs: Vec<(String, String, u64, f64)>,
+    /// (mode, seconds from spawn to the agent's "running;").
+    pub starts: Vec<(String, f64)>,
+}
+
+/// Builds the release agent and workload, boots each kernel in turn (one guest at a time:
+/// the guest's two vCPUs take the host's two cores) and reads what it measured.
+pub fn run(kernels: &[Kernel], rounds: usize) -> anyhow::Result<Vec<GuestBench>> {
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
+    let release = cmd::target_dir().join("release");
+    let initrd = cmd::target_dir().join("vm/bench-initrd.gz");
+    let mut img = vm::base_image(kernels)?;
+    img.executable("bin/sockwatch", &release.join("sockwatch"))?;
+    img.executable("bin/sockwatch-bench", &release.join("sockwatch-bench"))?;
+    img.bytes("init", init_script(rounds), 0o755);
+    vm::write_image(&img, &initrd)?;
+    let mut out = Vec::new();
+    for k in kernels {
+        println!("bench: {} rounds in {} under QEMU/TCG", rounds, k.package);
+        let o = vm::boot(k, &initrd, TIMEOUT)?;
+        // The guest runs no test, so its own verdict is the one that counts.
+        if o.verdict != Some(true) {
+            let why = o.failure.as_deref().unwrap_or("its verdict was FAIL");
+            bail!(
+                "the bench guest on {} failed: {why}; log {}",
+                k.package,
+                o.log.display()
+            );
+        }
+        let log =
+            fs::read_to_string(&o.log).with_context(|| format!("reading {}", o.log.display()))?;
+        let mut g = parse(&log)?;
+        g.release = o.release.unwrap_or_default();
+        g.rounds = rounds;
+        out.push(g);
+    }
+    Ok(out)
+}
+
+/// The guest's `/init`: the workload's `serve` on vCPU 0 behind two FIFOs, then `rounds`
+/// rounds of every mode in rotated order, then the per-program pass of each tier.
+fn init_script(rounds: usize) -> String {
+    let mut s = format!("{INIT_PREAMBLE}{GUEST_FUNCTIONS}");
+    for r in 0..rounds {
+        for i in 0..MODES.len() {
+            let mode = MODES[(r + i) % MODES.len()];
+            s.push_str(&format!("round {r} {mode} || verdict=FAIL\n"));
+        }
+    }
+    for mode in &MODES[1..] {
+        s.push_str(&format!("programs {mode} || verdict=FAIL\n"));
+    }
+    s.push_str("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f\n");
+    s.replace("@OPS@", &ops_calls())
+}
+
+/// `op` for each of [`OPS`], in order, `$1` the round and `$2` the mode.
+fn ops_calls() -> String {
+    OPS.iter()
+        .map(|(op, n)| format!("  op $1 $2 {op} {n} || return 1\n"))
+        .collect()
+}
+
+/// The guest's shell functions. `start` waits for the agent's "running;" and reports the
+/// seconds from spawn (`/proc/uptime`, 10 ms steps); each batch starts a second after the
+/// agent, so its start-up work is not charged to the batch.
+const GUEST_FUNCTIONS: &str = r#"verdict=PASS
+echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
+mkdir -p /tmp/b/w /tmp/b/u
+mkfifo /tmp/b/in /tmp/b/out
+taskset -c 0 /bin/sockwatch-bench serve /tmp/b/w /tmp/b/u < /tmp/b/in > /tmp/b/out &
+exec 3>/tmp/b/in 4</tmp/b/out
+AGENT=
+start() {
+  : > /tmp/b/agent.log
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  taskset -c 1 /bin/sockwatch run --probe-mode $1 --events /tmp/b/events.jsonl --watch /tmp/b/w --listen 127.0.0.1:9464 > /dev/null 2> /tmp/b/agent.log &
+  AGENT=$!
+  until grep -q "running;" /tmp/b/agent.log; do
+    kill -0 $AGENT 2> /dev/null || { echo "SOCKWATCH-BENCH-ERROR: $1: the agent exited"; cat /tmp/b/agent.log; return 1; }
+    sleep 0.05
+  done
+  echo "SOCKWATCH-BENCH-START: $1 $t0 $(cut -d' ' -f1 /proc/uptime)"
+  sleep 1
+}
+stop() {
+  kill -INT $AGENT
+  wait $AGENT
+  AGENT=
+  rm -f /tmp/b/events.jsonl
+}
+op() {
+  echo "op $3 $4" >&3
+  read -r line <&4 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
+  echo "SOCKWATCH-BENCH-OP: $1 $2 $3 $line"
+}
+ops() {
+@OPS@}
+round() {
+  if [ $2 = off ]; then ops $1 off; return; fi
+  start $2 || return 1
+  ops $1 $2
+  rc=$?
+  stop
+  return $rc
+}
+programs() {
+  echo 1 > /proc/sys/kernel/bpf_stats_enabled
+  start $1 || return 1
+  ops stats $1
+  grep " bpf_prog_" /proc/kallsyms > /tmp/b/syms
+  for f in /proc/$AGENT/fdinfo/*; do
+    cnt=$(sed -n 's/^run_cnt:[[:space:]]*//p' $f)
+    [ -n "$cnt" ] || continue
+    ns=$(sed -n 's/^run_time_ns:[[:space:]]*//p' $f)
+    id=$(sed -n 's/^prog_id:[[:space:]]*//p' $f)
+    tag=$(sed -n 's/^prog_tag:[[:space:]]*//p' $f)
+    name=$(grep -m1 " bpf_prog_${tag}_" /tmp/b/syms | sed 's/.* bpf_prog_[0-9a-f]*_\([^[:space:]]*\).*/\1/')
+    echo "SOCKWATCH-BENCH-PROG: $1 $id ${name:-$tag} $cnt $ns"
+  done
+  stop
+  echo 0 > /proc/sys/kernel/bpf_stats_enabled
+}
+"#;
+
+/// The figures in a guest's console log. A program held by two descriptors (its own and its
+/// link's) is counted once.
+pub fn parse(log: &str) -> anyhow::Result<GuestBench> {
+    let mut g = GuestBench::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for line in log.lines() {
+        let line = line.trim_end();
+        if let Some(rest) = after(line, OP_LINE) {
+            if let Some(o) = parse_op(rest) {
+                g.ops.push(o);
+            }
+        } else if let Some(rest) = after(line, PROG_LINE) {
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            if let [mode, id, name, runs, ns] = w[..] {
+                let (runs, ns) = (runs.parse::<u64>()?, ns.parse::<f64>()?);
+                if runs > 0 && seen.insert((mode.to_owned(), id.to_owned())) {
+                    g.programs
+                        .push((mode.to_owned(), name.to_owned(), runs, ns / runs as f64));
+                }
+            }
+        } else if let Some(rest) = after(line, START_LINE) {
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            if let [mode, t0, t1] = w[..] {
+                g.starts
+                    .push((mode.to_owned(), t1.parse::<f64>()? - t0.parse::<f64>()?));
+            }
+        }
+    }
+    if g.ops.is_empty() {
+        bail!("the guest printed no timed operation");
+    }
+    Ok(g)
+}
+
+/// The text after `marker` in `line`, wherever the console put it.
+fn after<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    line.find(marker).map(|i| &line[i + marker.len()..])
+}
+
+/// `ROUND MODE OP {"ns":…}`; the per-program pass's rounds (`stats`) are not timed figures.
+fn parse_op(rest: &str) -> Option<(usize, String, String, f64)> {
+    let mut w = rest.splitn(4, ' ');
+    let round = w.next()?.parse().ok()?;
+    let (mode, op) = (w.next()?.to_owned(), w.next()?.to_owned());
+    let v: serde_json::Value = serde_json::from_str(w.next()?).ok()?;
+    Some((round, mode, op, v["ns"].as_f64()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_rotates_the_modes_and_profiles_each_tier() {
+        let s = init_script(2);
+        let rounds: Vec<&str> = s.lines().filter(|l| l.starts_with("round ")).collect();
+        assert_eq!(rounds.len(), 2 * MODES.len());
+        assert_eq!(rounds[0], "round 0 off || verdict=FAIL");
+        assert_eq!(rounds[5], "round 1 lsm || verdict=FAIL");
+        assert_eq!(rounds[9], "round 1 off || verdict=FAIL");
+        let programs: Vec<&str> = s.lines().filter(|l| l.starts_with("programs ")).collect();
+        assert_eq!(programs.len(), 4);
+        assert!(s.contains("  op $1 $2 sockcycle-go 600 || return 1\n"));
+        assert!(!s.contains("@OPS@"));
+        assert!(s.trim_end().ends_with("poweroff -f"));
+    }
+
+    #[test]
+    fn parses_ops_programs_and_starts_once_each() {
+        let log = "\
+[   12.0] random kernel line\n\
+SOCKWATCH-BENCH-START: lsm 10.50 12.75\n\
+SOCKWATCH-BENCH-OP: 3 lsm getppid {\"ns\":812.5,\"cpu_ns\":800.0,\"steps\":[]}\n\
+SOCKWATCH-BENCH-OP: stats lsm getppid {\"ns\":900.0,\"cpu_ns\":800.0,\"steps\":[]}\n\
+SOCKWATCH-BENCH-PROG: lsm 41 bind_lsm 100 250000\n\
+SOCKWATCH-BENCH-PROG: lsm 41 bind_lsm 100 250000\n\
+SOCKWATCH-BENCH-PROG: lsm 42 idle_prog 0 0\n";
+        let g = parse(log).expect("parses");
+        assert_eq!(g.ops, vec![(3, "lsm".into(), "getppid".into(), 812.5)]);
+        assert_eq!(
+            g.programs,
+            vec![("lsm".into(), "bind_lsm".into(), 100, 2500.0)]
+        );
+        assert_eq!(g.starts.len(), 1);
+        assert!((g.starts[0].1 - 2.25).abs() < 1e-9);
+        assert!(parse("SOCKWATCH-VM-VERDICT: PASS\n").is_err());
+    }
+}
