@@ -96,6 +96,30 @@ pub fn floor_script() -> String {
     s
 }
 
+/// The empty program of [`floor_script`] on the tracepoint the tracepoint tier's `program`
+/// runs on, by the name bpftrace gives it (`bind_tp_exit` → `sys_exit_bind`); the kernel keeps
+/// 15 characters of a name, so compare with [`same_program`].
+pub fn floor_of(program: &str) -> Option<String> {
+    if let Some(call) = program.strip_suffix("_tp_enter") {
+        return Some(format!("sys_enter_{call}"));
+    }
+    if let Some(call) = program.strip_suffix("_tp_exit") {
+        return Some(format!("sys_exit_{call}"));
+    }
+    let tracepoint = match program {
+        "release_tp_close" => "sys_enter_close",
+        "fork_tp_btf" => "sched_process_fork",
+        "exit_tp" | "exit_tp_b" => "sched_process_exit",
+        _ => return None,
+    };
+    Some(tracepoint.to_owned())
+}
+
+/// Whether two program names are the same once cut to the kernel's 15 characters.
+pub fn same_program(a: &str, b: &str) -> bool {
+    a.chars().take(15).eq(b.chars().take(15))
+}
+
 /// The syscalls whose entry and exit sockwatch's tracepoint tier hooks.
 const TRACED_SYSCALLS: [&str; 9] = [
     "bind",
@@ -172,6 +196,10 @@ impl Bpftrace {
 
     /// What it wrote to stderr, without the RLIMIT_MEMLOCK warning (BPF memory is accounted
     /// by memcg on this kernel; the limit cannot be raised here and does not matter).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stderr(&self) -> String {
         fs::read_to_string(&self.err)
             .unwrap_or_default()
@@ -249,5 +277,23 @@ mod tests {
                 .filter(|l| l.starts_with("tracepoint:"))
                 .all(|l| l.ends_with(" {}"))
         );
+    }
+
+    #[test]
+    fn each_tracepoint_program_has_the_empty_program_on_its_tracepoint() {
+        let floor = floor_script();
+        for (program, empty) in [
+            ("bind_tp_exit", "sys_exit_bind"),
+            ("renameat2_tp_enter", "sys_enter_renameat2"),
+            ("release_tp_close", "sys_enter_close"),
+            ("fork_tp_btf", "sched_process_fork"),
+            ("exit_tp", "sched_process_exit"),
+        ] {
+            assert_eq!(floor_of(program).as_deref(), Some(empty));
+            assert!(floor.contains(&format!(":{empty} {{}}")), "{empty} not in the floor");
+        }
+        assert_eq!(floor_of("bind_fexit"), None);
+        assert!(same_program("sys_enter_renam", "sys_enter_renameat2"));
+        assert!(!same_program("sys_enter_bind", "sys_exit_bind"));
     }
 }

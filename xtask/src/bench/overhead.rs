@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 
 use super::{
     audit::AuditGuard,
+    bpftrace,
     env::Env,
     log::{Notes, progress},
     observer::{Observer, start_sockwatch},
@@ -100,13 +101,25 @@ pub struct Overhead {
     pub steps: BTreeMap<Variant, Vec<Vec<f64>>>,
     /// sockwatch's kernel programs during one extra pass of every op with the kernel's BPF
     /// run-time statistics on: (program, runs, average ns per run).
-    pub programs: Vec<(String, u64, f64)>,
+    pub programs: Programs,
+    /// The empty programs of the floor during the same pass, named by bpftrace after their
+    /// tracepoints (`sys_enter_bind`).
+    pub floor_programs: Programs,
     pub problems: Vec<String>,
     pub rounds: usize,
     pub secs: f64,
 }
 
 impl Overhead {
+    /// The floor's ns per run on the tracepoint `program` runs on, if it was measured.
+    pub fn floor_of(&self, program: &str) -> Option<f64> {
+        let floor = bpftrace::floor_of(program)?;
+        self.floor_programs
+            .iter()
+            .find(|(name, _, _)| bpftrace::same_program(name, &floor))
+            .map(|p| p.2)
+    }
+
     /// This observer's time over the same round's `off` time, one ratio per round.
     pub fn ratios(&self, v: Variant, op: Op) -> Vec<f64> {
         Self::ratios_of(&self.ns, v, op)
@@ -254,6 +267,12 @@ pub fn overhead(
         Ok(p) => out.programs = p,
         Err(e) => notes.push(format!("per-program BPF run times not measured: {e:#}")),
     }
+    if variants.contains(&Variant::Floor) {
+        match profile_floor(env, plan, &mut serve) {
+            Ok(p) => out.floor_programs = p,
+            Err(e) => notes.push(format!("per-program floor not measured: {e:#}")),
+        }
+    }
     Ok(out)
 }
 
@@ -262,13 +281,32 @@ const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// One more pass of every op under sockwatch with `kernel.bpf_stats_enabled` on (outside the
 /// measured rounds: the statistics add two clock reads per program run), then each of the
 /// agent's programs with its run count and average run time.
-fn profile_programs(
-    env: &Env,
-    plan: &Plan,
-    serve: &mut Serve,
-) -> anyhow::Result<Vec<(String, u64, f64)>> {
+fn profile_programs(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
     let agent = start_sockwatch(env)?;
-    let ids = process::prog_ids(agent.pid())?;
+    let ran = profile_pass(agent.pid(), plan, serve);
+    agent.stop()?;
+    ran
+}
+
+/// The same pass under the empty programs: each one's run time is the floor of the agent's
+/// program on its tracepoint.
+fn profile_floor(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
+    let Observer::Floor(b) = Observer::start(Variant::Floor, env)? else {
+        bail!("the floor observer is not bpftrace");
+    };
+    let ran = profile_pass(b.pid(), plan, serve);
+    if let Err(e) = b.stop() {
+        eprintln!("bench: the floor's bpftrace was killed: {e:#}");
+    }
+    ran
+}
+
+/// (program, runs, average ns per run), costliest in total first.
+pub type Programs = Vec<(String, u64, f64)>;
+
+/// Every op once with the statistics on; then the programs `pid` holds that ran.
+fn profile_pass(pid: u32, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
+    let ids = process::prog_ids(pid)?;
     let before = fs::read_to_string(BPF_STATS)?;
     fs::write(BPF_STATS, "1")?;
     let ran = plan.ops.iter().try_for_each(|&(op, n)| {
@@ -278,9 +316,8 @@ fn profile_programs(
     fs::write(BPF_STATS, before.trim())?;
     ran?;
     let shown = cmd::output(cmd::command("bpftool").args(["prog", "show", "--json"]))?;
-    agent.stop()?;
     let progs: Vec<serde_json::Value> = serde_json::from_str(&shown)?;
-    let mut out: Vec<(String, u64, f64)> = progs
+    let mut out: Programs = progs
         .iter()
         .filter(|p| p["id"].as_u64().is_some_and(|id| ids.contains(&id)))
         .filter_map(|p| {

@@ -146,7 +146,8 @@ fn render_steps(s: &mut String, o: &Overhead) -> std::fmt::Result {
     writeln!(s)
 }
 
-/// sockwatch's kernel programs, from the extra pass with BPF run-time statistics on.
+/// sockwatch's kernel programs, from the extra pass with BPF run-time statistics on, each
+/// beside the empty program on its tracepoint.
 fn render_programs(s: &mut String, o: &Overhead) -> std::fmt::Result {
     if o.programs.is_empty() {
         return Ok(());
@@ -155,16 +156,23 @@ fn render_programs(s: &mut String, o: &Overhead) -> std::fmt::Result {
         s,
         "**sockwatch's kernel programs**, during one more pass of every batch above \
          with `kernel.bpf_stats_enabled=1` (outside the measured rounds; the \
-         statistics add two clock reads to each run):\n"
+         statistics add two clock reads to each run), and the empty program on the same \
+         tracepoint during the same pass under the floor's bpftrace (its run time is what \
+         the statistics see of a program that does nothing):\n"
     )?;
     writeln!(
         s,
-        "| program | runs | ns per run | total ms |\n| --- | ---: | ---: | ---: |"
+        "| program | runs | ns per run | empty program, ns per run | × empty | total ms |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |"
     )?;
     for (name, runs, avg) in &o.programs {
+        let (floor, times) = match o.floor_of(name) {
+            Some(f) => (format!("{f:.0}"), format!("{:.1}", avg / f)),
+            None => ("—".into(), "—".into()),
+        };
         writeln!(
             s,
-            "| `{name}` | {runs} | {avg:.0} | {:.1} |",
+            "| `{name}` | {runs} | {avg:.0} | {floor} | {times} | {:.1} |",
             *runs as f64 * avg / 1e6
         )?;
     }

@@ -16,7 +16,11 @@ fn overhead(plan: &Plan) -> Overhead {
         variants: vec![Variant::Off, Variant::Sockwatch],
         rounds: 2,
         secs: 10.0,
-        programs: vec![("bind_tp_exit".into(), 1_000, 400.0)],
+        programs: vec![
+            ("bind_tp_exit".into(), 1_000, 400.0),
+            ("bind_fexit".into(), 10, 300.0),
+        ],
+        floor_programs: vec![("sys_exit_bind".into(), 1_000, 50.0)],
         ..Default::default()
     };
     for &(op, _) in &plan.ops {
@@ -110,6 +114,10 @@ fn every_section_and_verdict_from_the_figures() {
     assert!(text.contains("loss begins between bursts of **4096** and **8192** events"));
     assert!(text.contains("the p50 scrape took 3.7× its time with none"));
     assert!(text.contains("with 62 configured watches, which gave 1600 series"));
+    // Each program beside the empty one on its tracepoint; a precise-tier program has none.
+    assert!(text.contains("| `bind_tp_exit` | 1000 | 400 | 50 | 8.0 | 0.4 |"));
+    assert!(text.contains("| `bind_fexit` | 10 | 300 | — | — | 0.0 |"));
+    assert!(text.contains("0 of 1 programs within 2×; the most `bind_tp_exit` at 8.0×"));
 }
 
 #[test]
