@@ -290,7 +290,10 @@ mod tests {
             ("exit_tp", "sched_process_exit"),
         ] {
             assert_eq!(floor_of(program).as_deref(), Some(empty));
-            assert!(floor.contains(&format!(":{empty} {{}}")), "{empty} not in the floor");
+            assert!(
+                floor.contains(&format!(":{empty} {{}}")),
+                "{empty} not in the floor"
+            );
         }
         assert_eq!(floor_of("bind_fexit"), None);
         assert!(same_program("sys_enter_renam", "sys_enter_renameat2"));

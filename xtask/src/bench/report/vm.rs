@@ -55,8 +55,9 @@ fn render_into(
         s,
         "`{command}`, {date}. This host refuses fentry, LSM and kprobe programs, so the \
          precise tiers are measured in a QEMU guest on Debian's kernel, under TCG (no KVM \
-         here). **TCG distorts absolute times** (a syscall runs 10–40× slower than on the \
-         host, and a BPF program's JIT code runs as translated code): the figures are the \
+         here). **TCG distorts absolute times** (the `off` column against the host's: \
+         these syscalls run 3–9× slower, and a BPF program's JIT code runs as translated \
+         code): the figures are the \
          ratios and each program's ns against the same guest's others, never the absolute \
          times. The guest's `/init` runs the workload (`sockwatch-bench serve`) pinned to \
          vCPU 0 and the agent pinned to vCPU 1; each round times every operation with no \
