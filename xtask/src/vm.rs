@@ -4,9 +4,8 @@
 use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write},
-    os::unix::process::ExitStatusExt as _,
     path::{Path, PathBuf},
-    process::{ChildStdout, Command, Stdio},
+    process::{Child, ChildStdout, Command, ExitStatus, Stdio},
     sync::{
         Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -373,12 +372,14 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     let mut attempt = 1;
     loop {
         let (console, stop) = boot_once(kernel, initrd, &label, &mut log, deadline)?;
-        if stop == Stop::BootStalled && attempt < BOOT_ATTEMPTS {
-            println!(
-                "xtask: {label}: /init did not start within {:?} (boot {attempt} of \
-                 {BOOT_ATTEMPTS}); booting again",
-                LIMITS.boot
-            );
+        let panicked_at_boot = console.boot_time.is_none() && console.panic.is_some();
+        if (stop == Stop::BootStalled || panicked_at_boot) && attempt < BOOT_ATTEMPTS {
+            // Nothing of ours has run yet: a hang or an emulation fault of the guest kernel.
+            let why = match &console.panic {
+                Some(p) if panicked_at_boot => format!("the kernel panicked before /init ({p})"),
+                _ => format!("/init did not start within {:?}", LIMITS.boot),
+            };
+            println!("xtask: {label}: {why} (boot {attempt} of {BOOT_ATTEMPTS}); booting again");
             writeln!(log, "\n----- boot {} -----", attempt + 1)?;
             attempt += 1;
             continue;
@@ -420,19 +421,14 @@ fn boot_once(
 
     let mut console = Console::new(label.to_owned(), started);
     let mut stop = console.follow(&lines, log, deadline, LIMITS)?;
-    let _ = child.kill();
-    let status = child.wait().context("waiting for qemu")?;
+    let status = reap(&mut child, stop)?;
     let _ = reader.join();
     let qemu_stderr = stderr_reader.join().unwrap_or_default();
     if !qemu_stderr.is_empty() {
         writeln!(log, "--- qemu stderr ---\n{qemu_stderr}")?;
     }
     if stop == Stop::Exited && console.verdict.is_none() {
-        console.exit_status = Some(match status.signal() {
-            // Not ours: the console closed before this run killed QEMU.
-            Some(_) => format!("{status}; {}", host_memory()),
-            None => status.to_string(),
-        });
+        console.exit_status = Some(status.to_string());
     }
     if stop == Stop::PoweredOff {
         stop = Stop::Exited;
@@ -440,37 +436,20 @@ fn boot_once(
     Ok((console, stop))
 }
 
-/// What the host had when something outside this run killed QEMU: its free memory now and the
-/// kernel's last OOM-killer line, the usual culprit.
-fn host_memory() -> String {
-    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mib = |key: &str| {
-        meminfo
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(key)?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map_or("?".to_owned(), |kib| (kib / 1024).to_string())
-    };
-    let oom = match cmd::command("dmesg").output() {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .find(|l| l.contains("Out of memory") || l.contains("oom-kill"))
-            .map_or("no OOM-killer line in dmesg".to_owned(), |l| {
-                format!("dmesg: {}", l.trim())
-            }),
-        _ => "dmesg unreadable".to_owned(),
-    };
-    format!(
-        "host MemAvailable {} of {} MiB; {oom}",
-        mib("MemAvailable:"),
-        mib("MemTotal:")
-    )
+/// QEMU's exit status. After it closed its console it is exiting: it gets a few seconds to do
+/// so (killing it at once made every such exit read "signal 9"); otherwise it is killed.
+fn reap(child: &mut Child, stop: Stop) -> anyhow::Result<ExitStatus> {
+    if stop == Stop::Exited {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Some(status) = child.try_wait().context("waiting for qemu")? {
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let _ = child.kill();
+    child.wait().context("waiting for qemu")
 }
 
 /// Why [`Console::follow`] stopped reading a guest.
@@ -491,6 +470,20 @@ enum Stop {
 impl Stop {
     /// `None` when the guest passed; otherwise why it failed.
     fn failure(
+        self,
+        console: &Console,
+        counts: &Counts,
+        timeout: Duration,
+        boots: u32,
+    ) -> Option<String> {
+        let why = self.reason(console, counts, timeout, boots)?;
+        Some(match &console.panic {
+            Some(p) => format!("{why}; the guest kernel: {p}"),
+            None => why,
+        })
+    }
+
+    fn reason(
         self,
         console: &Console,
         counts: &Counts,
@@ -523,11 +516,9 @@ impl Stop {
 /// `qemu-system-x86_64` booting `kernel` with `initrd`, the serial console on stdout.
 fn qemu(kernel: &Kernel, initrd: &Path) -> Command {
     let mut qemu = cmd::command("qemu-system-x86_64");
-    // TCG's translation cache is 1 GiB by default on a host this size, and a long suite fills
-    // it: three guests held about 7 GiB. A quarter of it holds a guest's working set.
     qemu.args([
         "-accel",
-        "tcg,thread=multi,tb-size=256",
+        "tcg,thread=multi",
         "-cpu",
         "max",
         "-m",
@@ -582,6 +573,8 @@ struct Console {
     boot_time: Option<Duration>,
     /// QEMU's exit status when it exited without a verdict.
     exit_status: Option<String>,
+    /// The guest kernel's first Oops or BUG line, then its panic line.
+    panic: Option<String>,
 }
 
 impl Console {
@@ -594,6 +587,7 @@ impl Console {
             release: None,
             boot_time: None,
             exit_status: None,
+            panic: None,
         }
     }
 
@@ -655,6 +649,17 @@ impl Console {
         let text = line.trim_end();
         if let Some(v) = text.split(VERDICT).nth(1) {
             self.verdict = Some(v.trim() == "PASS");
+        }
+        if let Some(at) = ["Oops:", "BUG:", "Kernel panic"]
+            .iter()
+            .find_map(|m| text.find(m))
+        {
+            let what = &text[at..];
+            match &mut self.panic {
+                None => self.panic = Some(what.to_owned()),
+                Some(p) if what.starts_with("Kernel panic") => *p = format!("{p}; {what}"),
+                Some(_) => {}
+            }
         }
         if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
             self.release = r.split_whitespace().next().map(str::to_owned);
@@ -924,6 +929,35 @@ mod tests {
         );
         assert_eq!(stop, Stop::BootStalled);
         assert!(console.boot_time.is_none());
+    }
+
+    #[test]
+    fn a_kernel_panic_is_named_in_the_failure() {
+        let (stop, console) = follow(
+            &[
+                "[   11.898742] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+                "[   11.903106] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI",
+                "[   11.903454] Kernel panic - not syncing: Fatal exception in interrupt",
+            ],
+            Duration::ZERO,
+            LONG,
+        );
+        // The console closed: QEMU exited after the panic (`-no-reboot`).
+        assert_eq!(stop, Stop::Exited);
+        assert!(
+            console.boot_time.is_none(),
+            "panicked before /init: booted again"
+        );
+        let why = stop
+            .failure(&console, &Counts::default(), LONG, 1)
+            .expect("a failure");
+        assert!(
+            why.ends_with(
+                "the guest kernel: Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; \
+                 Kernel panic - not syncing: Fatal exception in interrupt"
+            ),
+            "{why}"
+        );
     }
 
     #[test]
