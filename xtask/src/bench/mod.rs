@@ -121,10 +121,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
 fn run_vm(args: &BenchArgs, output: &std::path::Path, started: Instant) -> anyhow::Result<bool> {
     let ready = setup::setup(true, &args.vm)?;
     let guests = vm::run(&ready.kernels, args.rounds)?;
-    let command = std::iter::once("cargo xtask".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = report::command_line(std::env::args().skip(1));
     let section = report::vm::render(&guests, &command, &report::date());
     let old = fs::read_to_string(output).unwrap_or_default();
     write_report(output, &report::vm::splice(&old, &section))?;

@@ -23,6 +23,14 @@ use super::{
     throughput::Throughput,
 };
 
+/// `cargo xtask` and `args`, as the report names the command that wrote it.
+pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
+    std::iter::once("cargo xtask".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub struct Report {
     plan: Plan,
     command: String,
@@ -47,10 +55,7 @@ impl Report {
     pub fn new(plan: &Plan, args: Vec<String>, env: &Env) -> anyhow::Result<Report> {
         Ok(Report {
             plan: plan.clone(),
-            command: std::iter::once("cargo xtask".to_string())
-                .chain(args)
-                .collect::<Vec<_>>()
-                .join(" "),
+            command: command_line(args),
             date: machine::date(),
             machine: machine::facts(env),
             check: machine::check(env),
