@@ -20,6 +20,11 @@ named_enum! {
         /// [`crate::FD_SCAN_BOUNDED`] descriptors on a kernel without `bpf_loop`: what lies
         /// beyond is left to the sweeps.
         FdWalkPartial = 4 => "fd_walk_partial",
+        /// Guard mode refused a removal (`EPERM`).
+        GuardDenied = 5 => "guard_denied",
+        /// A socket file removed while the guard was on whose socket `LIVE` did not hold
+        /// (unbound, or lost to a full table): let through, as every missing fact is.
+        GuardUnknown = 6 => "guard_unknown",
     }
 }
 

@@ -91,6 +91,12 @@ pub mod flags {
     /// `from_dir` its directory (exact tiers: the file's name in it; tracepoint tier: the
     /// directory a relative name starts from).
     pub const FROM_PATH: u16 = 1 << 12;
+    /// Unlink/rename (LSM tier): the guard refused it with `EPERM`; `aux` holds the
+    /// [`crate::GuardPolicy`] that did, and nothing was removed.
+    pub const DENIED: u16 = 1 << 13;
+    /// Unlink/rename: the owner check saw only part of the acting task's descriptors, so
+    /// `HOLDS_FD` unset says nothing.
+    pub const OWNERS_PARTIAL: u16 = 1 << 14;
 }
 
 /// Where a rename's old name starts in [`Event::path`] (see [`flags::FROM_PATH`]).
@@ -169,6 +175,9 @@ const _: () = {
     assert!(size_of::<LiveSock>() == 48);
     assert!(size_of::<crate::maps::PendingKey>() == 16);
     assert!(size_of::<crate::maps::Pending>() == 96);
+    assert!(size_of::<crate::guard::GuardAllowKey>() == 24);
+    assert!(size_of::<crate::guard::OrphanKey>() == 16);
+    assert!(size_of::<crate::guard::Orphan>() == 32);
     assert!(offset_of!(Event, kind) == 0);
     assert!(offset_of!(Event, tier) == 4);
     assert!(offset_of!(Event, fidelity) == 5);

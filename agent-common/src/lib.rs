@@ -12,6 +12,7 @@ mod named;
 
 pub mod counters;
 pub mod event;
+pub mod guard;
 pub mod hash;
 pub mod ids;
 pub mod maps;
@@ -23,6 +24,7 @@ pub use counters::{Counter, slots};
 pub use event::{
     COMM_LEN, Event, EventKind, Fidelity, PATH_CAP, RENAME_FROM_AT, SUN_PATH_LEN, flags,
 };
+pub use guard::{GuardPolicy, GuardSwitch};
 pub use hash::{NAME_HASH_TAIL, name_hash};
 pub use ids::{FileId, Owner, kernel_dev_to_user};
 pub use maps::{FD_SCAN_BOUNDED, FD_SCAN_MAX, LiveSock, WATCH_DEPTH, WatchedName, globals};

@@ -23,12 +23,22 @@ pub const TRACKED: &str = "TRACKED";
 /// Entries `TRACKED` holds.
 pub const TRACKED_CAPACITY: u32 = 65_536;
 /// Watched directories by identity, and by (parent identity, name hash) so a watched
-/// directory that is deleted and re-created is picked up in the kernel at once.
+/// directory that is deleted and re-created is picked up in the kernel at once. Both hold the
+/// watch's guard slot (1 + its index in the config), which a re-created directory inherits.
 pub const WATCHED_DIRS: &str = "WATCHED_DIRS";
 /// Watched directories by [`WatchedName`].
 pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
 /// Entries each watch map holds.
 pub const WATCHED_CAPACITY: u32 = 1_024;
+/// Guard mode's switch (one [`crate::GuardSwitch`]), its policy per watch slot, its
+/// allow-list and its record of listeners whose file was removed (see [`crate::guard`]).
+pub const GUARD_SWITCH: &str = "GUARD_SWITCH";
+/// Policy per watch slot.
+pub const GUARD_POLICIES: &str = "GUARD_POLICIES";
+/// Who `foreign` lets through, per watch slot.
+pub const GUARD_ALLOW: &str = "GUARD_ALLOW";
+/// Listeners whose file was removed or replaced, by owner and place.
+pub const ORPHANS: &str = "ORPHANS";
 /// Loading thread -> the verifier's count for its last program (measurement only).
 pub const VERIFIER_INSNS: &str = "VERIFIER_INSNS";
 

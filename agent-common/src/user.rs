@@ -1,6 +1,7 @@
 //! The user half: what only the agent needs of the contract (aya's map access).
 use crate::{
     Event, FileId, LiveSock, WatchedName,
+    guard::{GuardAllowKey, Orphan, OrphanKey},
     maps::{Pending, PendingKey},
 };
 
@@ -18,3 +19,9 @@ unsafe impl aya::Pod for WatchedName {}
 unsafe impl aya::Pod for PendingKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Pending {}
+// SAFETY: as above.
+unsafe impl aya::Pod for GuardAllowKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for OrphanKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Orphan {}

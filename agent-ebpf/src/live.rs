@@ -77,13 +77,18 @@ pub fn lookup(id: &FileId) -> Option<LiveSock> {
     unsafe { LIVE.get(id) }.copied()
 }
 
-/// The record an unlink or rename of `dentry` needs, or `None` when the file is not a socket,
-/// or neither live nor watched. Ownership is decided now, from the acting task's fd table.
+/// Fills `out` with the record an unlink or rename of `dentry` needs; false (and `out` left
+/// as it was) when the file is not a socket, or neither live nor watched. Ownership is decided
+/// now, from the acting task's fd table. An out-parameter the caller zeroed, not an `Option`:
+/// a `None`'s undefined payload, copied, is a read of an uninitialised register the verifier
+/// refuses.
 #[inline(always)]
-pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
-    let file = shim::dentry_file(dentry)?;
+pub fn inspect_victim(dentry: Dentry, flavor: Flavor, out: &mut Pending) -> bool {
+    let Some(file) = shim::dentry_file(dentry) else {
+        return false;
+    };
     if !shim::is_sock_mode(file.mode) {
-        return None;
+        return false;
     }
     let mut p = Pending {
         // The dentry stays referenced until the operation's exit: its name names the file.
@@ -101,13 +106,17 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor) -> Option<Pending> {
             match shim::current_holds_socket(live.sock_ino, flavor) {
                 Some(true) => p.flags |= flags::HOLDS_FD,
                 Some(false) => {}
-                None => count(Counter::FdWalkPartial),
+                None => {
+                    p.flags |= flags::OWNERS_PARTIAL;
+                    count(Counter::FdWalkPartial);
+                }
             }
         }
-        None if !watch::is_watched(dentry) => return None,
+        None if !watch::is_watched(dentry) => return false,
         None => {}
     }
-    Some(p)
+    *out = p;
+    true
 }
 
 /// Identity of the directory holding `dentry` (zero at a filesystem root).

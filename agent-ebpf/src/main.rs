@@ -1,6 +1,6 @@
 //! sockwatch's kernel programs. Each module imports only from the layers below it:
 //! - `programs`: the BPF programs, one module per hook family;
-//! - `emit` (events), `pending` (entry-to-exit state), `live` (the live-socket table),
+//! - `guard` (guard mode's decision, LSM tier), `emit` (events), `pending` (entry-to-exit state), `live` (the live-socket table),
 //!   `watch` (watched directories);
 //! - `current` (the running task), `counters` (the `COUNTERS` array), `maps` (every map and
 //!   load-time global);
@@ -11,6 +11,7 @@
 mod counters;
 mod current;
 mod emit;
+mod guard;
 mod live;
 mod maps;
 mod pending;

@@ -1,9 +1,13 @@
 //! Every map and load-time global of the kernel side, in one place.
-use agent_common::{FileId, LiveSock, PATH_CAP, WatchedName, maps, slots};
+use agent_common::{
+    FileId, LiveSock, PATH_CAP, WatchedName,
+    guard::{self, GuardAllowKey, Orphan, OrphanKey},
+    maps, slots,
+};
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 
 use crate::record::{Pending, PendingKey};
@@ -42,6 +46,23 @@ pub static WATCHED_DIRS: HashMap<FileId, u32> =
 #[map(name = "WATCHED_NAMES")]
 pub static WATCHED_NAMES: HashMap<WatchedName, u32> =
     HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
+
+/// Guard mode's [`agent_common::GuardSwitch`], written by the agent at any time.
+#[map(name = "GUARD_SWITCH")]
+pub static GUARD_SWITCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Watch slot -> its [`agent_common::GuardPolicy`].
+#[map(name = "GUARD_POLICIES")]
+pub static GUARD_POLICIES: Array<u32> = Array::with_max_entries(guard::GUARD_SLOTS, 0);
+
+#[map(name = "GUARD_ALLOW")]
+pub static GUARD_ALLOW: HashMap<GuardAllowKey, u32> =
+    HashMap::with_max_entries(guard::GUARD_ALLOW_CAPACITY, 0);
+
+/// (owner, place) -> its listener whose file was removed or replaced.
+#[map(name = "ORPHANS")]
+pub static ORPHANS: LruHashMap<OrphanKey, Orphan> =
+    LruHashMap::with_max_entries(guard::ORPHANS_CAPACITY, 0);
 
 /// pid_tgid of the agent's loading thread -> instructions the verifier processed for the
 /// program it loaded last (kernels whose program info lacks the count).

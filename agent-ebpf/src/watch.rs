@@ -33,12 +33,34 @@ pub fn is_watched(file: Dentry) -> bool {
                 name_hash: shim::dentry_name_hash(dir),
             };
             // SAFETY: only presence is tested; the value is never read.
-            if unsafe { WATCHED_NAMES.get(by_name) }.is_some() {
-                let _ = WATCHED_DIRS.insert(id, 1, 0);
+            if let Some(slot) = unsafe { WATCHED_NAMES.get(by_name) }.copied() {
+                let _ = WATCHED_DIRS.insert(id, slot, 0);
                 return true;
             }
         }
         dir = parent;
     }
     false
+}
+
+/// The guard slot of the nearest watched directory above `file`: 0 for every socket when
+/// every directory is watched, or when none above it is (the top-level policy). A live
+/// socket's directories were adopted at its bind, so no lookup by name is needed here.
+#[inline(always)]
+pub fn slot_of(file: Dentry) -> u32 {
+    if WATCH_ALL.load() != 0 {
+        return 0;
+    }
+    let mut dir = shim::dentry_parent(file);
+    for _ in 0..WATCH_DEPTH {
+        let Some(id) = shim::dentry_id(dir) else {
+            return 0;
+        };
+        // SAFETY: the value is copied at once.
+        if let Some(slot) = unsafe { WATCHED_DIRS.get(id) }.copied() {
+            return slot;
+        }
+        dir = shim::dentry_parent(dir);
+    }
+    0
 }

@@ -10,7 +10,7 @@ use aya_ebpf::{
 
 use super::tp_ret;
 use crate::{
-    current, emit, live,
+    current, emit, guard, live,
     maps::SCRATCH,
     pending,
     record::{Pending, Slot},
@@ -52,9 +52,11 @@ pub fn begin(op: Removal, victim: Dentry, flavor: Flavor) {
     if current::is_agent() || victim.is_null() {
         return;
     }
-    match live::inspect_victim(victim, flavor) {
-        Some(p) => pending::stash(op.slot(), &p),
-        None => pending::nest(op.slot()),
+    let mut p = Pending::default();
+    if live::inspect_victim(victim, flavor, &mut p) {
+        pending::stash(op.slot(), &p);
+    } else {
+        pending::nest(op.slot());
     }
 }
 
@@ -79,7 +81,35 @@ fn end(op: Removal, ret: i64, tier: Tier, flavor: Flavor) {
     if let Some(p) = pending::take(op.slot(), false)
         && ret == 0
     {
-        report(op, &p, ret, tier, 0, flavor, Names::after(&p));
+        let outcome = Outcome::known(ret);
+        report(op, &p, tier, outcome, flavor, Names::after(&p));
+    }
+}
+
+/// How a removal's report ends: its result, flags known only then, and `aux`.
+#[derive(Clone, Copy)]
+struct Outcome {
+    ret: i64,
+    extra: u16,
+    /// The refusing policy, for a removal the guard refused.
+    aux: u32,
+}
+
+impl Outcome {
+    /// Reported before the operation, which may still fail.
+    const BEFORE: Outcome = Outcome {
+        ret: 0,
+        extra: flags::RESULT_UNKNOWN,
+        aux: 0,
+    };
+
+    #[inline(always)]
+    fn known(ret: i64) -> Outcome {
+        Outcome {
+            ret,
+            extra: 0,
+            aux: 0,
+        }
     }
 }
 
@@ -132,23 +162,37 @@ fn moved_id(p: &Pending) -> FileId {
         .unwrap_or_default()
 }
 
-/// LSM tier: reports a socket file at once, before the removal; its result is not known.
+/// LSM tier: reports a socket file at once, before the removal; its result is not known
+/// unless the guard refuses it (the returned `-EPERM`).
 #[inline(always)]
 pub fn report_before(op: Removal, victim: Dentry, flavor: Flavor) -> i32 {
-    if !current::is_agent()
-        && let Some(p) = live::inspect_victim(victim, flavor)
-    {
-        report(
-            op,
-            &p,
-            0,
-            Tier::Lsm,
-            flags::RESULT_UNKNOWN,
-            flavor,
-            Names::before(&p),
-        );
+    if current::is_agent() {
+        return 0;
     }
-    0
+    let mut p = Pending::default();
+    if live::inspect_victim(victim, flavor, &mut p) {
+        report_guarded(op, p, victim, flavor)
+    } else {
+        0
+    }
+}
+
+/// Reports a removal seen before it happens, after the guard's decision on it.
+#[inline(always)]
+fn report_guarded(op: Removal, mut p: Pending, victim: Dentry, flavor: Flavor) -> i32 {
+    let (ret, outcome) = match guard::refusal(&p, victim) {
+        Some(policy) => {
+            p.flags |= flags::DENIED;
+            let refused = Outcome {
+                aux: policy as u32,
+                ..Outcome::known(i64::from(guard::REFUSE))
+            };
+            (guard::REFUSE, refused)
+        }
+        None => (0, Outcome::BEFORE),
+    };
+    report(op, &p, Tier::Lsm, outcome, flavor, Names::before(&p));
+    ret
 }
 
 /// Rename entry (fentry, kprobe): keeps the record of a rename that displaces or swaps a
@@ -158,71 +202,79 @@ pub fn rename_begin(source: Dentry, target: Dentry, exchange: bool, flavor: Flav
     if current::is_agent() {
         return;
     }
-    match rename_record(source, target, exchange, flavor) {
-        Some(p) => pending::stash(Slot::Rename, &p),
-        None => pending::nest(Slot::Rename),
+    let mut p = Pending::default();
+    if rename_record(source, target, exchange, flavor, &mut p) {
+        pending::stash(Slot::Rename, &p);
+    } else {
+        pending::nest(Slot::Rename);
     }
 }
 
 /// LSM tier: reports a rename before it happens. An exchange calls the hook twice, the
 /// second time with the arguments swapped back; only that call is reported, so it names the
-/// file moved and the target as the syscall did.
+/// file moved and the target as the syscall did. The guard decides on a rename over a socket
+/// file (an exchange removes nothing).
 #[inline(always)]
-pub fn rename_report_before(source: Dentry, target: Dentry, exchange: bool, flavor: Flavor) {
+pub fn rename_report_before(source: Dentry, target: Dentry, exchange: bool, flavor: Flavor) -> i32 {
     if current::is_agent() {
-        return;
+        return 0;
     }
     if exchange {
         let first = pending::take(Slot::Rename, false);
-        if !first.is_some_and(|p| p.ptr == source as u64) {
+        if first.is_none_or(|p| p.ptr != source as u64) {
             // The first call: remember the file it named as the target, the second's source.
             pending::stash(Slot::Rename, &Pending::args(target as u64, 0));
-            return;
+            return 0;
         }
     }
-    if let Some(p) = rename_record(source, target, exchange, flavor) {
-        let extra = flags::RESULT_UNKNOWN;
-        report(
-            Removal::Rename,
-            &p,
-            0,
-            Tier::Lsm,
-            extra,
-            flavor,
-            Names::before(&p),
-        );
+    let mut p = Pending::default();
+    if !rename_record(source, target, exchange, flavor, &mut p) {
+        return 0;
     }
+    // Without a socket file at the target nothing is displaced (its identity is unset).
+    if !exchange && p.file != FileId::default() {
+        return report_guarded(Removal::Rename, p, target, flavor);
+    }
+    let names = Names::before(&p);
+    report(
+        Removal::Rename,
+        &p,
+        Tier::Lsm,
+        Outcome::BEFORE,
+        flavor,
+        names,
+    );
+    0
 }
 
-/// The record of a rename that concerns a socket file, or `None`: the target's when it is a
-/// socket file (as an unlink's victim; for an exchange, whatever file it is), with the moved
-/// dentry in `arg` and `FROM_LIVE` when that is a live socket's file.
+/// Fills `p` (zeroed by the caller) with the record of a rename that concerns a socket file,
+/// or returns false: the target's when it is a socket file (as an unlink's victim; for an
+/// exchange, whatever file it is), with the moved dentry in `arg` and `FROM_LIVE` when that is
+/// a live socket's file.
 #[inline(always)]
 fn rename_record(
     source: Dentry,
     target: Dentry,
     exchange: bool,
     flavor: Flavor,
-) -> Option<Pending> {
+    p: &mut Pending,
+) -> bool {
     // The descriptor walk first: a branch before it would make the verifier walk it twice.
-    let victim = live::inspect_victim(target, flavor);
+    let victim = live::inspect_victim(target, flavor, p);
     let moves_live = is_live_socket_file(source);
-    if victim.is_none() && !moves_live {
-        return None;
+    if !victim && !moves_live {
+        return false;
     }
-    let mut p = victim.unwrap_or_else(|| Pending {
-        ptr: target as u64,
+    if !victim {
+        p.ptr = target as u64;
         // An exchange names both ends, socket files or not.
-        file: if exchange {
-            shim::dentry_file(target)
+        if exchange {
+            p.file = shim::dentry_file(target)
                 .map(|f| f.id())
-                .unwrap_or_default()
-        } else {
-            FileId::default()
-        },
-        dir: live::parent_id(target),
-        ..Default::default()
-    });
+                .unwrap_or_default();
+        }
+        p.dir = live::parent_id(target);
+    }
     p.arg = source as u64;
     if moves_live {
         p.flags |= flags::FROM_LIVE;
@@ -230,7 +282,7 @@ fn rename_record(
     if exchange {
         p.flags |= flags::EXCHANGE;
     }
-    Some(p)
+    true
 }
 
 /// Whether `dentry` is a live socket's file (in `LIVE`): no descriptor walk, a move is
@@ -243,11 +295,12 @@ fn is_live_socket_file(dentry: Dentry) -> bool {
 }
 
 #[inline(always)]
-fn report(op: Removal, p: &Pending, ret: i64, tier: Tier, extra: u16, flavor: Flavor, n: Names) {
+fn report(op: Removal, p: &Pending, tier: Tier, outcome: Outcome, flavor: Flavor, n: Names) {
     if let Some(mut ev) = emit::reserve(op.kind(), tier, Fidelity::Exact) {
         ev.pending(p)
-            .ret(ret)
-            .flags(extra)
+            .ret(outcome.ret)
+            .flags(outcome.extra)
+            .aux(outcome.aux)
             .from(n.from)
             .removed_path(flavor, n.new);
         if !n.old.is_null() {

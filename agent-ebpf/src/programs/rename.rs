@@ -75,8 +75,7 @@ flavored! {
     #[lsm(hook = "inode_rename")]
     fn rename_lsm / rename_lsm_b(ctx: LsmContext, flavor) -> i32 {
         let exchange = syscall_exchanges(flavor);
-        removal::rename_report_before(ctx.arg(1), ctx.arg(3), exchange, flavor);
-        0
+        removal::rename_report_before(ctx.arg(1), ctx.arg(3), exchange, flavor)
     }
 
     #[kprobe(function = "vfs_rename")]
