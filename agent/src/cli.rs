@@ -109,6 +109,13 @@ pub struct RunArgs {
         env = "SOCKWATCH_EVENTS_FILTER"
     )]
     pub events_filter: Option<config::EventsFilter>,
+    /// Guard mode (config key `guard`; per watch in the config file): `stale_owner` refuses,
+    /// on the BPF LSM tier, a removal of a live listener's file by a stale owner (a process
+    /// whose own listener at that path was already replaced); `foreign` any removal by a
+    /// process outside the owner set but the allow-list; `off` (default) refuses nothing.
+    /// SIGUSR1 pauses it, SIGUSR2 resumes it.
+    #[arg(long, value_name = "POLICY", value_parser = parse_guard, env = "SOCKWATCH_GUARD")]
+    pub guard: Option<config::GuardPolicy>,
     /// How --events is written: `json`, a JSON object per line, or `text`, one sentence per
     /// verdict for people (its time, the node, who did what to which socket file, the likely
     /// cause and the fix) and no kernel event lines, whatever --events-filter says.
@@ -129,8 +136,17 @@ impl From<&RunArgs> for config::Overrides {
             live_capacity: args.live_capacity,
             api_remote: args.api_remote,
             events_filter: args.events_filter,
+            guard: args.guard,
         }
     }
+}
+
+/// `off`, `stale_owner` or `foreign`.
+fn parse_guard(s: &str) -> Result<config::GuardPolicy, String> {
+    config::GuardPolicy::ALL
+        .into_iter()
+        .find(|p| p.name() == s)
+        .ok_or_else(|| format!("`{s}` is no guard policy: off, stale_owner or foreign"))
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,19 @@ pub const VERIFIER_LIMIT: u32 = 1_000_000;
 /// Every program must stay under this share of [`VERIFIER_LIMIT`].
 pub const HEADROOM_MAX_INSNS: u32 = VERIFIER_LIMIT / 10;
 
+/// Whether `run --guard` could refuse removals with the unlink hook on `unlink`'s tier.
+fn guard_line(unlink: Option<Tier>) -> String {
+    match unlink {
+        Some(Tier::Lsm) => "available (the unlink hook runs on BPF LSM)".into(),
+        Some(t) => format!(
+            "unavailable: the unlink hook would run on {}, not BPF LSM; run --guard only \
+             observes",
+            t.name()
+        ),
+        None => "unavailable: the unlink hook would not attach".into(),
+    }
+}
+
 /// Prints the support table; the coverage `run` would get.
 pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage> {
     preflight::prepare()?;
@@ -62,6 +75,7 @@ pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage>
             )?,
         }
     }
+    writeln!(out, "guard: {}", guard_line(chosen(Hook::Unlink)))?;
     if args.verbose {
         let loads: Vec<&ProgramLoad> = table
             .iter()

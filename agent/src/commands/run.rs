@@ -4,6 +4,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::guard;
 use crate::{
     cli::RunArgs,
     config::{self, Config, Overrides},
@@ -48,7 +49,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let watches: Vec<WatchedDir> = config
         .watches
         .iter()
-        .map(|w| watch::resolve(&w.path))
+        .enumerate()
+        .map(|(i, w)| watch::resolve(&w.path).map(|d| d.in_slot(i)))
         .collect::<Result<_, _>>()?;
     for w in watches.iter().filter(|w| w.is_missing()) {
         log::warn!(
@@ -68,6 +70,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.watch_missing(&w.name, dir.is_missing());
     }
     metrics.probes(&probes.report);
+    let guard_state = guard::start(&mut probes, &config, &metrics)?;
     let reader = probes.events()?;
     let engine = Engine::new(Limits::default())?.with_takeover_window(window_ns(&config));
     let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
@@ -105,6 +108,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()?;
     let stats = rt.block_on(async {
         let shutdown = shutdown_signal()?;
+        let guard_signals = guard::Signals::register()?;
         if let Some(addr) = config.listen {
             let access = match config.api_remote {
                 true => ApiAccess::Everyone,
@@ -135,6 +139,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             r = pump => r.map_err(anyhow::Error::from),
             _ = refresh_watches(&shared.probes, &shared.metrics, &config, watches) => {
                 unreachable!("refresh never ends")
+            }
+            _ = guard_signals.follow(&shared.probes, &shared.metrics, guard_state) => {
+                unreachable!("the guard's signals never end")
             }
         }
     })?;
@@ -430,8 +437,8 @@ async fn refresh_watches(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for (w, c) in watches.iter_mut().zip(&config.watches) {
-            let Ok(now) = watch::resolve(&w.path) else {
+        for (i, (w, c)) in watches.iter_mut().zip(&config.watches).enumerate() {
+            let Ok(now) = watch::resolve(&w.path).map(|d| d.in_slot(i)) else {
                 continue;
             };
             if now == *w {

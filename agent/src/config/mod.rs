@@ -10,10 +10,18 @@
 //! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
 //! api_remote = false             # true: /api (pids, paths) answers clients beyond loopback
 //! events_filter = "all"          # lines written to --events: "all", or "verdicts" (and notices)
+//! guard = "off"                  # "off", "stale_owner" or "foreign" (BPF LSM only): refuse
+//!                                # removals of a live listener's file (docs/guard.md)
+//! guard_allow_comms = []         # foreign: these commands (comm, up to 15 bytes) pass
+//! guard_allow_cgroups = []       # foreign: processes of these cgroup v2 directories pass,
+//!                                # from the cgroup2 root ("/system.slice/kubelet.service")
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
 //! path = "/run/multus"
+//! guard = "stale_owner"          # this watch's own guard keys; unset ones are the top level's
+//! guard_allow_comms = []
+//! guard_allow_cgroups = []
 //! ```
 //!
 //! Unknown fields and bad values are errors that name the field and the problem, e.g.
@@ -27,6 +35,12 @@ use std::{
 };
 
 use serde::Deserialize;
+
+mod guard;
+
+pub use agent_common::GuardPolicy;
+use guard::RawGuard;
+pub use guard::{GuardConfig, GuardOverride};
 
 /// Entries the live-socket table may be given: room for a test's few sockets, up to a node's
 /// million (48 bytes each, and as many for the name index).
@@ -69,6 +83,8 @@ pub const RESERVED_NAMES: [&str; 2] = [NO_WATCH, OTHER_WATCH];
 pub struct WatchConfig {
     pub name: String,
     pub path: PathBuf,
+    /// Its own guard settings (the top level's where unset).
+    pub guard: GuardOverride,
 }
 
 /// Which lines `run` writes to its events output. The engine sees every event either way.
@@ -103,6 +119,8 @@ pub struct Config {
     pub api_remote: bool,
     /// The lines written to the events output.
     pub events_filter: EventsFilter,
+    /// Guard mode outside every watch, and every watch's default.
+    pub guard: GuardConfig,
 }
 
 impl Default for Config {
@@ -117,6 +135,7 @@ impl Default for Config {
             live_capacity: agent_common::maps::LIVE_CAPACITY,
             api_remote: false,
             events_filter: EventsFilter::All,
+            guard: GuardConfig::default(),
         }
     }
 }
@@ -136,6 +155,8 @@ pub struct Overrides {
     /// `--api-remote`: only ever turns the setting on.
     pub api_remote: bool,
     pub events_filter: Option<EventsFilter>,
+    /// `--guard`: the top-level policy.
+    pub guard: Option<GuardPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +227,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             Some(name) => name,
             None => default_name(&path).map_err(|p| invalid(format!("watches[{i}].name"), p))?,
         };
-        config.watches.push(WatchConfig { name, path });
+        let guard = RawGuard::new(w.guard, w.guard_allow_comms, w.guard_allow_cgroups)
+            .check(&format!("watches[{i}]."))
+            .map_err(|(f, p)| invalid(f, p))?;
+        config.watches.push(WatchConfig { name, path, guard });
     }
     if let Some(l) = raw.listen {
         config.listen = Some(parse_listen(&l).map_err(|p| invalid("listen".into(), p))?);
@@ -226,6 +250,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
     config.api_remote = raw.api_remote.unwrap_or(false);
     config.events_filter = raw.events_filter.unwrap_or_default();
+    let top = RawGuard::new(raw.guard, raw.guard_allow_comms, raw.guard_allow_cgroups)
+        .check("")
+        .map_err(|(f, p)| invalid(f, p))?;
+    config.guard = top.over(&GuardConfig::default());
     if let Some(n) = raw.live_capacity {
         config.live_capacity = n;
     }
@@ -247,6 +275,7 @@ impl Config {
         self.api_remote |= o.api_remote;
         self.events_filter = o.events_filter.unwrap_or(self.events_filter);
         self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
+        self.guard.policy = o.guard.unwrap_or(self.guard.policy);
         self.validate("flags")?;
         Ok(self)
     }
@@ -316,6 +345,12 @@ impl Config {
             .map_or("", |w| w.name.as_str())
     }
 
+    /// The guard settings of each guard slot: slot 0 is the top level, slot `i + 1` watch `i`.
+    pub fn guard_slots(&self) -> Vec<GuardConfig> {
+        let watches = self.watches.iter().map(|w| w.guard.over(&self.guard));
+        std::iter::once(self.guard.clone()).chain(watches).collect()
+    }
+
     /// The watch names, for `Metrics::watches`.
     pub fn watch_names(&self) -> impl Iterator<Item = &str> {
         self.watches.iter().map(|w| w.name.as_str())
@@ -338,7 +373,11 @@ impl FromStr for WatchConfig {
             None => default_name(&path)?,
         };
         check_name(&name)?;
-        Ok(WatchConfig { name, path })
+        Ok(WatchConfig {
+            name,
+            path,
+            guard: GuardOverride::default(),
+        })
     }
 }
 
@@ -526,6 +565,9 @@ struct RawConfig {
     live_capacity: Option<u32>,
     api_remote: Option<bool>,
     events_filter: Option<EventsFilter>,
+    guard: Option<GuardPolicy>,
+    guard_allow_comms: Option<Vec<String>>,
+    guard_allow_cgroups: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -533,6 +575,9 @@ struct RawConfig {
 struct RawWatch {
     name: Option<String>,
     path: String,
+    guard: Option<GuardPolicy>,
+    guard_allow_comms: Option<Vec<String>>,
+    guard_allow_cgroups: Option<Vec<String>>,
 }
 
 #[cfg(test)]

@@ -39,11 +39,13 @@ path = "/var/run/crio"
         vec![
             WatchConfig {
                 name: "multus".into(),
-                path: "/run/multus".into()
+                path: "/run/multus".into(),
+                guard: Default::default(),
             },
             WatchConfig {
                 name: "crio".into(),
-                path: "/var/run/crio".into()
+                path: "/var/run/crio".into(),
+                guard: Default::default(),
             },
         ]
     );
@@ -63,7 +65,7 @@ fn errors_name_the_field_and_the_problem() {
         ),
         (
             "[[watches]]\npaht = \"/run/a\"\n",
-            "config /etc/sockwatch.toml: watches[0].paht: unknown field `paht`, expected `name` or `path`",
+            "config /etc/sockwatch.toml: watches[0].paht: unknown field `paht`, expected one of `name`, `path`, `guard`",
         ),
         (
             "lisen = \":9469\"\n",
@@ -165,8 +167,10 @@ fn flags_override_the_file() {
             live_capacity: Some(16),
             api_remote: true,
             events_filter: Some(EventsFilter::Verdicts),
+            guard: Some(GuardPolicy::Foreign),
         })
         .expect("valid");
+    assert_eq!(merged.guard.policy, GuardPolicy::Foreign);
     assert_eq!(merged.watches[0].name, "m");
     assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(merged.scan_interval, Duration::from_secs(5));
@@ -337,4 +341,57 @@ fn every_line_is_written_unless_the_filter_says_verdicts() {
         })
         .expect("valid");
     assert_eq!(back.events_filter, EventsFilter::All, "the flag wins");
+}
+
+#[test]
+fn guard_settings_per_watch_fall_back_to_the_top_level() {
+    let c = parse_str(
+        r#"
+guard = "stale_owner"
+guard_allow_comms = ["kubelet"]
+[[watches]]
+path = "/run/multus"
+[[watches]]
+path = "/run/plugins"
+guard = "foreign"
+guard_allow_cgroups = ["/system.slice/kubelet.service"]
+"#,
+    )
+    .expect("valid");
+    let slots = c.guard_slots();
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    assert_eq!(slots[0].policy, GuardPolicy::StaleOwner);
+    assert_eq!(
+        slots[1], slots[0],
+        "a watch without guard keys takes the top level's"
+    );
+    assert_eq!(slots[2].policy, GuardPolicy::Foreign);
+    assert_eq!(slots[2].allow_comms, vec!["kubelet".to_string()]);
+    assert_eq!(
+        slots[2].allow_cgroups,
+        vec![PathBuf::from("/system.slice/kubelet.service")]
+    );
+    assert_eq!(Config::default().guard.policy, GuardPolicy::Off);
+}
+
+#[test]
+fn bad_guard_settings_name_the_field() {
+    let e = parse_str("guard = \"deny_all\"\n").expect_err("unknown policy");
+    assert!(
+        e.starts_with("config /etc/sockwatch.toml: guard: unknown variant `deny_all`"),
+        "{e}"
+    );
+    let e = parse_str(
+        "[[watches]]\npath = \"/run/a\"\nguard_allow_comms = [\"a-name-longer-than-15\"]\n",
+    )
+    .expect_err("long comm");
+    assert!(
+        e.contains("watches[0].guard_allow_comms[0]: `a-name-longer-than-15` is no command name"),
+        "{e}"
+    );
+    let e = parse_str("guard_allow_cgroups = [\"system.slice/../x\"]\n").expect_err("relative");
+    assert!(
+        e.contains("guard_allow_cgroups[0]: `system.slice/../x` must be a cgroup path"),
+        "{e}"
+    );
 }

@@ -25,6 +25,7 @@
 //! - `Listen`, `Release` and `FdReceived` of sockets never bound nor scanned are counted and
 //!   ignored: only `Bind` and `Scan` (and the kernel's `live` at an unlink) create entries.
 mod connect;
+mod guard;
 mod lifecycle;
 pub mod model;
 mod owners;
@@ -41,7 +42,8 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use model::{
-    Fidelity, FileId, Input, LiveAtUnlink, Proc, ScanSnapshot, ScannedSocket, Workload,
+    Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, ScanSnapshot,
+    ScannedSocket, Workload,
 };
 pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};
 pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts};
@@ -167,7 +169,10 @@ impl Engine {
         let start = out.len();
         self.expire_pending(input.ts_ns(), out);
         match input {
-            Input::Unlink { .. } | Input::Rename { .. } | Input::Connect { .. } => {
+            Input::Unlink { .. }
+            | Input::Rename { .. }
+            | Input::Denied { .. }
+            | Input::Connect { .. } => {
                 self.apply_path_op(input, out);
             }
             Input::Tick { .. } => {}
@@ -210,6 +215,24 @@ impl Engine {
                     live: live.as_ref(),
                 };
                 self.on_rename(*ts_ns, proc, &rename, out);
+            }
+            Input::Denied {
+                ts_ns,
+                proc,
+                path,
+                file,
+                operation,
+                policy,
+                live,
+            } => {
+                let d = guard::Denied {
+                    path,
+                    file: *file,
+                    operation: *operation,
+                    policy: *policy,
+                    live,
+                };
+                self.on_denied(*ts_ns, proc, &d, out);
             }
             Input::Connect {
                 ts_ns,

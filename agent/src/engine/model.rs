@@ -5,7 +5,7 @@
 //! [`FileId`], never by its path (S13).
 use serde::{Deserialize, Serialize};
 
-pub use agent_common::{Fidelity, FileId};
+pub use agent_common::{Fidelity, FileId, GuardPolicy};
 
 /// The process behind an input, as the kernel saw it at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,15 @@ pub struct LiveAtUnlink {
     pub links: Option<u32>,
 }
 
+/// The operation a removal was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemovalOp {
+    Unlink,
+    /// A rename onto the file.
+    Rename,
+}
+
 /// One observation. Each variant carries `ts_ns` (boot clock) and the acting process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -124,6 +133,17 @@ pub enum Input {
         #[serde(default)]
         live: Option<LiveAtUnlink>,
     },
+    /// A removal the guard refused (LSM tier): nothing was removed. `live` is the listener
+    /// it protected.
+    Denied {
+        ts_ns: u64,
+        proc: Proc,
+        path: String,
+        file: FileId,
+        operation: RemovalOp,
+        policy: GuardPolicy,
+        live: LiveAtUnlink,
+    },
     Connect {
         ts_ns: u64,
         proc: Proc,
@@ -173,6 +193,7 @@ impl Input {
             | Input::Release { ts_ns, .. }
             | Input::Unlink { ts_ns, .. }
             | Input::Rename { ts_ns, .. }
+            | Input::Denied { ts_ns, .. }
             | Input::Connect { ts_ns, .. }
             | Input::Fork { ts_ns, .. }
             | Input::Exit { ts_ns, .. }

@@ -267,7 +267,7 @@ impl Engine {
 
     /// Takes the kernel's word on the socket bound to `file` when it differs from the table's
     /// (the bind was missed: late start or lost events).
-    fn adopt_kernel_view(
+    pub(super) fn adopt_kernel_view(
         &mut self,
         file: FileId,
         live: &LiveAtUnlink,

@@ -107,6 +107,8 @@ pub enum HistoryEvent {
     /// One of several names of the file was removed (S20).
     LinkRemoved,
     ForeignUnlink,
+    /// A removal the guard refused: the file stayed.
+    RemovalDenied,
     /// Removed by a successor that bound the path again.
     TakenOver,
     /// Bound at a path whose previous socket it (or its cgroup or pod) had just removed.

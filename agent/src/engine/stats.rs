@@ -63,6 +63,7 @@ pub struct Evictions {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct VerdictCounts {
     pub foreign_unlink: u64,
+    pub unlink_denied: u64,
     pub replaced: u64,
     pub moved: u64,
     pub takeover: u64,
@@ -76,6 +77,7 @@ impl VerdictCounts {
     pub(super) fn count(&mut self, v: &Verdict) {
         let c = match v {
             Verdict::ForeignUnlink { .. } => &mut self.foreign_unlink,
+            Verdict::UnlinkDenied { .. } => &mut self.unlink_denied,
             Verdict::Replaced { .. } => &mut self.replaced,
             Verdict::Moved { .. } => &mut self.moved,
             Verdict::Takeover { .. } => &mut self.takeover,

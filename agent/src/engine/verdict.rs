@@ -1,7 +1,7 @@
 //! What the engine reports: each verdict names both parties, the file and the socket.
 use serde::{Deserialize, Serialize};
 
-use super::model::{Fidelity, FileId, Proc};
+use super::model::{Fidelity, FileId, GuardPolicy, Proc, RemovalOp};
 
 /// How the unlinking (or renaming) process relates to the socket's owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +132,21 @@ pub enum Verdict {
         /// stale owner removing its successor's socket (S1's Go `Close`). Reported at once.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         stale_owner: bool,
+    },
+    /// The guard refused a removal of a live listener's file (LSM tier): the listener keeps
+    /// its path. Informational: the incident was prevented; the actor is what to fix.
+    UnlinkDenied {
+        ts_ns: u64,
+        /// The process whose unlink or rename was refused.
+        actor: Proc,
+        /// The owner of the listener protected.
+        victim: Proc,
+        operation: RemovalOp,
+        policy: GuardPolicy,
+        /// The path as the actor named it.
+        path: String,
+        file: FileId,
+        sock_ino: u64,
     },
     /// A live socket's file was replaced by a rename-over; reported even for a hand-over.
     Replaced {
@@ -265,6 +280,7 @@ impl Verdict {
     pub fn name(&self) -> &'static str {
         match self {
             Verdict::ForeignUnlink { .. } => "foreign_unlink",
+            Verdict::UnlinkDenied { .. } => "unlink_denied",
             Verdict::Replaced { .. } => "replaced",
             Verdict::Moved { .. } => "moved",
             Verdict::Takeover { .. } => "takeover",
@@ -278,6 +294,7 @@ impl Verdict {
     pub fn ts_ns(&self) -> u64 {
         match self {
             Verdict::ForeignUnlink { ts_ns, .. }
+            | Verdict::UnlinkDenied { ts_ns, .. }
             | Verdict::Replaced { ts_ns, .. }
             | Verdict::Moved { ts_ns, .. }
             | Verdict::Takeover { ts_ns, .. }
@@ -321,6 +338,7 @@ impl Verdict {
             } => *old_file == f || *new_file == f,
             Verdict::StaleConnect { file, .. } => *file == Some(f),
             Verdict::ForeignUnlink { file, .. }
+            | Verdict::UnlinkDenied { file, .. }
             | Verdict::OrphanOpened { file, .. }
             | Verdict::OrphanClosed { file, .. }
             | Verdict::StaleSocketFile { file, .. } => *file == f,
@@ -331,6 +349,7 @@ impl Verdict {
     pub fn path(&self) -> Option<&str> {
         match self {
             Verdict::ForeignUnlink { path, .. }
+            | Verdict::UnlinkDenied { path, .. }
             | Verdict::Replaced { path, .. }
             | Verdict::Takeover { path, .. }
             | Verdict::StaleConnect { path, .. } => Some(path),

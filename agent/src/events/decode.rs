@@ -1,6 +1,6 @@
 //! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
 use agent_common::{
-    Event, EventKind, Fidelity, FileId, Owner, PATH_CAP, RENAME_FROM_AT, Tier, flags,
+    Event, EventKind, Fidelity, FileId, GuardPolicy, Owner, PATH_CAP, RENAME_FROM_AT, Tier, flags,
 };
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +65,9 @@ pub struct KernelEvent {
     /// starts (tracepoint tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_dir: Option<FileId>,
+    /// Unlink/rename refused by the guard (`denied`): the policy that refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_policy: Option<GuardPolicy>,
     #[serde(default, flatten)]
     pub flags: EventFlags,
 }
@@ -97,6 +100,7 @@ impl KernelEvent {
             from: None,
             from_path: None,
             from_dir: None,
+            guard_policy: None,
             flags: EventFlags::default(),
         }
     }
@@ -126,6 +130,12 @@ pub struct EventFlags {
     pub result_unknown: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub exchange: bool,
+    /// Unlink/rename: the guard refused it with `EPERM`; nothing was removed.
+    #[serde(skip_serializing_if = "is_false")]
+    pub denied: bool,
+    /// Unlink/rename: the owner check saw only part of the actor's descriptors.
+    #[serde(skip_serializing_if = "is_false")]
+    pub owners_partial: bool,
     /// Rename: the file moved was a live socket's file.
     #[serde(skip_serializing_if = "is_false")]
     pub from_live: bool,
@@ -151,6 +161,8 @@ impl EventFlags {
             path_relative: on(flags::PATH_RELATIVE),
             result_unknown: on(flags::RESULT_UNKNOWN),
             exchange: on(flags::EXCHANGE),
+            denied: on(flags::DENIED),
+            owners_partial: on(flags::OWNERS_PARTIAL),
             from_live: on(flags::FROM_LIVE),
             target_seen: on(flags::TARGET_SEEN),
             resolved_in_userspace: false,
@@ -201,6 +213,9 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         from: (kind == EventKind::Rename && raw.from.ino != 0).then_some(raw.from),
         from_dir: (from_path.is_some() && raw.from_dir.ino != 0).then_some(raw.from_dir),
         from_path,
+        guard_policy: (raw.flags & flags::DENIED != 0)
+            .then(|| GuardPolicy::from_repr(raw.aux))
+            .flatten(),
         flags: EventFlags::from_bits(raw.flags),
     })
 }

@@ -50,6 +50,11 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
         string(out, p)?;
     }
     file(out, b",\"from_dir\":", e.from_dir)?;
+    if let Some(p) = e.guard_policy {
+        out.write_all(b",\"guard_policy\":\"")?;
+        out.write_all(p.name().as_bytes())?;
+        out.write_all(b"\"")?;
+    }
     event_flags(out, &e.flags)?;
     if let Some(w) = &line.workload {
         out.write_all(b",\"workload\":")?;
@@ -120,6 +125,8 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
         (f.path_relative, "path_relative"),
         (f.result_unknown, "result_unknown"),
         (f.exchange, "exchange"),
+        (f.denied, "denied"),
+        (f.owners_partial, "owners_partial"),
         (f.from_live, "from_live"),
         (f.target_seen, "target_seen"),
         (f.resolved_in_userspace, "resolved_in_userspace"),
@@ -134,7 +141,7 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::{EventKind, Fidelity, Tier};
+    use agent_common::{EventKind, Fidelity, GuardPolicy, Tier};
     use proptest::{option::of, prelude::*, sample::select};
 
     use super::*;
@@ -205,10 +212,12 @@ mod tests {
             of(file_id()),
             flags(),
         );
-        (head, tail).prop_map(
+        let guard = of(select(GuardPolicy::ALL.to_vec()));
+        (head, tail, guard).prop_map(
             |(
                 (kind, tier, fidelity, ts_ns, tgid, pid, comm, cgroup_id, ids, path, ret),
                 (owner, backlog, child_tgid, dir, mntns, from, from_path, from_dir, flags),
+                guard_policy,
             )| KernelEvent {
                 kind,
                 tier,
@@ -232,6 +241,7 @@ mod tests {
                 from,
                 from_path,
                 from_dir,
+                guard_policy,
                 flags,
             },
         )

@@ -214,6 +214,11 @@ impl Probes {
         })
     }
 
+    /// One of the object's maps, for the modules that keep it (the guard's).
+    pub(crate) fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, LoadError> {
+        self.ebpf.map_mut(name).ok_or(LoadError::Map(name))
+    }
+
     /// Adds a watched directory's identities (again, after it was re-created).
     pub fn watch(&mut self, w: &WatchedDir) -> Result<(), LoadError> {
         add_watch(&mut self.ebpf, w)
@@ -472,7 +477,7 @@ fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
     let mut dirs =
         HashMap::<_, FileId, u32>::try_from(map).map_err(|_| LoadError::Map(maps::WATCHED_DIRS))?;
     if let Some(dir) = w.dir {
-        dirs.insert(dir, 1, 0)
+        dirs.insert(dir, w.slot, 0)
             .map_err(|e| LoadError::MapUpdate(maps::WATCHED_DIRS, e))?;
     }
     if let Some(by_name) = w.by_name {
@@ -482,7 +487,7 @@ fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
         let mut names = HashMap::<_, WatchedName, u32>::try_from(map)
             .map_err(|_| LoadError::Map(maps::WATCHED_NAMES))?;
         names
-            .insert(by_name, 1, 0)
+            .insert(by_name, w.slot, 0)
             .map_err(|e| LoadError::MapUpdate(maps::WATCHED_NAMES, e))?;
     }
     Ok(())

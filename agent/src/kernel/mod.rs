@@ -1,7 +1,9 @@
 //! Everything that touches the kernel through aya: the probe table, loading and attaching,
-//! the ring reader, the live-socket table, kernel counters, watched directories, preflight.
+//! the ring reader, the live-socket table, kernel counters, watched directories, guard mode's
+//! maps, preflight.
 pub mod attach;
 pub mod features;
+pub mod guard;
 pub mod live;
 pub mod loader;
 pub mod preflight;

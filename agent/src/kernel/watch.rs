@@ -26,9 +26,19 @@ pub struct WatchedDir {
     /// The directory by parent and name, so the kernel recognises it at the first bind below
     /// it once it is created (or re-created), when its parent exists.
     pub by_name: Option<WatchedName>,
+    /// Its guard slot (1 + its index among the watches), the kernel maps' value.
+    pub slot: u32,
 }
 
 impl WatchedDir {
+    /// The same directory as watch number `index` (from 0) of the config.
+    pub fn in_slot(self, index: usize) -> Self {
+        Self {
+            slot: u32::try_from(index + 1).unwrap_or(u32::MAX),
+            ..self
+        }
+    }
+
     /// The directory does not exist (yet): the agent waits for it.
     pub fn is_missing(&self) -> bool {
         self.dir.is_none()
@@ -69,6 +79,7 @@ pub fn resolve(path: &Path) -> Result<WatchedDir, WatchError> {
         path: path.to_path_buf(),
         dir,
         by_name,
+        slot: 1,
     })
 }
 
@@ -109,6 +120,7 @@ mod tests {
                     parent,
                     name_hash: name_hash(b"missing")
                 }),
+                slot: 1,
             }
         );
         let deeper = missing.join("deeper");

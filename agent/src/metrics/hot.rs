@@ -5,7 +5,7 @@ use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 
 use super::{
     Metrics,
-    labels::{Label, Scan, count_names, errno_name, errno_names},
+    labels::{GuardState, Label, Scan, count_names, errno_name, errno_names},
     specs::*,
     vecs::{counter, gauge, registered},
 };
@@ -13,7 +13,7 @@ use crate::{
     engine::{Relation, StaleKind, Verdict, VerdictCounts},
     events::KernelEvent,
 };
-use agent_common::EventKind;
+use agent_common::{EventKind, GuardPolicy};
 
 /// Scan durations: from a handful of sockets to a busy node's /proc walk.
 const SCAN_BUCKETS: &[f64] = &[
@@ -37,6 +37,8 @@ pub(super) struct HotCounters {
     replacements: IntCounterVec,
     stale_connects: IntCounterVec,
     stale_socket_files: IntCounterVec,
+    guard_denials: IntCounterVec,
+    guard_state: IntGaugeVec,
     scan_duration: HistogramVec,
     scan_failures: IntCounterVec,
     found_stale_bind_mounts: IntGaugeVec,
@@ -67,6 +69,8 @@ impl HotCounters {
             replacements: counter(registry, &REPLACEMENTS),
             stale_connects: counter(registry, &STALE_CONNECTS),
             stale_socket_files: counter(registry, &STALE_SOCKET_FILES_TOTAL),
+            guard_denials: counter(registry, &GUARD_DENIALS),
+            guard_state: gauge(registry, &GUARD_STATE),
             scan_duration: registered(registry, histogram),
             scan_failures: counter(registry, &SCAN_FAILURES),
             found_stale_bind_mounts: gauge(registry, &STALE_BIND_MOUNTS),
@@ -92,6 +96,9 @@ impl HotCounters {
         }
         self.found_stale_bind_mounts.with_label_values::<&str>(&[]);
         self.found_stale_socket_files.with_label_values::<&str>(&[]);
+        for state in GuardState::ALL {
+            self.guard_state.with_label_values(&[state.label()]);
+        }
         for scan in Scan::ALL {
             self.scan_duration.with_label_values(&[scan.label()]);
             self.scan_failures.with_label_values(&[scan.label()]);
@@ -115,6 +122,10 @@ impl HotCounters {
                 .with_label_values(&[kind.label(), watch]);
         }
         self.stale_socket_files.with_label_values(&[watch]);
+        for policy in [GuardPolicy::StaleOwner, GuardPolicy::Foreign] {
+            self.guard_denials
+                .with_label_values(&[policy.name(), watch]);
+        }
         self.found_socket_file_mounts.with_label_values(&[watch]);
         self.watch_missing.with_label_values(&[watch]);
     }
@@ -194,8 +205,22 @@ impl Metrics {
             Verdict::StaleSocketFile { .. } => {
                 hot.stale_socket_files.with_label_values(&[watch]).inc();
             }
+            Verdict::UnlinkDenied { policy, .. } => hot
+                .guard_denials
+                .with_label_values(&[policy.name(), watch])
+                .inc(),
             Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } | Verdict::Moved { .. } => {
             }
+        }
+    }
+
+    /// The guard's state now: its series is 1, the others 0.
+    pub fn guard_state(&self, now: GuardState) {
+        for state in GuardState::ALL {
+            self.hot
+                .guard_state
+                .with_label_values(&[state.label()])
+                .set(i64::from(*state == now));
         }
     }
 

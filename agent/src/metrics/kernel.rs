@@ -10,7 +10,7 @@ use prometheus::{
 use super::{
     collect::{family, single},
     labels::kernel_errors,
-    specs::{CONNECTS_OK, EVENTS_LOST, EVENTS_SUBMITTED, KERNEL_ERRORS, Spec},
+    specs::{CONNECTS_OK, EVENTS_LOST, EVENTS_SUBMITTED, GUARD_KERNEL, KERNEL_ERRORS, Spec},
 };
 use crate::kernel::loader::KernelCounters;
 
@@ -22,11 +22,18 @@ pub trait KernelSource: Send + Sync {
 }
 
 /// The metrics each scrape reads from a [`KernelSource`].
-pub const KERNEL_SPECS: [&Spec; 4] = [
+pub const KERNEL_SPECS: [&Spec; 5] = [
     &EVENTS_SUBMITTED,
     &EVENTS_LOST,
     &KERNEL_ERRORS,
     &CONNECTS_OK,
+    &GUARD_KERNEL,
+];
+
+/// The guard's kernel counters, by their `decision` label.
+pub const GUARD_DECISIONS: [(&str, Counter); 2] = [
+    ("denied", Counter::GuardDenied),
+    ("unknown", Counter::GuardUnknown),
 ];
 
 /// Exports the kernel's totals as they are: the kernel counts, this only reads. A source
@@ -68,6 +75,10 @@ impl Collector for KernelCollector {
                 kernel_errors().map(|r| ([r.name()], c.get(r) as f64)),
             ),
             single(&CONNECTS_OK, c.get(Counter::ConnectOk) as f64),
+            family(
+                &GUARD_KERNEL,
+                GUARD_DECISIONS.map(|(name, r)| ([name], c.get(r) as f64)),
+            ),
         ]
     }
 }

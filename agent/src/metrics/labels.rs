@@ -72,6 +72,25 @@ labels!(Scan {
     Periodic => "periodic",
 });
 
+/// Guard mode's state (the `state` label of `sockwatch_guard_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardState {
+    /// No watch has a policy.
+    Off,
+    On,
+    /// Turned off at run time (SIGUSR1).
+    Paused,
+    /// A policy is set, but the kernel cannot refuse (no BPF LSM unlink hook).
+    Unavailable,
+}
+
+labels!(GuardState {
+    Off => "off",
+    On => "on",
+    Paused => "paused",
+    Unavailable => "unavailable",
+});
+
 impl Label for EventKind {
     const ALL: &'static [Self] = &EventKind::ALL;
     fn label(self) -> &'static str {
@@ -87,11 +106,14 @@ impl Label for Tier {
 }
 
 /// The kernel's error counters (the `reason` label): every counter but the successful
-/// connects, which have a metric of their own.
+/// connects and the guard's decisions, which have metrics of their own.
 pub fn kernel_errors() -> impl Iterator<Item = Counter> {
-    Counter::ALL
-        .into_iter()
-        .filter(|c| *c != Counter::ConnectOk)
+    Counter::ALL.into_iter().filter(|c| {
+        !matches!(
+            c,
+            Counter::ConnectOk | Counter::GuardDenied | Counter::GuardUnknown
+        )
+    })
 }
 
 /// The hooks of the probe table, in its order.

@@ -26,7 +26,7 @@ use prometheus::{Encoder as _, Registry, TextEncoder};
 
 pub use engine::{EngineSnapshot, EngineSource, MapFill};
 pub use kernel::KernelSource;
-pub use labels::{Label, Scan};
+pub use labels::{GuardState, Label, Scan};
 pub use reference::{Described, reference_markdown};
 
 use crate::config::Config;

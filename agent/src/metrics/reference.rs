@@ -6,7 +6,7 @@ use agent_common::{EventKind, Tier};
 use super::{
     Metrics,
     engine::MAX_MAPS,
-    labels::{Label, Scan, count_names, errno_names, hooks, kernel_errors},
+    labels::{GuardState, Label, Scan, count_names, errno_names, hooks, kernel_errors},
     specs::{SPECS, type_name},
 };
 use crate::{
@@ -57,6 +57,12 @@ impl Metrics {
             ("reason (engine ignored)", count_names::<IgnoredCounters>()),
             ("table", count_names::<Evictions>()),
             ("scan", all::<Scan>()),
+            ("state", all::<GuardState>()),
+            ("policy", strings(["stale_owner", "foreign"])),
+            (
+                "decision",
+                strings(super::kernel::GUARD_DECISIONS.map(|(name, _)| name)),
+            ),
         ]
     }
 }

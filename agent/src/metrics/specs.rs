@@ -123,6 +123,9 @@ specs! {
     STALE_SOCKET_FILES_FOUND: Gauge "sockwatch_stale_socket_files_found" [] "Socket files with no bound socket, as the last scan found them.";
     WATCH_MISSING: Gauge "sockwatch_watch_directory_missing" ["watch"] "1 while a watched directory does not exist: the agent waits for it and watches it from its creation (its first bind where its parent exists, else within a second).";
     SOCKET_FILE_MOUNTS: Gauge "sockwatch_socket_file_mounts" ["watch"] "Live socket files bind-mounted into a mount namespace, as the last scan found them: each becomes a stale bind mount when its daemon restarts (mount the directory instead).";
+    GUARD_STATE: Gauge "sockwatch_guard_state" ["state"] "Guard mode, one-hot: off (no watch has a policy), on, paused (SIGUSR1; SIGUSR2 resumes), unavailable (a policy is set but BPF LSM is not active or the unlink hook is not on the LSM tier: the agent observes only).";
+    GUARD_DENIALS: Counter "sockwatch_guard_denials_total" ["policy", "watch"] "Removals of a live listener's file the guard refused with EPERM, by the policy that refused them.";
+    GUARD_KERNEL: Counter "sockwatch_guard_kernel_decisions_total" ["decision"] "The guard's decisions in the kernel: denied (refused with EPERM), unknown (a socket file removed while the guard was on whose socket the live table did not hold, an unbound file or one lost to a full table: let through).";
     MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map.";
     MAP_CAPACITY: Gauge "sockwatch_map_capacity" ["map"] "Capacity of a kernel map (entries).";
 }

@@ -2,7 +2,7 @@
 use agent_common::EventKind;
 
 use crate::{
-    engine::{Fidelity, FileId, Input, LiveAtUnlink, Proc},
+    engine::{Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
     events::{EventLine, KernelEvent},
 };
 
@@ -39,6 +39,7 @@ pub fn to_input(line: &EventLine) -> Input {
             file,
             sock_ino: ev.sock_ino,
         },
+        EventKind::Unlink | EventKind::Rename if ev.flags.denied => denied_input(ev, proc, file),
         EventKind::Unlink => Input::Unlink {
             ts_ns,
             proc,
@@ -97,9 +98,32 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
         owner_tgid: ev.owner.map_or(0, |o| o.tgid),
         sock_ino: ev.sock_ino,
         listening: ev.flags.listening,
-        unlinker_holds_fd: Some(ev.flags.holds_fd),
+        unlinker_holds_fd: (!ev.flags.owners_partial).then_some(ev.flags.holds_fd),
         links: (ev.nlink > 0).then_some(ev.nlink),
     })
+}
+
+/// A removal the guard refused: the kernel saw the listener it kept, so `live` is set.
+fn denied_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
+    let operation = match ev.kind {
+        EventKind::Rename => RemovalOp::Rename,
+        _ => RemovalOp::Unlink,
+    };
+    Input::Denied {
+        ts_ns: ev.ts_ns,
+        proc,
+        path: ev.path.clone(),
+        file,
+        operation,
+        policy: ev.guard_policy.unwrap_or(GuardPolicy::StaleOwner),
+        live: kernel_decision(ev).unwrap_or(LiveAtUnlink {
+            owner_tgid: ev.owner.map_or(0, |o| o.tgid),
+            sock_ino: ev.sock_ino,
+            listening: true,
+            unlinker_holds_fd: Some(false),
+            links: None,
+        }),
+    }
 }
 
 /// A refused (or counted) connect: what the kernel, or userspace completion, saw of its
@@ -191,6 +215,59 @@ mod tests {
                 links: Some(1),
             })
         );
+    }
+
+    #[test]
+    fn a_refused_removal_is_a_denial_with_the_listener_it_kept() {
+        let mut e = ev(EventKind::Unlink);
+        e.tier = Tier::Lsm;
+        e.ret = -1;
+        e.flags.live = true;
+        e.flags.listening = true;
+        e.flags.denied = true;
+        e.guard_policy = Some(GuardPolicy::StaleOwner);
+        e.owner = Some(Owner {
+            _pad: 0,
+            tgid: 977,
+            cgroup_id: 8,
+            bind_ns: 1,
+        });
+        let Input::Denied {
+            file,
+            operation,
+            policy,
+            live,
+            path,
+            ..
+        } = input(&e)
+        else {
+            panic!("a denial, not {:?}", input(&e))
+        };
+        assert_eq!((file.dev, file.ino), (0x801, 1 << 40));
+        assert_eq!(path, "/run/multus/multus.sock");
+        assert_eq!(
+            (operation, policy, live.owner_tgid, live.sock_ino),
+            (RemovalOp::Unlink, GuardPolicy::StaleOwner, 977, 99)
+        );
+        e.kind = EventKind::Rename;
+        assert!(matches!(
+            input(&e),
+            Input::Denied {
+                operation: RemovalOp::Rename,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_partial_owner_check_leaves_ownership_to_the_engine() {
+        let mut e = ev(EventKind::Unlink);
+        e.flags.live = true;
+        e.flags.owners_partial = true;
+        let Input::Unlink { live, .. } = input(&e) else {
+            panic!("unlink")
+        };
+        assert_eq!(live.map(|l| l.unlinker_holds_fd), Some(None));
     }
 
     #[test]

@@ -135,6 +135,7 @@ fn tells(v: &Verdict, h: &HistoryEntry, file: FileId) -> bool {
     }
     match (h.event, v) {
         (HistoryEvent::ForeignUnlink, Verdict::ForeignUnlink { file: f, .. })
+        | (HistoryEvent::RemovalDenied, Verdict::UnlinkDenied { file: f, .. })
         | (HistoryEvent::Replaced, Verdict::Replaced { file: f, .. })
         | (HistoryEvent::Moved, Verdict::Moved { file: f, .. })
         | (HistoryEvent::TakenOver, Verdict::Takeover { old_file: f, .. })
@@ -161,6 +162,9 @@ fn plain(h: &HistoryEntry, file: FileId, names: &Names) -> String {
         }
         HistoryEvent::ForeignUnlink => {
             format!("{who} removed inode {f}, the file of a live socket it does not own")
+        }
+        HistoryEvent::RemovalDenied => {
+            format!("{who} tried to remove inode {f}; the guard refused it")
         }
         HistoryEvent::TakenOver => {
             format!("{who} removed inode {f} and bound the path again: a takeover")
@@ -274,9 +278,9 @@ impl<'a> Names<'a> {
 /// Every process a verdict names.
 fn procs_of(v: &Verdict) -> Vec<&Proc> {
     match v {
-        Verdict::ForeignUnlink { actor, victim, .. } | Verdict::Replaced { actor, victim, .. } => {
-            vec![actor, victim]
-        }
+        Verdict::ForeignUnlink { actor, victim, .. }
+        | Verdict::Replaced { actor, victim, .. }
+        | Verdict::UnlinkDenied { actor, victim, .. } => vec![actor, victim],
         Verdict::Moved { actor, owner, .. } => vec![actor, owner],
         Verdict::Takeover {
             remover,

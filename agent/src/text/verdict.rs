@@ -1,7 +1,9 @@
 //! A verdict as one sentence: who did what to which socket file, where they run, and, where
 //! the verdict tells it, the likely cause and the fix. `run --format text` writes one a line
 //! ([`super::line`]).
-use crate::engine::{CloseReason, FileId, OrphanCause, Proc, Relation, StaleKind, Verdict};
+use crate::engine::{
+    CloseReason, FileId, GuardPolicy, OrphanCause, Proc, Relation, RemovalOp, StaleKind, Verdict,
+};
 
 use super::words::{duration, inode, inode_or_unknown, relation, who};
 
@@ -27,6 +29,15 @@ pub fn sentence(v: &Verdict) -> String {
             };
             foreign_unlink(&removal, *relation, *stale_owner)
         }
+        Verdict::UnlinkDenied {
+            actor,
+            victim,
+            operation,
+            policy,
+            path,
+            file,
+            ..
+        } => unlink_denied(actor, victim, *operation, *policy, path, *file),
         Verdict::Replaced {
             actor,
             victim,
@@ -179,6 +190,38 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
             relation(rel)
         ),
     }
+}
+
+fn unlink_denied(
+    actor: &Proc,
+    victim: &Proc,
+    op: RemovalOp,
+    policy: GuardPolicy,
+    path: &str,
+    file: FileId,
+) -> String {
+    let tried = match op {
+        RemovalOp::Unlink => "tried to remove",
+        RemovalOp::Rename => "tried to rename another file over",
+    };
+    let (why, fix) = match policy {
+        GuardPolicy::StaleOwner => (
+            "policy stale_owner: the remover's own listener at this path had already been \
+             replaced",
+            "; fix the remover: call SetUnlinkOnClose(false) or remove only your own inode",
+        ),
+        GuardPolicy::Foreign | GuardPolicy::Off => (
+            "policy foreign: the remover is outside the owner set and not on the allow-list",
+            "",
+        ),
+    };
+    format!(
+        "UNLINK DENIED: {} {tried} {path} (inode {}), the file of the listening socket of {}; \
+         the guard refused it with EPERM ({why}), so the listener stays reachable{fix}.",
+        who(actor),
+        inode(file),
+        who(victim)
+    )
 }
 
 fn replaced(r: &Removal, rel: Relation, foreign: bool, new_file: Option<FileId>) -> String {
@@ -445,6 +488,37 @@ mod tests {
              already replaced, yet its Close unlinked the path (Go's net.UnixListener unlinks \
              its path on Close); fix: call SetUnlinkOnClose(false) or remove only your own \
              inode."
+        );
+    }
+
+    #[test]
+    fn a_denial_names_who_tried_whose_listener_was_kept_and_the_policy() {
+        let denied = |operation, policy| Verdict::UnlinkDenied {
+            ts_ns: 5,
+            actor: old(),
+            victim: new(),
+            operation,
+            policy,
+            path: P.into(),
+            file: file(2),
+            sock_ino: 22,
+        };
+        assert_eq!(
+            sentence(&denied(RemovalOp::Unlink, GuardPolicy::StaleOwner)),
+            "UNLINK DENIED: golistener (pid 100, pod kube-system/multus-a) tried to remove \
+             /run/multus/multus.sock (inode 2049:2), the file of the listening socket of multus \
+             (pid 200, pod kube-system/multus-b); the guard refused it with EPERM (policy \
+             stale_owner: the remover's own listener at this path had already been replaced), \
+             so the listener stays reachable; fix the remover: call SetUnlinkOnClose(false) or \
+             remove only your own inode."
+        );
+        assert_eq!(
+            sentence(&denied(RemovalOp::Rename, GuardPolicy::Foreign)),
+            "UNLINK DENIED: golistener (pid 100, pod kube-system/multus-a) tried to rename \
+             another file over /run/multus/multus.sock (inode 2049:2), the file of the \
+             listening socket of multus (pid 200, pod kube-system/multus-b); the guard refused \
+             it with EPERM (policy foreign: the remover is outside the owner set and not on the \
+             allow-list), so the listener stays reachable."
         );
     }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::{CloseReason, OrphanCause, model::ScanSnapshot};
+use crate::engine::{CloseReason, GuardPolicy, OrphanCause, RemovalOp, model::ScanSnapshot};
 
 const LIMITS: Limits = Limits {
     max_sockets: 4,
@@ -117,6 +117,12 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         2 => (tgid(), prop::option::of(file()), prop::option::of(path()), path(), any::<bool>(), fidelity_file(), live_at()).prop_map(move |(t, moved, from, to, exchange, (fidelity, replaced), live)| Input::Rename {
             ts_ns: ts, proc: proc_(t), moved, from, to, exchange, replaced, fidelity, live,
         }),
+        1 => (tgid(), path(), file(), any::<bool>(), live_at()).prop_map(move |(t, path, file, rename, live)| Input::Denied {
+            ts_ns: ts, proc: proc_(t), path, file,
+            operation: if rename { RemovalOp::Rename } else { RemovalOp::Unlink },
+            policy: GuardPolicy::StaleOwner,
+            live: live.unwrap_or(LiveAtUnlink { owner_tgid: 1, sock_ino: 1, listening: true, unlinker_holds_fd: Some(false), links: None }),
+        }),
         3 => (tgid(), path(), prop_oneof![Just(0), Just(111), Just(2)], prop::option::of(file()),
               prop::option::of(0u32..2), prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))
             .prop_map(move |(t, path, errno, target, target_nlink, target_bound, target_listening)| Input::Connect {
@@ -144,6 +150,7 @@ fn set_ts(input: &mut Input, ts: u64) {
         | Input::Release { ts_ns, .. }
         | Input::Unlink { ts_ns, .. }
         | Input::Rename { ts_ns, .. }
+        | Input::Denied { ts_ns, .. }
         | Input::Connect { ts_ns, .. }
         | Input::Fork { ts_ns, .. }
         | Input::Exit { ts_ns, .. }
@@ -227,6 +234,12 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             } => {
                 assert!(to.as_ref() == Some(t) || *exchange, "{v:?} from {input:?}");
             }
+            _ => panic!("{v:?} from {input:?}"),
+        },
+        Verdict::UnlinkDenied { file, path, .. } => match input {
+            Input::Denied {
+                file: f, path: p, ..
+            } => assert_eq!((f, p), (file, path), "{v:?} from {input:?}"),
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::StaleConnect { path, .. } => match input {
@@ -373,7 +386,8 @@ fn the_generator_reaches_every_verdict_kind() {
             "replaced",
             "stale_connect",
             "stale_socket_file",
-            "takeover"
+            "takeover",
+            "unlink_denied"
         ]
     );
 }

@@ -1,6 +1,6 @@
 //! The smaller pieces: serde shapes, relations, limits, history.
 use super::*;
-use crate::engine::{EngineError, Relation, model::ScanSnapshot};
+use crate::engine::{EngineError, GuardPolicy, Relation, RemovalOp, model::ScanSnapshot};
 
 #[test]
 fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
@@ -408,4 +408,38 @@ fn exited_processes_are_forgotten_after_the_longest_takeover_window() {
         "{procs} processes known, want the last {window} s of exits"
     );
     assert_eq!(e.stats().evictions.procs, 0, "expired, not evicted");
+}
+
+#[test]
+fn a_refused_removal_names_the_owner_and_leaves_the_listener_linked() {
+    let mut e = engine();
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    let denied = Input::Denied {
+        ts_ns: 3,
+        proc: c(),
+        path: P.into(),
+        file: fid(1),
+        operation: RemovalOp::Unlink,
+        policy: GuardPolicy::Foreign,
+        live: live(100, 11, false).expect("live"),
+    };
+    let out = e.apply(&denied);
+    assert_eq!(
+        out,
+        vec![Verdict::UnlinkDenied {
+            ts_ns: 3,
+            actor: c(),
+            victim: a(),
+            operation: RemovalOp::Unlink,
+            policy: GuardPolicy::Foreign,
+            path: P.into(),
+            file: fid(1),
+            sock_ino: 11,
+        }]
+    );
+    // Nothing was removed: the owner's later unlink is its own, no orphan and no verdict.
+    let own = e.apply(&unlink_exact(4, &a(), P, fid(1), live(100, 11, true)));
+    assert!(own.is_empty(), "{own:?}");
+    assert_eq!(e.stats().verdicts.unlink_denied, 1);
 }

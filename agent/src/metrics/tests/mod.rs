@@ -118,6 +118,7 @@ fn watching(watches: &[(&str, &str)]) -> Config {
             .map(|(name, path)| WatchConfig {
                 name: name.to_string(),
                 path: path.into(),
+                guard: Default::default(),
             })
             .collect(),
         ..Config::default()

@@ -1,0 +1,104 @@
+//! Guard mode in `run`: turned on once the probes attached, where the kernel can refuse;
+//! paused by SIGUSR1 and resumed by SIGUSR2 without a restart. Every state is a metric and a
+//! log line, and where the kernel cannot refuse the agent says so and only observes.
+use std::sync::Mutex;
+
+use agent_common::{GuardPolicy, GuardSwitch};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::{
+    config::{Config, GuardConfig},
+    kernel::{guard, loader::Probes},
+    metrics::{GuardState, Label as _, Metrics},
+};
+
+/// Writes the policies and turns the guard on where it can be; returns its state.
+pub fn start(
+    probes: &mut Probes,
+    config: &Config,
+    metrics: &Metrics,
+) -> anyhow::Result<GuardState> {
+    let slots = config.guard_slots();
+    let state = if !guard::wanted(&slots) {
+        GuardState::Off
+    } else if let Some(why) = guard::unavailable(&probes.report) {
+        log::warn!("guard: unavailable: {why}; observing only, no removal is refused");
+        GuardState::Unavailable
+    } else {
+        probes.guard_policies(&slots)?;
+        probes.guard_switch(GuardSwitch::On)?;
+        log::info!(
+            "guard: on ({}); SIGUSR1 pauses it, SIGUSR2 resumes it",
+            describe(config, &slots)
+        );
+        GuardState::On
+    };
+    metrics.guard_state(state);
+    Ok(state)
+}
+
+/// `top level stale_owner, multus foreign`: each scope that refuses something.
+fn describe(config: &Config, slots: &[GuardConfig]) -> String {
+    let names = std::iter::once("top level").chain(config.watch_names());
+    names
+        .zip(slots)
+        .filter(|(_, g)| g.policy != GuardPolicy::Off)
+        .map(|(name, g)| format!("{name} {}", g.policy.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// SIGUSR1 (pause) and SIGUSR2 (resume), registered before the agent says it runs: their
+/// default action would end it.
+pub struct Signals {
+    pause: Signal,
+    resume: Signal,
+}
+
+impl Signals {
+    pub fn register() -> std::io::Result<Self> {
+        Ok(Self {
+            pause: signal(SignalKind::user_defined1())?,
+            resume: signal(SignalKind::user_defined2())?,
+        })
+    }
+
+    /// Follows the signals for as long as the agent runs.
+    pub async fn follow(
+        mut self,
+        probes: &Mutex<Probes>,
+        metrics: &Metrics,
+        mut state: GuardState,
+    ) {
+        loop {
+            let want = tokio::select! {
+                _ = self.pause.recv() => GuardState::Paused,
+                _ = self.resume.recv() => GuardState::On,
+            };
+            state = switch(probes, state, want);
+            metrics.guard_state(state);
+        }
+    }
+}
+
+/// Moves between on and paused; any other state stays as it is, said in the log.
+fn switch(probes: &Mutex<Probes>, now: GuardState, want: GuardState) -> GuardState {
+    if !matches!(now, GuardState::On | GuardState::Paused) {
+        log::warn!("guard: {} cannot be changed by signal", now.label());
+        return now;
+    }
+    let to = match want {
+        GuardState::Paused => GuardSwitch::Paused,
+        _ => GuardSwitch::On,
+    };
+    match probes.lock().expect("probes lock").guard_switch(to) {
+        Ok(()) => {
+            log::info!("guard: {} (signal)", want.label());
+            want
+        }
+        Err(e) => {
+            log::warn!("guard: {e}; it stays {}", now.label());
+            now
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Removals the guard refused in the kernel: nothing changes for the listener, which keeps
+//! its path; the verdict names who tried and whose listener was kept.
+use super::{
+    Engine, Verdict,
+    model::{FileId, GuardPolicy, LiveAtUnlink, Proc, RemovalOp},
+    sockets::HistoryEvent,
+};
+
+/// A refused removal (see [`super::Input::Denied`]).
+pub(super) struct Denied<'a> {
+    pub path: &'a str,
+    pub file: FileId,
+    pub operation: RemovalOp,
+    pub policy: GuardPolicy,
+    pub live: &'a LiveAtUnlink,
+}
+
+impl Engine {
+    pub(super) fn on_denied(
+        &mut self,
+        ts_ns: u64,
+        actor: &Proc,
+        d: &Denied,
+        out: &mut Vec<Verdict>,
+    ) {
+        // The kernel's table knew the listener; a late start may not have told the engine.
+        self.adopt_kernel_view(d.file, d.live, ts_ns, out);
+        let victim = match self.sockets.get(&d.file) {
+            Some(s) => self.victim(s, Some(d.live.owner_tgid)),
+            None => self.proc_or_unknown(d.live.owner_tgid),
+        };
+        self.sockets
+            .record(&d.file, ts_ns, actor.tgid, HistoryEvent::RemovalDenied);
+        out.push(Verdict::UnlinkDenied {
+            ts_ns,
+            actor: actor.clone(),
+            victim,
+            operation: d.operation,
+            policy: d.policy,
+            path: d.path.to_owned(),
+            file: d.file,
+            sock_ino: d.live.sock_ino,
+        });
+    }
+}
