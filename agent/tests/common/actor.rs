@@ -63,6 +63,12 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
     use std::os::fd::{AsRawFd, OwnedFd};
     match w {
         ["pid"] => Ok(std::process::id().to_string()),
+        // set-comm NAME: renames the thread that runs the commands (what the kernel reports).
+        ["set-comm", name] => {
+            let name = cstr(name);
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string that outlives the call.
+            check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) }).map(|_| String::new())
+        }
         // The comm of the thread that runs the commands: what the kernel reports it by.
         ["comm"] => std::fs::read_to_string("/proc/thread-self/comm").map(|c| c.trim().into()),
         // bind PATH: a stream socket bound to PATH, not listening; replies its handle.

@@ -45,9 +45,11 @@ func main() {
 	if *keep {
 		l.(*net.UnixListener).SetUnlinkOnClose(false)
 	}
-	fmt.Println("listening")
+	// Registered before "listening": a SIGTERM sent as soon as that line is read must reach
+	// the handler, not the default action (death without Close).
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	fmt.Println("listening")
 	<-stop
 	if err := l.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,506 @@
+//! Guard mode, end to end: the real agent with `--guard`, real processes removing real
+//! socket files, and what the kernel let through or refused (EPERM), with the verdicts and
+//! metrics that say so. Refusing needs the BPF LSM tier: the guest kernels load it, the
+//! host cannot (its LSM tests skip with the reason; an error where the tier is required).
+//! The test without LSM runs everywhere: there the guard is unavailable and only observes.
+mod common;
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use agent_common::Tier;
+use common::{
+    actor::Actor,
+    agent::Agent,
+    go::{go_listen, go_or_skip, go_stop},
+    *,
+};
+use serde_json::Value;
+use sockwatch::kernel::probes::ProbeMode;
+use sockwatch_bench::prom::Exposition;
+
+#[test]
+#[ignore = "helper process for the other tests, started by them"]
+fn actor() {
+    actor::serve();
+}
+
+/// `unlink(2)`'s errno when the guard refuses.
+const EPERM: i32 = 1;
+
+fn tgid(v: &Value, who: &str) -> u64 {
+    v[who]["tgid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {who}.tgid in {v}"))
+}
+
+fn file_of(v: &Value) -> (u64, u64) {
+    let f = &v["file"];
+    (
+        f["dev"].as_u64().expect("file.dev"),
+        f["ino"].as_u64().expect("file.ino"),
+    )
+}
+
+fn is(v: &Value, verdict: &str) -> bool {
+    v["verdict"] == verdict
+}
+
+fn metric(addr: SocketAddr, name: &str, labels: &[(&str, &str)]) -> f64 {
+    Exposition::parse(&Agent::metrics(addr)).sum(name, labels)
+}
+
+fn guard_state(addr: SocketAddr, state: &str) -> f64 {
+    metric(addr, "sockwatch_guard_state", &[("state", state)])
+}
+
+/// Waits for a line of the agent's log containing `needle`.
+fn expect_log(agent: &Agent, needle: &str) {
+    let deadline = Instant::now() + patience();
+    while !agent.log_text().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the agent's log:\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(agent: &Agent, sig: i32) {
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, still running.
+    assert_eq!(unsafe { libc::kill(agent.pid() as i32, sig) }, 0);
+}
+
+/// Whether this kernel can refuse (BPF LSM loads); a printed SKIP when not, an error where
+/// the LSM tier is required (the guests).
+fn lsm_loads(test: &str) -> bool {
+    root(test) && tier_loads(test, ProbeMode::Lsm, Tier::Lsm)
+}
+
+/// The Multus incident at `dir/multus.sock`: a Go daemon listens, its successor `b` removes
+/// the directory, re-creates it and listens there, then the Go daemon shuts down (its Close
+/// unlinks the path). Returns the Go daemon's pid and the successor's file.
+fn incident(go: &Path, dir: &Path, b: &mut Actor) -> (u32, (u64, u64)) {
+    std::fs::create_dir(dir).expect("mkdir");
+    let sock = dir.join("multus.sock");
+    let (mut old, mut out) = go_listen(go, &[], &sock);
+    b.must(&format!("rmtree {}", s(dir)));
+    b.must(&format!("mkdir {}", s(dir)));
+    b.must(&format!("listen-on {}", s(&sock)));
+    let successor = stat_id(&sock);
+    let old_pid = old.id();
+    go_stop(&mut old, &mut out);
+    (old_pid, successor)
+}
+
+/// S1 with the guard on: the old daemon's Close is refused, the successor keeps its path and
+/// a client reaches it; the denial names both. Paused (SIGUSR1), the incident happens as
+/// without the guard; resumed (SIGUSR2), it is refused again.
+#[test]
+fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
+    let test = "guard_s1";
+    if !lsm_loads(test) {
+        return;
+    }
+    let Some(go) = go_or_skip(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = [
+        "--probe-mode",
+        "lsm",
+        "--guard",
+        "stale_owner",
+        "--listen",
+        &listen,
+    ];
+    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    expect_log(&agent, "guard: on (top level stale_owner");
+    assert_eq!(guard_state(addr, "on"), 1.0);
+    let (mut b, mut client) = (Actor::spawn(), Actor::spawn());
+
+    let dir = tmp.path().join("multus");
+    let (old, successor) = incident(&go, &dir, &mut b);
+    let sock = dir.join("multus.sock");
+    assert_eq!(
+        stat_id(&sock),
+        successor,
+        "the successor's socket keeps its path"
+    );
+    assert_eq!(client.must(&format!("connect {}", s(&sock))), "0");
+    let d = agent.expect_verdict("the Close's unlink refused", |v| is(v, "unlink_denied"));
+    assert_eq!(
+        (tgid(&d, "actor"), tgid(&d, "victim")),
+        (u64::from(old), u64::from(b.pid)),
+        "{d}"
+    );
+    assert_eq!(
+        (&d["policy"], &d["operation"], file_of(&d)),
+        (
+            &Value::from("stale_owner"),
+            &Value::from("unlink"),
+            successor
+        ),
+        "{d}"
+    );
+    assert_eq!(d["path"], s(&sock), "{d}");
+    assert_eq!(d["actor"]["comm"], "golistener", "{d}");
+    let t = agent.expect_verdict("the successor's takeover", |v| is(v, "takeover"));
+    assert_eq!(tgid(&t, "remover"), u64::from(b.pid), "{t}");
+    let denials = [("policy", "stale_owner")];
+    assert_eq!(metric(addr, "sockwatch_guard_denials_total", &denials), 1.0);
+    let kernel = [("decision", "denied")];
+    assert_eq!(
+        metric(addr, "sockwatch_guard_kernel_decisions_total", &kernel),
+        1.0
+    );
+
+    signal(&agent, libc::SIGUSR1);
+    expect_log(&agent, "guard: paused (signal)");
+    assert_eq!(guard_state(addr, "paused"), 1.0);
+    let paused_dir = tmp.path().join("paused");
+    let (old2, _) = incident(&go, &paused_dir, &mut b);
+    assert!(
+        !paused_dir.join("multus.sock").exists(),
+        "paused, the Close unlinks the successor's socket as without the guard"
+    );
+    agent.expect_verdict("the paused incident's foreign unlink", |v| {
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old2)
+    });
+
+    signal(&agent, libc::SIGUSR2);
+    expect_log(&agent, "guard: on (signal)");
+    let resumed_dir = tmp.path().join("resumed");
+    let (old3, successor3) = incident(&go, &resumed_dir, &mut b);
+    assert_eq!(stat_id(&resumed_dir.join("multus.sock")), successor3);
+    agent.expect_verdict("the resumed guard's refusal", |v| {
+        is(v, "unlink_denied") && tgid(v, "actor") == u64::from(old3)
+    });
+
+    let verdicts = agent.stop();
+    let count = |name| verdicts.iter().filter(|v| is(v, name)).count();
+    assert_eq!(
+        (count("unlink_denied"), count("foreign_unlink")),
+        (2, 1),
+        "refused on, let through paused: {verdicts:#?}"
+    );
+    let orphaned: Vec<(u64, u64)> = verdicts
+        .iter()
+        .filter(|v| is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid))
+        .map(file_of)
+        .collect();
+    assert!(
+        !orphaned.contains(&successor) && !orphaned.contains(&successor3),
+        "a guarded successor is never orphaned: {verdicts:#?}"
+    );
+}
+
+/// The incident script's check, as a test: with `--format text`, the successor survives (a
+/// client connects) and the agent writes the denial sentence naming both processes.
+#[test]
+fn the_text_output_says_the_incident_was_prevented() {
+    let test = "guard_text";
+    if !lsm_loads(test) {
+        return;
+    }
+    let Some(go) = go_or_skip(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let args = [
+        "--probe-mode",
+        "lsm",
+        "--guard",
+        "stale_owner",
+        "--format",
+        "text",
+    ];
+    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let (mut b, mut client) = (Actor::spawn(), Actor::spawn());
+    let dir = tmp.path().join("multus");
+    let (old, (dev, ino)) = incident(&go, &dir, &mut b);
+    let sock = dir.join("multus.sock");
+    assert_eq!(client.must(&format!("connect {}", s(&sock))), "0");
+    let want = format!(
+        "UNLINK DENIED: golistener (pid {old}) tried to remove {} (inode {dev}:{ino}), the file \
+         of the listening socket of actor (pid {}); the guard refused it with EPERM (policy \
+         stale_owner: the remover's own listener at this path had already been replaced), so \
+         the listener stays reachable; fix the remover: call SetUnlinkOnClose(false) or remove \
+         only your own inode.",
+        s(&sock),
+        b.pid
+    );
+    agent.expect_text("the denial sentence", |l| l.ends_with(&want));
+    let lines = agent.stop_text();
+    assert!(
+        !lines.iter().any(|l| l.contains("FOREIGN UNLINK")),
+        "{lines:#?}"
+    );
+}
+
+/// The owner set is never refused, whatever the policy: the owner's own unlink (S2), a
+/// forked worker's (S6), a process holding the socket by SCM_RIGHTS. An outsider with no
+/// listener of its own at the path passes `stale_owner` and is refused by `foreign`.
+#[test]
+fn owners_pass_every_policy_and_an_outsider_only_stale_owner() {
+    let test = "guard_owners";
+    if !lsm_loads(test) {
+        return;
+    }
+    for policy in ["stale_owner", "foreign"] {
+        let tmp = tempdir();
+        let args = ["--probe-mode", "lsm", "--guard", policy];
+        let agent = Agent::start(tmp.path(), tmp.path(), &args);
+        let (mut a, mut holder, mut outsider) = (Actor::spawn(), Actor::spawn(), Actor::spawn());
+        let path = |name: &str| s(&tmp.path().join(name)).to_owned();
+
+        a.must(&format!("listen-on {}", path("own.sock")));
+        a.must(&format!("unlink {}", path("own.sock")));
+
+        a.must(&format!("listen-on {}", path("worker.sock")));
+        let reply = a.must(&format!("fork-unlink {}", path("worker.sock")));
+        assert!(
+            reply.ends_with(" 0"),
+            "{policy}: the worker's unlink: {reply}"
+        );
+
+        let handed = a.must(&format!("listen-on {}", path("handed.sock")));
+        let inbox = holder.must(&format!("fd-inbox guard-{policy}-{}", a.pid));
+        a.must(&format!("send-fd guard-{policy}-{} {handed}", a.pid));
+        holder.must(&format!("recv-fd {inbox}"));
+        holder.must(&format!("unlink {}", path("handed.sock")));
+        for name in ["own.sock", "worker.sock", "handed.sock"] {
+            assert!(
+                !tmp.path().join(name).exists(),
+                "{policy}: {name} was removed"
+            );
+        }
+
+        a.must(&format!("listen-on {}", path("other.sock")));
+        let outsider_unlink = outsider.try_do(&format!("unlink {}", path("other.sock")));
+        let verdicts = agent.stop();
+        let denied: Vec<&Value> = verdicts.iter().filter(|v| is(v, "unlink_denied")).collect();
+        match policy {
+            "foreign" => {
+                assert_eq!(outsider_unlink, Err(EPERM), "foreign refuses the outsider");
+                assert!(tmp.path().join("other.sock").exists());
+                assert_eq!(denied.len(), 1, "{verdicts:#?}");
+                assert_eq!(
+                    (tgid(denied[0], "actor"), tgid(denied[0], "victim")),
+                    (u64::from(outsider.pid), u64::from(a.pid)),
+                    "{}",
+                    denied[0]
+                );
+                assert_eq!(denied[0]["policy"], "foreign");
+            }
+            _ => {
+                assert_eq!(
+                    outsider_unlink,
+                    Ok(String::new()),
+                    "no listener of the outsider's own was replaced at that path"
+                );
+                assert!(denied.is_empty(), "{verdicts:#?}");
+            }
+        }
+    }
+}
+
+/// `foreign` with an allow-list (a config file): a listed comm and a process of a listed
+/// cgroup pass; another process is refused.
+#[test]
+fn foreign_lets_the_allow_list_through() {
+    let test = "guard_allow";
+    if !lsm_loads(test) {
+        return;
+    }
+    let cgroup = Path::new("/sys/fs/cgroup/sockwatch-guard-test");
+    let _ = std::fs::remove_dir(cgroup);
+    std::fs::create_dir(cgroup).expect("a cgroup v2 directory");
+    let tmp = tempdir();
+    let config = tmp.path().join("sockwatch.toml");
+    std::fs::write(
+        &config,
+        "guard = \"foreign\"\nguard_allow_comms = [\"cleaner\"]\n\
+         guard_allow_cgroups = [\"/sockwatch-guard-test\"]\n",
+    )
+    .expect("config");
+    let args = ["--probe-mode", "lsm", "--config", s(&config)];
+    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    expect_log(&agent, "guard: on (top level foreign");
+    let (mut owner, mut cleaner, mut boxed, mut other) = (
+        Actor::spawn(),
+        Actor::spawn(),
+        Actor::spawn(),
+        Actor::spawn(),
+    );
+    cleaner.must("set-comm cleaner");
+    std::fs::write(cgroup.join("cgroup.procs"), boxed.pid.to_string()).expect("move to cgroup");
+    for name in ["a.sock", "b.sock", "c.sock"] {
+        owner.must(&format!("listen-on {}", s(&tmp.path().join(name))));
+    }
+    let unlink =
+        |who: &mut Actor, name: &str| who.try_do(&format!("unlink {}", s(&tmp.path().join(name))));
+    assert_eq!(
+        unlink(&mut cleaner, "a.sock"),
+        Ok(String::new()),
+        "a listed comm"
+    );
+    assert_eq!(
+        unlink(&mut boxed, "b.sock"),
+        Ok(String::new()),
+        "a listed cgroup"
+    );
+    assert_eq!(unlink(&mut other, "c.sock"), Err(EPERM), "anyone else");
+    assert!(tmp.path().join("c.sock").exists());
+    let d = agent.expect_verdict("the refusal", |v| is(v, "unlink_denied"));
+    assert_eq!(tgid(&d, "actor"), u64::from(other.pid), "{d}");
+    let verdicts = agent.stop();
+    assert_eq!(
+        verdicts.iter().filter(|v| is(v, "unlink_denied")).count(),
+        1,
+        "{verdicts:#?}"
+    );
+    drop(boxed);
+    let _ = std::fs::remove_dir(cgroup);
+}
+
+/// Fail open: with the live table full, the guard cannot know a new listener, so its removal
+/// passes even under `foreign`, counted as a bind the table lost and a removal it let through.
+#[test]
+fn a_full_live_table_fails_open_and_is_counted() {
+    let test = "guard_full";
+    if !lsm_loads(test) {
+        return;
+    }
+    let tmp = tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = [
+        "--probe-mode",
+        "lsm",
+        "--guard",
+        "foreign",
+        "--live-capacity",
+        "16",
+        "--listen",
+        &listen,
+    ];
+    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let (mut filler, mut outsider) = (Actor::spawn(), Actor::spawn());
+    for i in 0..20 {
+        filler.must(&format!(
+            "listen-on {}",
+            s(&tmp.path().join(format!("f{i}.sock")))
+        ));
+    }
+    let victim = tmp.path().join("f19.sock");
+    assert_eq!(
+        outsider.try_do(&format!("unlink {}", s(&victim))),
+        Ok(String::new()),
+        "a listener the full table lost is not guarded"
+    );
+    let full = metric(
+        addr,
+        "sockwatch_kernel_errors_total",
+        &[("reason", "map_full")],
+    );
+    let unknown = [("decision", "unknown")];
+    let let_through = metric(addr, "sockwatch_guard_kernel_decisions_total", &unknown);
+    assert!(
+        full >= 1.0 && let_through >= 1.0,
+        "map_full {full}, unknown {let_through}"
+    );
+    let verdicts = agent.stop();
+    assert!(
+        !verdicts.iter().any(|v| is(v, "unlink_denied")),
+        "{verdicts:#?}"
+    );
+}
+
+/// Where the unlink hook is not on BPF LSM (here forced off it), `--guard` says it is
+/// unavailable (log, metric) and the agent only observes: S1 happens and is reported.
+#[test]
+fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
+    let test = "guard_unavailable";
+    if !root(test) {
+        return;
+    }
+    let Some(go) = go_or_skip(test) else {
+        return;
+    };
+    // The guests run the precise tiers; the host runs tracepoints natively.
+    let mode = match std::env::var_os("SOCKWATCH_IN_VM") {
+        Some(_) => "kprobe",
+        None => "tracepoint",
+    };
+    let tmp = tempdir();
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = [
+        "--probe-mode",
+        mode,
+        "--guard",
+        "stale_owner",
+        "--listen",
+        &listen,
+    ];
+    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    expect_log(
+        &agent,
+        &format!("guard: unavailable: the unlink hook runs on {mode}, not BPF LSM"),
+    );
+    assert_eq!(guard_state(addr, "unavailable"), 1.0);
+    assert_eq!(guard_state(addr, "on"), 0.0);
+    let mut b = Actor::spawn();
+    let dir = tmp.path().join("multus");
+    let (old, _) = incident(&go, &dir, &mut b);
+    assert!(
+        !dir.join("multus.sock").exists(),
+        "nothing is refused: the incident happens"
+    );
+    agent.expect_verdict("the foreign unlink", |v| {
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old)
+    });
+    signal(&agent, libc::SIGUSR1);
+    expect_log(&agent, "guard: unavailable cannot be changed by signal");
+    let verdicts = agent.stop();
+    assert!(
+        !verdicts.iter().any(|v| is(v, "unlink_denied")),
+        "{verdicts:#?}"
+    );
+}
+
+/// `sockwatch check` says whether the guard could refuse under a probe mode.
+#[test]
+fn check_says_whether_the_guard_is_available() {
+    let test = "guard_check";
+    if !root(test) {
+        return;
+    }
+    let check = |mode: &str| {
+        let out = std::process::Command::new(agent::sockwatch_bin())
+            .args(["check", "--probe-mode", mode])
+            .output()
+            .expect("sockwatch check");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tracepoint = check("tracepoint");
+    assert!(
+        tracepoint
+            .contains("guard: unavailable: the unlink hook would run on tracepoint, not BPF LSM"),
+        "{tracepoint}"
+    );
+    if lsm_loads(test) {
+        let lsm = check("lsm");
+        assert!(
+            lsm.contains("guard: available (the unlink hook runs on BPF LSM)"),
+            "{lsm}"
+        );
+    }
+}
