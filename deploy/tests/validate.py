@@ -21,8 +21,8 @@ expect what those values say (deploy/: the chart's defaults with deploy/helm/pla
   documents, every alert has its annotations, is keyed by node and links its section of
   docs/runbooks.md.
 - The values: the objects rendered are those the values enable and carry what the values say
-  (image, args, probe mode, settings, watches, privileges, network, placement, resources,
-  labels, scrape intervals).
+  (image, args, probe mode, settings, guard, watches, privileges, network, placement,
+  resources, labels, scrape intervals).
 - deploy/ only: the namespace is created first, extras/podmonitor.yaml is the alternative to the
   Service and ServiceMonitor, extras/privileged-patch.yaml applied to the DaemonSet gives the
   securityContext of securityProfile=privileged, the Dockerfile runs the binary the DaemonSet
@@ -55,6 +55,7 @@ ALERTS = {
     "SockwatchOrphanedListener",
     "SockwatchTakenOverListenerLingers",
     "SockwatchForeignUnlink",
+    "SockwatchUnlinkDenied",
     "SockwatchStaleConnects",
     "SockwatchStaleBindMount",
     "SockwatchSocketFileMount",
@@ -63,6 +64,7 @@ ALERTS = {
     "SockwatchScanFailing",
     "SockwatchProbesDegraded",
     "SockwatchHookMissing",
+    "SockwatchGuardUnavailable",
     "SockwatchDown",
 }
 # agent/tests/privilege.rs proves this set enough.
@@ -96,6 +98,12 @@ POD_LOGS = "/var/log/pods"
 # Mounts the agent has no use for: it pins no BPF program or map.
 UNUSED_MOUNTS = ["/sys/fs/bpf"]
 CONFIG_PATH = "/etc/sockwatch/sockwatch.toml"
+# A watch's values and their sockwatch.toml keys.
+WATCH_KEYS = {"name": "name", "path": "path", "guard": "guard",
+              "guardAllowComms": "guard_allow_comms", "guardAllowCgroups": "guard_allow_cgroups"}
+# Where the guard's allow-listed cgroups are resolved: the node's cgroup2 hierarchy, mounted
+# only when some allow-list names a cgroup.
+CGROUP2 = "/sys/fs/cgroup"
 CONFIG_DOC = REPO / "agent/src/config/mod.rs"
 RUNBOOKS = "docs/runbooks.md"
 CHART = "sockwatch"
@@ -403,6 +411,7 @@ def cross_checks(objs, release, alternatives=()):
     check(not extra, f"sockwatch.toml has only keys {CONFIG_DOC.relative_to(REPO)} documents",
           f"unknown {sorted(extra)}")
     cfg = v["config"]
+    guard = v.get("guard", {})
     want = {
         "scan_interval": cfg["scanInterval"],
         "drain_interval": cfg["drainInterval"],
@@ -411,10 +420,13 @@ def cross_checks(objs, release, alternatives=()):
         "live_capacity": cfg["liveCapacity"],
         "api_remote": cfg["apiRemote"],
         "require_all_hooks": cfg["requireAllHooks"],
+        "guard": guard.get("policy", "off"),
+        "guard_allow_comms": guard.get("allowComms", []),
+        "guard_allow_cgroups": guard.get("allowCgroups", []),
     }
     got = {k: toml.get(k) for k in want}
     check(got == want, "sockwatch.toml has the values' settings", f"{got} vs {want}")
-    want_watches = [{k: w[k] for k in ("name", "path") if k in w} for w in v["watches"]]
+    want_watches = [{key: w[k] for k, key in WATCH_KEYS.items() if k in w} for w in v["watches"]]
     check(toml.get("watches", []) == want_watches, f"sockwatch.toml watches {want_watches or 'the whole node'}",
           f"{toml.get('watches')}")
 
@@ -440,6 +452,13 @@ def cross_checks(objs, release, alternatives=()):
         check(path in host_mounts, f"mounts the host's {path}", "missing")
     for path in UNUSED_MOUNTS:
         check(all(x.get("mountPath") != path for x in mounts.values()), f"does not mount {path}", "mounted")
+    allow_cgroups = v.get("guard", {}).get("allowCgroups", []) + [c for w in v["watches"] for c in w.get("guardAllowCgroups", [])]
+    cgroup2 = [x for x in mounts.values() if x.get("mountPath") == CGROUP2]
+    if allow_cgroups:
+        check(CGROUP2 in host_mounts and all(x.get("readOnly") for x in cgroup2),
+              f"mounts the host's {CGROUP2} read-only (guard allow-lists name cgroups)", f"mounts {host_mounts}")
+    else:
+        check(not cgroup2, f"does not mount {CGROUP2} (no guard allow-list names a cgroup)", "mounted")
     for w in v["watches"]:
         p = w["path"].rstrip("/")
         check(any(p == h or p.startswith(h + "/") for h in host_mounts),

@@ -89,6 +89,17 @@ live_capacity = {{ $c.liveCapacity | int }}
 api_remote = {{ $c.apiRemote }}
 # true: exit 2 when any hook gets no probe tier, instead of running without it.
 require_all_hooks = {{ $c.requireAllHooks }}
+# Guard mode (docs/guard.md; LSM tier only): "off", "stale_owner" (the kernel refuses, with
+# EPERM, a stale owner's removal of a live listener's file: the Multus incident) or "foreign"
+# (it refuses every removal by a process outside the owner set but the allow-lists). Here:
+# sockets outside every watch (every socket, without watches), and each watch that sets no
+# guard of its own. Without BPF LSM the guard is unavailable and the agent only observes.
+{{- $g := include "sockwatch.guard" . | fromJson }}
+guard = {{ $g.policy | toJson }}
+# foreign only: removals by these commands (comm), and by processes in these cgroup v2
+# directories (relative to /sys/fs/cgroup), pass.
+guard_allow_comms = {{ $g.allowComms | toJson }}
+guard_allow_cgroups = {{ $g.allowCgroups | toJson }}
 
 # Each watch is a directory (sockets in it and up to 8 levels below) whose name becomes the
 # `watch` label of the metrics. Without any watch, every path socket on the node is watched
@@ -103,11 +114,21 @@ require_all_hooks = {{ $c.requireAllHooks }}
 name = {{ toJson . }}
 {{- end }}
 path = {{ toJson .path }}
+{{- if hasKey . "guard" }}
+guard = {{ toJson .guard }}
+{{- end }}
+{{- if hasKey . "guardAllowComms" }}
+guard_allow_comms = {{ toJson .guardAllowComms }}
+{{- end }}
+{{- if hasKey . "guardAllowCgroups" }}
+guard_allow_cgroups = {{ toJson .guardAllowCgroups }}
+{{- end }}
 {{- else }}
 #
 # [[watches]]
 # name = "multus"
 # path = "/run/multus"
+# guard = "stale_owner"           # this watch's guard; default: the one above
 #
 # [[watches]]
 # name = "device-plugins"
@@ -127,6 +148,42 @@ The host directories the container mounts at their own paths, where watches may 
 {{- end }}
 
 {{/*
+The top-level guard values with their defaults filled in, as JSON: a release upgraded with
+--reuse-values from a chart without them has none.
+*/}}
+{{- define "sockwatch.guard" -}}
+{{- $g := .Values.guard | default dict }}
+{{- toJson (dict "policy" ($g.policy | default "off") "allowComms" ($g.allowComms | default list) "allowCgroups" ($g.allowCgroups | default list)) }}
+{{- end }}
+
+{{/*
+"true" when a guard policy other than "off" is set, at the top level or on a watch.
+*/}}
+{{- define "sockwatch.guarded" -}}
+{{- $on := ne (include "sockwatch.guard" . | fromJson).policy "off" }}
+{{- range .Values.watches }}
+{{- if and (hasKey . "guard") (ne .guard "off") }}
+{{- $on = true }}
+{{- end }}
+{{- end }}
+{{- if $on }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when a guard allow-list names cgroups: the pod then mounts the node's cgroup2
+hierarchy, which the agent resolves them in.
+*/}}
+{{- define "sockwatch.guardCgroups" -}}
+{{- $any := gt (len (include "sockwatch.guard" . | fromJson).allowCgroups) 0 }}
+{{- range .Values.watches }}
+{{- if gt (len (.guardAllowCgroups | default list)) 0 }}
+{{- $any = true }}
+{{- end }}
+{{- end }}
+{{- if $any }}true{{ end }}
+{{- end }}
+
+{{/*
 What values.schema.json cannot say; `fail` stops `helm install` and `helm template` with the
 reason.
 */}}
@@ -143,6 +200,21 @@ reason.
 {{- $flag := regexReplaceAll "=.*" $a "" }}
 {{- if hasKey $own $flag }}
 {{- fail (printf "extraArgs[%d]: %s is the chart's (%s); sockwatch run refuses it twice" $i $flag (get $own $flag)) }}
+{{- end }}
+{{- end }}
+{{- $exact := list "auto" "precise" "lsm" }}
+{{- if and (include "sockwatch.guarded" .) (not (has .Values.config.probeMode $exact)) }}
+{{- fail (printf "a guard policy is set, but config.probeMode %s attaches no LSM program: the guard would be unavailable on every node. Use probeMode auto, precise or lsm, or leave the guard \"off\"." .Values.config.probeMode) }}
+{{- end }}
+{{- $comms := dict "guard.allowComms" (include "sockwatch.guard" . | fromJson).allowComms }}
+{{- range $i, $w := .Values.watches }}
+{{- $_ := set $comms (printf "watches[%d].guardAllowComms" $i) ($w.guardAllowComms | default list) }}
+{{- end }}
+{{- range $at, $list := $comms }}
+{{- range $i, $c := $list }}
+{{- if gt (len $c) 15 }}
+{{- fail (printf "%s[%d]: %q is %d bytes: the kernel keeps 15 bytes of a command name (comm), and the agent refuses a longer one" $at $i $c (len $c)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- $names := dict }}
