@@ -81,6 +81,29 @@ fn lsm_loads(test: &str) -> bool {
     root(test) && tier_loads(test, ProbeMode::Lsm, Tier::Lsm)
 }
 
+/// The Go listener where this kernel can refuse; `None` after a printed SKIP.
+fn lsm_and_go(test: &str) -> Option<std::path::PathBuf> {
+    if !lsm_loads(test) {
+        return None;
+    }
+    go_or_skip(test)
+}
+
+/// Starts the agent on `tmp` with `args` and `--listen` on a free port; returns that port.
+fn start_listening(tmp: &Path, args: &[&str]) -> (Agent, SocketAddr) {
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let all = [args, &["--listen", listen.as_str()]].concat();
+    (Agent::start(tmp, tmp, &all), addr)
+}
+
+fn assert_nothing_refused(verdicts: &[Value]) {
+    assert!(
+        !verdicts.iter().any(|v| is(v, "unlink_denied")),
+        "{verdicts:#?}"
+    );
+}
+
 /// The Multus incident at `dir/multus.sock`: a Go daemon listens, its successor `b` removes
 /// the directory, re-creates it and listens there, then the Go daemon shuts down (its Close
 /// unlinks the path). Returns the Go daemon's pid and the successor's file.
@@ -103,24 +126,12 @@ fn incident(go: &Path, dir: &Path, b: &mut Actor) -> (u32, (u64, u64)) {
 #[test]
 fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     let test = "guard_s1";
-    if !lsm_loads(test) {
-        return;
-    }
-    let Some(go) = go_or_skip(test) else {
+    let Some(go) = lsm_and_go(test) else {
         return;
     };
     let tmp = tempdir();
-    let addr = free_addr();
-    let listen = addr.to_string();
-    let args = [
-        "--probe-mode",
-        "lsm",
-        "--guard",
-        "stale_owner",
-        "--listen",
-        &listen,
-    ];
-    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let args = ["--probe-mode", "lsm", "--guard", "stale_owner"];
+    let (agent, addr) = start_listening(tmp.path(), &args);
     expect_log(&agent, "guard: on (top level stale_owner");
     assert_eq!(guard_state(addr, "on"), 1.0);
     let (mut b, mut client) = (Actor::spawn(), Actor::spawn());
@@ -206,10 +217,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
 #[test]
 fn the_text_output_says_the_incident_was_prevented() {
     let test = "guard_text";
-    if !lsm_loads(test) {
-        return;
-    }
-    let Some(go) = go_or_skip(test) else {
+    let Some(go) = lsm_and_go(test) else {
         return;
     };
     let tmp = tempdir();
@@ -305,7 +313,7 @@ fn owners_pass_every_policy_and_an_outsider_only_stale_owner() {
                     Ok(String::new()),
                     "no listener of the outsider's own was replaced at that path"
                 );
-                assert!(denied.is_empty(), "{verdicts:#?}");
+                assert_nothing_refused(&verdicts);
             }
         }
     }
@@ -357,13 +365,30 @@ fn foreign_lets_the_allow_list_through() {
         "a listed cgroup"
     );
     assert_eq!(unlink(&mut other, "c.sock"), Err(EPERM), "anyone else");
-    assert!(tmp.path().join("c.sock").exists());
-    let d = agent.expect_verdict("the refusal", |v| is(v, "unlink_denied"));
-    assert_eq!(tgid(&d, "actor"), u64::from(other.pid), "{d}");
+    let (c, tmp_file) = (tmp.path().join("c.sock"), tmp.path().join("c.tmp"));
+    let c_file = stat_id(&c);
+    other.must(&format!("touch {}", s(&tmp_file)));
+    assert_eq!(
+        other.try_do(&format!("rename {} {}", s(&tmp_file), s(&c))),
+        Err(EPERM),
+        "a rename over the listener's file is a removal too"
+    );
+    assert_eq!(stat_id(&c), c_file);
+    let by_other = |v: &Value, op: &str| {
+        is(v, "unlink_denied") && tgid(v, "actor") == u64::from(other.pid) && v["operation"] == op
+    };
+    for op in ["unlink", "rename"] {
+        let d = agent.expect_verdict(&format!("the {op} refused"), |v| by_other(v, op));
+        assert_eq!(
+            (tgid(&d, "victim"), file_of(&d), &d["policy"]),
+            (u64::from(owner.pid), c_file, &Value::from("foreign")),
+            "{d}"
+        );
+    }
     let verdicts = agent.stop();
     assert_eq!(
         verdicts.iter().filter(|v| is(v, "unlink_denied")).count(),
-        1,
+        2,
         "{verdicts:#?}"
     );
     drop(boxed);
@@ -379,8 +404,6 @@ fn a_full_live_table_fails_open_and_is_counted() {
         return;
     }
     let tmp = tempdir();
-    let addr = free_addr();
-    let listen = addr.to_string();
     let args = [
         "--probe-mode",
         "lsm",
@@ -388,10 +411,8 @@ fn a_full_live_table_fails_open_and_is_counted() {
         "foreign",
         "--live-capacity",
         "16",
-        "--listen",
-        &listen,
     ];
-    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let (agent, addr) = start_listening(tmp.path(), &args);
     let (mut filler, mut outsider) = (Actor::spawn(), Actor::spawn());
     for i in 0..20 {
         filler.must(&format!(
@@ -416,11 +437,7 @@ fn a_full_live_table_fails_open_and_is_counted() {
         full >= 1.0 && let_through >= 1.0,
         "map_full {full}, unknown {let_through}"
     );
-    let verdicts = agent.stop();
-    assert!(
-        !verdicts.iter().any(|v| is(v, "unlink_denied")),
-        "{verdicts:#?}"
-    );
+    assert_nothing_refused(&agent.stop());
 }
 
 /// Where the unlink hook is not on BPF LSM (here forced off it), `--guard` says it is
@@ -440,17 +457,8 @@ fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
         None => "tracepoint",
     };
     let tmp = tempdir();
-    let addr = free_addr();
-    let listen = addr.to_string();
-    let args = [
-        "--probe-mode",
-        mode,
-        "--guard",
-        "stale_owner",
-        "--listen",
-        &listen,
-    ];
-    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let args = ["--probe-mode", mode, "--guard", "stale_owner"];
+    let (agent, addr) = start_listening(tmp.path(), &args);
     expect_log(
         &agent,
         &format!("guard: unavailable: the unlink hook runs on {mode}, not BPF LSM"),
@@ -469,11 +477,7 @@ fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
     });
     signal(&agent, libc::SIGUSR1);
     expect_log(&agent, "guard: unavailable cannot be changed by signal");
-    let verdicts = agent.stop();
-    assert!(
-        !verdicts.iter().any(|v| is(v, "unlink_denied")),
-        "{verdicts:#?}"
-    );
+    assert_nothing_refused(&agent.stop());
 }
 
 /// `sockwatch check` says whether the guard could refuse under a probe mode.

@@ -174,10 +174,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn exact_unlink_of_a_live_socket_carries_the_kernel_decision() {
+    /// An exact unlink of the listening socket process 977 bound.
+    fn live_listener_removed() -> KernelEvent {
         let mut e = ev(EventKind::Unlink);
-        e.nlink = 1;
         e.flags.live = true;
         e.flags.listening = true;
         e.owner = Some(Owner {
@@ -186,6 +185,13 @@ mod tests {
             cgroup_id: 8,
             bind_ns: 1,
         });
+        e
+    }
+
+    #[test]
+    fn exact_unlink_of_a_live_socket_carries_the_kernel_decision() {
+        let mut e = live_listener_removed();
+        e.nlink = 1;
         let Input::Unlink {
             file,
             fidelity,
@@ -219,19 +225,11 @@ mod tests {
 
     #[test]
     fn a_refused_removal_is_a_denial_with_the_listener_it_kept() {
-        let mut e = ev(EventKind::Unlink);
+        let mut e = live_listener_removed();
         e.tier = Tier::Lsm;
         e.ret = -1;
-        e.flags.live = true;
-        e.flags.listening = true;
         e.flags.denied = true;
         e.guard_policy = Some(GuardPolicy::StaleOwner);
-        e.owner = Some(Owner {
-            _pad: 0,
-            tgid: 977,
-            cgroup_id: 8,
-            bind_ns: 1,
-        });
         let Input::Denied {
             file,
             operation,
