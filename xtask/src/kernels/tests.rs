@@ -141,12 +141,17 @@ deb Packages nodistro https://deb.nodesource.com/node_20.x/
     assert_eq!(Mirrors::from_indextargets("", "bookworm"), None);
 }
 
-#[test]
-fn bullseye_sources_list() {
-    let mirrors = Mirrors {
+/// deb.debian.org's archive and security archive.
+fn debian_mirrors() -> Mirrors {
+    Mirrors {
         archive: "http://deb.debian.org/debian".into(),
         security: Some("http://deb.debian.org/debian-security".into()),
-    };
+    }
+}
+
+#[test]
+fn bullseye_sources_list() {
+    let mirrors = debian_mirrors();
     let opts = "[arch=amd64 target=Packages \
                 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
     let entries: Vec<_> = sources_list("bullseye", Arch::X86_64, &mirrors)
@@ -176,10 +181,7 @@ fn bullseye_sources_list() {
 
 #[test]
 fn bookworm_arm64_sources_list() {
-    let mirrors = Mirrors {
-        archive: "http://deb.debian.org/debian".into(),
-        security: Some("http://deb.debian.org/debian-security".into()),
-    };
+    let mirrors = debian_mirrors();
     let opts = "[arch=arm64 target=Packages \
                 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
     let list = sources_list("bookworm", Arch::Aarch64, &mirrors);
