@@ -2,16 +2,17 @@
 use crate::{arch::Arch, kernels::Series};
 
 /// The tests the arm64 guests run in the whole suite (`cargo xtask test`, CI): the kernel
-/// tests on every tier (`kernel`, `lifecycle`), the verifier's counts (`headroom`), and the
-/// verdicts of S1 and S3 end to end (`verdicts` on every tier, `stale_connect`). Everything
-/// runs under `cargo xtask vm-test --arch aarch64`; all of it here would push the suite past
-/// its time budget under TCG.
+/// tests on every tier (`kernel`, `lifecycle`), the verifier's counts (`headroom`), the
+/// verdicts of S1 and S3 end to end (`verdicts` on every tier, `stale_connect`) and guard
+/// mode (S21, where the LSM tier attaches). Everything runs under `cargo xtask vm-test --arch
+/// aarch64`; all of it here would push the suite past its time budget under TCG.
 pub const AARCH64_SUITE_TESTS: &[&str] = &[
     "kernel",
     "lifecycle",
     "headroom",
     "verdicts",
     "stale_connect",
+    "guard",
 ];
 
 /// One architecture's guests.
