@@ -639,7 +639,7 @@ fn prepare(
     tiers: Tiers,
 ) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
-    let mut payload = payload::build_payload(plan.arch)?;
+    let mut payload = payload::build_payload(plan.arch, &plan.only)?;
     keep_tests(&mut payload.tests, &plan.only)?;
     let initrd = cmd::target_dir()
         .join("vm")
@@ -668,7 +668,8 @@ fn prepare(
     Ok(initrd)
 }
 
-/// Keeps the test executables named in `only` (all when it is empty).
+/// Keeps the test executables named in `only` (all when it is empty), each of which must have
+/// been built.
 fn keep_tests(tests: &mut Vec<(String, PathBuf)>, only: &[String]) -> anyhow::Result<()> {
     if let Some(unknown) = only.iter().find(|n| !tests.iter().any(|(t, _)| t == *n)) {
         let names: Vec<&str> = tests.iter().map(|(t, _)| t.as_str()).collect();
