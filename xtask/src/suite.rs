@@ -6,19 +6,16 @@ use std::{
 };
 
 use crate::{
-    arch::Arch,
     cmd, fuzz, headroom,
-    setup::{self, Ready},
-    soak,
+    kernels::{Kernel, Series},
+    setup, soak,
     testrun::{self, Counts},
     vm,
 };
 
-/// aya-build's flags for the eBPF crate built for `arch` (`\x1f`-separated, as in
-/// `CARGO_ENCODED_RUSTFLAGS`): each architecture compiles its own register accessors.
-fn ebpf_rustflags(arch: &str) -> String {
-    format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf")
-}
+/// aya-build's flags for the eBPF crate (`\x1f`-separated, as in `CARGO_ENCODED_RUSTFLAGS`).
+const EBPF_RUSTFLAGS: &str =
+    "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf";
 
 /// Seconds each fuzz target runs in the suite: a smoke run from the corpus, not a campaign
 /// (longer campaigns: `cargo xtask fuzz --secs N`; the suite's whole run stays within CI's time).
@@ -59,7 +56,13 @@ struct Results {
 }
 
 /// Runs the suite; `true` when everything passed.
-pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
+pub fn run(
+    series: &[Series],
+    tiers: vm::Tiers,
+    vm_timeout: Duration,
+    vm_jobs: usize,
+    vm_only: &[String],
+) -> bool {
     let mut steps = Vec::new();
     let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         println!("xtask: ===== {name} =====");
@@ -75,11 +78,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         });
     };
 
-    let mut ready = None;
+    let mut kernels = None;
     let mut results = Results::default();
     step("setup --vm", &mut || {
-        let fetch = vm::Plan::fetch(plans);
-        ready = Some(setup::setup(&setup::Wanted::guests(&fetch))?);
+        kernels = Some(setup::setup(true, series)?.kernels);
         Ok(())
     });
     step("cargo fmt --check", &mut || {
@@ -110,17 +112,16 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     });
     step("vm tests (QEMU)", &mut || {
         vm_tests(
-            ready.as_ref(),
-            plans,
+            kernels.as_deref(),
             tiers,
             vm_timeout,
             vm_jobs,
+            vm_only,
             &mut results,
         )
     });
     step("verifier table (docs/VERIFIER.md)", &mut || {
-        let guests: usize = plans.iter().map(|p| p.series.len()).sum();
-        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
+        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + series.len())
     });
     print_tables(&steps, &results.layers);
     steps.iter().all(|s| s.failure.is_none())
@@ -141,26 +142,23 @@ fn clippy_host() -> anyhow::Result<()> {
 }
 
 fn clippy_ebpf() -> anyhow::Result<()> {
-    for arch in [Arch::X86_64, Arch::Aarch64] {
-        let mut c = cmd::cargo();
-        c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
-            .args([
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--release",
-            ])
-            .arg("--target-dir")
-            .arg(cmd::target_dir().join("ebpf-clippy").join(arch.to_string()))
-            .args(["--", "-D", "warnings"])
-            .env("CARGO_ENCODED_RUSTFLAGS", ebpf_rustflags(&arch.to_string()))
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .env_remove("RUSTUP_TOOLCHAIN");
-        cmd::run(&mut c)?;
-    }
-    Ok(())
+    let mut c = cmd::cargo();
+    c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
+        .args([
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+        ])
+        .arg("--target-dir")
+        .arg(cmd::target_dir().join("ebpf-clippy"))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_ENCODED_RUSTFLAGS", EBPF_RUSTFLAGS)
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN");
+    cmd::run(&mut c)
 }
 
 /// The host layer: the workspace's tests as root on this kernel.
@@ -188,19 +186,19 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
 
 /// One layer per guest kernel; none but a failed `vm` layer without `kernels`.
 fn vm_tests(
-    ready: Option<&Ready>,
-    plans: &[vm::Plan],
+    kernels: Option<&[Kernel]>,
     tiers: vm::Tiers,
     vm_timeout: Duration,
     vm_jobs: usize,
+    only: &[String],
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
-    let Some(ready) = ready else {
+    let Some(kernels) = kernels else {
         results.layers.push(failed_vm("setup --vm failed".into()));
         anyhow::bail!("no kernels: setup --vm failed");
     };
-    let outcomes = match vm::test(ready, plans, tiers, vm_timeout, vm_jobs) {
+    let outcomes = match vm::test(kernels, tiers, vm_timeout, vm_jobs, only) {
         Ok(o) => o,
         Err(e) => {
             results.layers.push(failed_vm(format!("{e:#}")));
