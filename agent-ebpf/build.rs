@@ -17,10 +17,12 @@ const CLANG: &str = "clang-22";
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 fn main() -> anyhow::Result<()> {
+    println!("cargo::rustc-check-cfg=cfg(bpf_target_arch, values(\"x86_64\", \"aarch64\"))");
     // Only the BPF build needs the shim; a host `cargo check` of this crate does not.
     if env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("bpf") {
         return Ok(());
     }
+    let arch_define = target_arch_define()?;
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-env-changed=SOCKWATCH_VMLINUX_H");
     let out = PathBuf::from(env::var("OUT_DIR")?);
@@ -46,6 +48,7 @@ fn main() -> anyhow::Result<()> {
             "-Wall",
             "-Werror",
         ])
+        .arg(arch_define)
         .arg("-I")
         .arg(include)
         .arg("-I")
@@ -65,6 +68,18 @@ fn main() -> anyhow::Result<()> {
     // they are plain stores, as clang emits for the C shim.
     println!("cargo:rustc-link-arg=--disable-expand-memcpy-in-order");
     Ok(())
+}
+
+/// The architecture the object is built for (aya-build passes the agent's as the cfg
+/// `bpf_target_arch`), as the `__TARGET_ARCH_<arch>` define libbpf's headers and `c/shim.c`'s
+/// syscall decoding select on.
+fn target_arch_define() -> anyhow::Result<&'static str> {
+    match env::var("CARGO_CFG_BPF_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => Ok("-D__TARGET_ARCH_x86"),
+        Ok("aarch64") => Ok("-D__TARGET_ARCH_arm64"),
+        Ok(other) => bail!("no syscall decoding in c/shim.c for bpf_target_arch {other:?}"),
+        Err(_) => bail!("bpf_target_arch is not set (build through aya-build, or pass --cfg)"),
+    }
 }
 
 /// `sw_consts.h`: the `agent_common` constants `c/shim.h` includes, so none is copied by hand.

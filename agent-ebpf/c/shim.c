@@ -395,52 +395,89 @@ int shim_release_last_bound_sockets_bounded(void)
 	return sw_walk_current_fds(sw_release_step, &walk, 1);
 }
 
-// The path argument of the current unlink/rename syscall (x86-64 numbers): the file unlinked
-// or the rename target, copied from user memory; returns its length including the NUL, or a
-// negative value. Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
+// ---- the current syscall's arguments ---------------------------------------------------
+//
+// The LSM and fentry hooks on unlink and rename are not passed the user's path or rename's
+// flags: they come from the syscall's saved registers. Numbers and registers differ per
+// architecture (build.rs defines __TARGET_ARCH_<arch>); arm64 has only the *at forms.
+
+#if defined(__TARGET_ARCH_x86)
+#define SW_NR_UNLINK 87
+#define SW_NR_RMDIR 84
+#define SW_NR_RENAME 82
+#define SW_NR_UNLINKAT 263
+#define SW_NR_RENAMEAT 264
+#define SW_NR_RENAMEAT2 316
+// A macro, not a typedef: CO-RE relocates the struct by its own name.
+#define sw_syscall_regs struct pt_regs
+#define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
+#define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
+#define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, r10)
+#define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, r8)
+#elif defined(__TARGET_ARCH_arm64)
+// asm-generic numbers; no unlink, rmdir or rename (-1 never matches a syscall number).
+#define SW_NR_UNLINK -1
+#define SW_NR_RMDIR -2
+#define SW_NR_RENAME -3
+#define SW_NR_UNLINKAT 35
+#define SW_NR_RENAMEAT 38
+#define SW_NR_RENAMEAT2 276
+// arm64's pt_regs, as far as this file reads it: regs[] sit in an anonymous union, which the
+// loader's CO-RE matching walks. x0 is overwritten by the return value, so the first argument
+// is orig_x0.
+struct pt_regs___arm64 {
+	__u64 regs[31];
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#define sw_syscall_regs struct pt_regs___arm64
+#define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, orig_x0)
+#define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, regs[1])
+#define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, regs[3])
+#define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, regs[4])
+#else
+#error "sockwatch: no syscall decoding for this __TARGET_ARCH"
+#endif
+
+// The path argument of the current unlink/rename syscall: the file unlinked or the rename
+// target, copied from user memory; returns its length including the NUL, or a negative
+// value. Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
 int shim_syscall_target_path(char *buf)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	sw_syscall_regs *regs = (sw_syscall_regs *)bpf_task_pt_regs(task);
 	const char *user = 0;
-	switch (BPF_CORE_READ(regs, orig_ax)) {
-	case 87: // unlink(path)
-	case 84: // rmdir(path)
-		user = (const char *)BPF_CORE_READ(regs, di);
-		break;
-	case 263: // unlinkat(dfd, path, flags)
-		user = (const char *)BPF_CORE_READ(regs, si);
-		break;
-	case 82: // rename(old, new)
-		user = (const char *)BPF_CORE_READ(regs, si);
-		break;
-	case 264: // renameat(olddfd, old, newdfd, new)
-	case 316: // renameat2(olddfd, old, newdfd, new, flags)
-		user = (const char *)BPF_CORE_READ(regs, r10);
-		break;
-	default:
+	long nr = SW_SYSCALL_NR(regs);
+	if (nr == SW_NR_UNLINK || nr == SW_NR_RMDIR) // (path)
+		user = (const char *)SW_SYSCALL_ARG0(regs);
+	else if (nr == SW_NR_UNLINKAT || nr == SW_NR_RENAME) // (dfd, path, flags), (old, new)
+		user = (const char *)SW_SYSCALL_ARG1(regs);
+	else if (nr == SW_NR_RENAMEAT || nr == SW_NR_RENAMEAT2) // (olddfd, old, newdfd, new, …)
+		user = (const char *)SW_SYSCALL_ARG3(regs);
+	else
 		return -1;
-	}
 	return bpf_probe_read_user_str(buf, SW_PATH_CAP, user);
 }
 
-// The flags of the current renameat2 syscall (x86-64: number 316, flags in r8); 0 for rename,
-// renameat and renames from no syscall (io_uring, nfsd, overlayfs). The LSM hook is not
-// passed them.
-static __always_inline __u32 sw_syscall_rename_flags(struct pt_regs *regs)
+// The flags of the current renameat2 syscall; 0 for rename, renameat and renames from no
+// syscall (io_uring, nfsd, overlayfs). The LSM hook is not passed them.
+static __always_inline __u32 sw_syscall_rename_flags(sw_syscall_regs *regs)
 {
-	return BPF_CORE_READ(regs, orig_ax) == 316 ? (__u32)BPF_CORE_READ(regs, r8) : 0;
+	return SW_SYSCALL_NR(regs) == SW_NR_RENAMEAT2 ? (__u32)SW_SYSCALL_ARG4(regs) : 0;
 }
 
 // Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
 __u32 shim_syscall_rename_flags(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	return sw_syscall_rename_flags((struct pt_regs *)bpf_task_pt_regs(task));
+	return sw_syscall_rename_flags((sw_syscall_regs *)bpf_task_pt_regs(task));
 }
 
 // Without bpf_task_pt_regs: the frame the syscall entry saved at the top of the task's kernel
-// stack, as x86-64's task_pt_regs finds it (THREAD_SIZE 16 KiB: a kernel without KASAN).
+// stack, where task_pt_regs finds it on x86-64 and arm64 (THREAD_SIZE 16 KiB: a kernel
+// without KASAN). The frame's size is the target kernel's, relocated.
 #define SW_THREAD_SIZE (16 * 1024)
 __u32 shim_syscall_rename_flags_bounded(void)
 {
@@ -448,7 +485,8 @@ __u32 shim_syscall_rename_flags_bounded(void)
 	char *stack = (char *)BPF_CORE_READ(task, stack);
 	if (!stack)
 		return 0;
-	return sw_syscall_rename_flags((struct pt_regs *)(stack + SW_THREAD_SIZE) - 1);
+	__u32 frame = bpf_core_type_size(sw_syscall_regs);
+	return sw_syscall_rename_flags((sw_syscall_regs *)(stack + SW_THREAD_SIZE - frame));
 }
 
 // ---- processes --------------------------------------------------------------------------

@@ -470,8 +470,9 @@ fn blocked_connector(path: &std::path::Path) -> libc::pid_t {
     assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
     let deadline = Instant::now() + common::patience();
     let syscall = format!("/proc/{pid}/syscall");
-    // x86_64's connect(2) is syscall 42.
-    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with("42 ")) {
+    // The line starts with the syscall's number, this architecture's.
+    let connect = format!("{} ", libc::SYS_connect);
+    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with(&connect)) {
         assert!(
             Instant::now() < deadline,
             "child {pid} never blocked in connect"

@@ -8,6 +8,15 @@ use agent_common::{EventKind, Tier};
 use common::{agent::sockwatch_bin, *};
 use sockwatch::kernel::probes::ProbeMode;
 
+/// Bind's tiers, best first.
+const BIND_TIERS: [Tier; 3] = [Tier::Fentry, Tier::Kprobe, Tier::Tracepoint];
+
+/// The tier `--probe-mode precise` attaches bind on: fentry, or kprobe where the kernel has
+/// no trampolines (arm64 before 6.4).
+fn precise_tier() -> Tier {
+    best_required(&[Tier::Fentry, Tier::Kprobe]).unwrap_or(Tier::Fentry)
+}
+
 fn bind_is_reported(test: &str, mode: ProbeMode, tier: Tier) {
     let Some(mut l) = load(test, mode, tier) else {
         return;
@@ -59,7 +68,7 @@ fn bind_tracepoint_tier() {
 
 #[test]
 fn bind_precise_tier() {
-    bind_is_reported("bind_precise_tier", ProbeMode::Precise, Tier::Fentry);
+    bind_is_reported("bind_precise_tier", ProbeMode::Precise, precise_tier());
 }
 
 /// Abstract and unnamed sockets, failed binds and other families never reach the ring buffer.
@@ -71,7 +80,7 @@ fn bind_ignores_abstract_unnamed_failed_and_inet() {
             ProbeMode::Tracepoint,
             Tier::Tracepoint,
         ),
-        ("ignores_precise", ProbeMode::Precise, Tier::Fentry),
+        ("ignores_precise", ProbeMode::Precise, precise_tier()),
     ] {
         let Some(mut l) = load(test, mode, tier) else {
             continue;
@@ -188,12 +197,8 @@ fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
     assert_eq!(v["dev"], dev);
     assert_eq!(v["ino"], ino);
     assert_eq!(v["tgid"], std::process::id());
-    let best = if is_required(Tier::Fentry) {
-        "fentry"
-    } else {
-        "tracepoint"
-    };
-    assert_eq!(v["tier"], best);
+    let best = best_required(&BIND_TIERS).expect("bind has a required tier");
+    assert_eq!(v["tier"], best.name());
 
     // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -201,55 +206,65 @@ fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "exit status {status}: {stderr}");
     assert!(
-        stderr.contains(&format!("attached bind: {best}")),
+        stderr.contains(&format!("attached bind: {}", best.name())),
         "{stderr}"
     );
     assert!(stderr.contains("stopping:"), "{stderr}");
 }
 
 /// Forcing a tier this kernel refuses leaves too few hooks to run: a one-line error, exit 2.
+/// Each mode whose tiers this kernel does not give is forced: `precise` where neither fentry
+/// nor kprobes load (the host in CI), `fentry` where trampolines are missing (arm64 before
+/// 6.4), `kprobe` where kprobes are.
 #[test]
 fn cli_forced_refused_tier_fails_clearly() {
     if !is_root() {
         eprintln!("SKIP cli_forced_refused_tier: needs root");
         return;
     }
-    if is_required(Tier::Fentry) {
+    let refused = [
+        (
+            "precise",
+            "fentry",
+            "bind_fexit",
+            [Tier::Fentry, Tier::Kprobe],
+        ),
+        (
+            "fentry",
+            "fentry",
+            "bind_fexit",
+            [Tier::Fentry, Tier::Fentry],
+        ),
+        (
+            "kprobe",
+            "kprobe",
+            "bind_kprobe",
+            [Tier::Kprobe, Tier::Kprobe],
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, _, _, tiers)| !tiers.iter().any(|t| is_required(*t)));
+    let mut forced = 0;
+    for (mode, first, program, _) in refused {
+        forced += 1;
+        let out = Command::new(sockwatch_bin())
+            .args(["run", "--probe-mode", mode])
+            .output()
+            .expect("run sockwatch");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{mode}: {stderr}");
+        assert!(
+            stderr.trim_end().starts_with(&format!(
+                "sockwatch: cannot run under --probe-mode {mode}: bind and unlink or rename \
+                 must attach; no tier for bind ({first} refused by this kernel: {program}: "
+            )),
+            "{mode}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{mode}: one line: {stderr}");
+    }
+    if forced == 0 {
         eprintln!("SKIP cli_forced_refused_tier: every tier loads on this kernel");
-        return;
     }
-    let out = Command::new(sockwatch_bin())
-        .args(["run", "--probe-mode", "precise"])
-        .output()
-        .expect("run sockwatch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with(
-            "sockwatch: cannot run under --probe-mode precise: bind and unlink or rename must \
-             attach; no tier for bind (fentry refused by this kernel: bind_fexit: BPF_PROG_LOAD \
-             failed"
-        ),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    if is_required(Tier::Kprobe) {
-        return;
-    }
-    let out = Command::new(sockwatch_bin())
-        .args(["run", "--probe-mode", "kprobe"])
-        .output()
-        .expect("run sockwatch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.trim_end().starts_with(
-            "sockwatch: cannot run under --probe-mode kprobe: bind and unlink or rename must \
-             attach; no tier for bind (kprobe refused by this kernel: bind_kprobe: "
-        ),
-        "{stderr}"
-    );
 }
 
 /// `check` tells the truth about this kernel.
@@ -279,18 +294,11 @@ fn cli_check_reports_tiers() {
             .expect("supported column")
             .to_string()
     };
-    assert_eq!(row("tracepoint"), "yes");
-    let fentry = if is_required(Tier::Fentry) {
-        "yes"
-    } else {
-        "no"
-    };
-    assert_eq!(row("fentry"), fentry);
-    let best = if fentry == "yes" {
-        "fentry"
-    } else {
-        "tracepoint"
-    };
+    for tier in BIND_TIERS {
+        let given = if is_required(tier) { "yes" } else { "no" };
+        assert_eq!(row(tier.name()), given, "bind/{}", tier.name());
+    }
+    let best = best_required(&BIND_TIERS).expect("a required tier").name();
     assert!(
         stdout.contains(&format!("run would attach bind: {best}")),
         "{stdout}"

@@ -1,5 +1,6 @@
 //! sockwatch's task runner (`cargo xtask ...`). It runs things; cargo still builds them.
 mod apt;
+mod arch;
 mod bench;
 mod cmd;
 mod fuzz;
@@ -15,6 +16,7 @@ mod vm;
 use std::{ffi::OsString, os::unix::process::CommandExt as _, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
+use arch::Arch;
 use clap::{Args, Parser, Subcommand};
 use kernels::Series;
 
@@ -34,6 +36,13 @@ enum Command {
         /// Debian 11, 6.1 and 6.12 from Debian 12).
         #[arg(long)]
         vm: bool,
+    },
+    /// Set up and build the release agent, for this machine or cross-built for another
+    /// architecture (`--target aarch64`); prints the binary's path.
+    Build {
+        /// The architecture to build for; this machine's by default.
+        #[arg(long, value_enum)]
+        target: Option<Arch>,
     },
     /// Set up, build the agent (release) and run it with these arguments: `cargo xtask run -- run`.
     Run {
@@ -89,6 +98,11 @@ struct VmArgs {
     /// them by default.
     #[arg(long = "test", value_name = "NAME")]
     tests: Vec<String>,
+    /// Guest architectures (repeatable). By default `vm-test` boots x86_64 guests, and `test`
+    /// x86_64 guests plus arm64 guests running a subset (`AARCH64_SUITE_TESTS` in `xtask/src/vm/plan.rs`). An
+    /// architecture named here runs every test (or `--test`'s). arm64 boots 6.1 and 6.12.
+    #[arg(long = "arch", value_enum)]
+    arches: Vec<Arch>,
 }
 
 impl VmArgs {
@@ -107,6 +121,28 @@ impl VmArgs {
             self.kernels.clone()
         }
     }
+
+    /// The guests `test` (`suite`) or `vm-test` boots: see `--arch`.
+    fn plans(&self, suite: bool) -> anyhow::Result<Vec<vm::Plan>> {
+        let plans: Vec<vm::Plan> = if self.arches.is_empty() && suite {
+            vm::Plan::suite(&self.series(), &self.tests)
+        } else if self.arches.is_empty() {
+            vm::Plan::new(Arch::X86_64, &self.series(), self.tests.clone())
+                .into_iter()
+                .collect()
+        } else {
+            let mut plans = Vec::new();
+            for arch in &self.arches {
+                plans.push(
+                    vm::Plan::new(*arch, &self.series(), self.tests.clone()).with_context(
+                        || format!("the {arch} guest boots none of the kernels asked for"),
+                    )?,
+                );
+            }
+            plans
+        };
+        Ok(plans)
+    }
 }
 
 fn main() -> ExitCode {
@@ -123,25 +159,31 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         Command::Setup { vm } => {
-            setup::setup(vm, &Series::ALL)?;
+            let fetch = vm::Plan::fetch(&vm::Plan::suite(&Series::ALL, &[]));
+            setup::setup(&if vm {
+                setup::Wanted::guests(&fetch)
+            } else {
+                setup::Wanted::default()
+            })?;
             Ok(true)
         }
+        Command::Build { target } => build(target.unwrap_or_else(Arch::host)),
         Command::Run { args } => run_agent(args),
         Command::Test(a) => Ok(suite::run(
-            &a.series(),
+            &a.plans(true)?,
             a.tiers(),
             Duration::from_secs(a.vm_timeout),
             a.vm_jobs,
-            &a.tests,
         )),
         Command::VmTest(a) => {
-            let ready = setup::setup(true, &a.series())?;
+            let plans = a.plans(false)?;
+            let ready = setup::setup(&setup::Wanted::guests(&vm::Plan::fetch(&plans)))?;
             let outcomes = vm::test(
-                &ready.kernels,
+                &ready,
+                &plans,
                 a.tiers(),
                 Duration::from_secs(a.vm_timeout),
                 a.vm_jobs,
-                &a.tests,
             )?;
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }
@@ -152,7 +194,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             write_doc,
             targets,
         } => {
-            setup::setup(false, &[])?;
+            setup::setup(&setup::Wanted::default())?;
             fuzz::run(secs, &targets, write_doc)
         }
     }
@@ -161,9 +203,36 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
 /// Builds the release agent and replaces this process with it, so signals (Ctrl-C) and the exit
 /// code are the agent's own.
 fn run_agent(args: Vec<OsString>) -> anyhow::Result<bool> {
-    setup::setup(false, &[])?;
+    setup::setup(&setup::Wanted::default())?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent"]))?;
     let bin = cmd::target_dir().join("release/sockwatch");
     let err = cmd::command(&bin).args(&args).exec();
     Err(err).with_context(|| format!("cannot execute {}", bin.display()))
+}
+
+/// `cargo xtask build`: the release agent for `arch`, its eBPF object built for that
+/// architecture by the same build script.
+fn build(arch: Arch) -> anyhow::Result<bool> {
+    setup::setup(&setup::Wanted {
+        guests: None,
+        cross: vec![arch],
+    })?;
+    let mut build = cmd::cargo();
+    build.args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "agent",
+        "--bin",
+        "sockwatch",
+    ]);
+    let mut dir = cmd::target_dir();
+    if arch != Arch::host() {
+        build.args(["--target", arch.rust_target()]);
+        dir.push(arch.rust_target());
+    }
+    cmd::run(&mut build)?;
+    println!("{}", dir.join("release/sockwatch").display());
+    Ok(true)
 }

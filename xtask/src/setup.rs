@@ -1,12 +1,13 @@
 //! `cargo xtask setup`: checks what the build and the tests need and installs only what is
 //! missing, from package registries (Debian, crates.io, rustup's components). One line per
 //! thing installed; nothing printed for what is already there.
-use std::time::Instant;
+use std::{path::PathBuf, time::Instant};
 
 use anyhow::{Context as _, bail};
 
 use crate::{
     apt::Apt,
+    arch::Arch,
     cmd::{self, LLVM_BIN},
     kernels::{self, Kernel, Series},
 };
@@ -40,32 +41,92 @@ const MAX_NIGHTLY_LLVM: u32 = 22;
 /// The nightly sockwatch is tested with (rustc 1.97, LLVM 22.1).
 const TESTED_NIGHTLY: &str = "nightly-2026-05-19";
 
-/// What `setup --vm` leaves ready for `vm-test`.
+/// What an arm64 cross-build needs beyond the build: Debian's cross linker (and the arm64
+/// glibc it links statically).
+const AARCH64_BUILD_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu"];
+/// What the arm64 guests need beyond the x86-64 ones.
+const AARCH64_VM_PACKAGES: &[&str] = &["qemu-system-arm"];
+
+/// What `setup` leaves ready: the guests' kernels and each architecture's busybox.
 pub struct Ready {
     pub kernels: Vec<Kernel>,
+    pub busybox: Vec<(Arch, PathBuf)>,
 }
 
-pub fn setup(vm: bool, series: &[Series]) -> anyhow::Result<Ready> {
+/// What to set up besides the host build.
+#[derive(Default)]
+pub struct Wanted<'a> {
+    /// The VM layers' packages and, per architecture, the kernel series to fetch.
+    pub guests: Option<&'a [(Arch, Vec<Series>)]>,
+    /// Cross-building for these architectures (their guests imply them).
+    pub cross: Vec<Arch>,
+}
+
+impl<'a> Wanted<'a> {
+    pub fn guests(guests: &'a [(Arch, Vec<Series>)]) -> Wanted<'a> {
+        Wanted {
+            guests: Some(guests),
+            cross: guests.iter().map(|(a, _)| *a).collect(),
+        }
+    }
+}
+
+pub fn setup(wanted: &Wanted) -> anyhow::Result<Ready> {
     let started = Instant::now();
     let mut apt = Apt::default();
+    let cross: Vec<Arch> = wanted
+        .cross
+        .iter()
+        .copied()
+        .filter(|a| *a != Arch::host())
+        .collect();
     let mut packages = BUILD_PACKAGES.to_vec();
-    if vm {
+    if wanted.guests.is_some() {
         packages.extend_from_slice(VM_PACKAGES);
+    }
+    if cross.contains(&Arch::Aarch64) {
+        packages.extend_from_slice(AARCH64_BUILD_PACKAGES);
+        if wanted.guests.is_some() {
+            packages.extend_from_slice(AARCH64_VM_PACKAGES);
+        }
     }
     apt.ensure_installed(&packages)?;
     check_nightly()?;
     ensure_components("nightly", &["rust-src", "clippy"])?;
     ensure_components("stable", &["clippy", "rustfmt"])?;
+    for arch in &cross {
+        ensure_target(arch.rust_target())?;
+    }
     ensure_bpf_linker()?;
-    let kernels = if vm {
-        kernels::ensure(series, &mut apt)?
-    } else {
-        Vec::new()
+    let mut ready = Ready {
+        kernels: Vec::new(),
+        busybox: Vec::new(),
     };
+    for (arch, series) in wanted.guests.unwrap_or_default() {
+        ready
+            .kernels
+            .extend(kernels::ensure(series, *arch, &mut apt)?);
+        ready
+            .busybox
+            .push((*arch, kernels::busybox(*arch, &mut apt)?));
+    }
     if apt.installed_anything() {
         println!("xtask: setup done in {:.1?}", started.elapsed());
     }
-    Ok(Ready { kernels })
+    Ok(ready)
+}
+
+/// The standard library for `target` on the stable toolchain, which builds the agent.
+fn ensure_target(target: &str) -> anyhow::Result<()> {
+    let installed = cmd::output(cmd::command("rustup").args(["target", "list", "--installed"]))
+        .context("listing rustup's installed targets")?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    cmd::output(cmd::command("rustup").args(["target", "add", target]))
+        .with_context(|| format!("rustup target add {target}"))?;
+    println!("xtask: installed the Rust standard library for {target}");
+    Ok(())
 }
 
 /// aya-build compiles the eBPF crate with `rustup run nightly`: that toolchain must exist and its

@@ -69,7 +69,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<bool> {
     if !cmd::is_root() {
         bail!("`cargo xtask soak` needs root: eBPF and a tmpfs mount");
     }
-    setup::setup(false, &[])?;
+    setup::setup(&setup::Wanted::default())?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
     env::mount_tracefs()?;
     let env = Env::prepare()?;

@@ -6,16 +6,19 @@ use std::{
 };
 
 use crate::{
+    arch::Arch,
     cmd, fuzz, headroom,
-    kernels::{Kernel, Series},
-    setup, soak,
+    setup::{self, Ready},
+    soak,
     testrun::{self, Counts},
     vm,
 };
 
-/// aya-build's flags for the eBPF crate (`\x1f`-separated, as in `CARGO_ENCODED_RUSTFLAGS`).
-const EBPF_RUSTFLAGS: &str =
-    "--cfg=bpf_target_arch=\"x86_64\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf";
+/// aya-build's flags for the eBPF crate built for `arch` (`\x1f`-separated, as in
+/// `CARGO_ENCODED_RUSTFLAGS`): each architecture compiles its own register accessors.
+fn ebpf_rustflags(arch: &str) -> String {
+    format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf")
+}
 
 /// Seconds each fuzz target runs in the suite: a smoke run from the corpus, not a campaign
 /// (longer campaigns: `cargo xtask fuzz --secs N`; the suite's whole run stays within CI's time).
@@ -56,13 +59,7 @@ struct Results {
 }
 
 /// Runs the suite; `true` when everything passed.
-pub fn run(
-    series: &[Series],
-    tiers: vm::Tiers,
-    vm_timeout: Duration,
-    vm_jobs: usize,
-    vm_only: &[String],
-) -> bool {
+pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
     let mut steps = Vec::new();
     let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
         println!("xtask: ===== {name} =====");
@@ -78,10 +75,11 @@ pub fn run(
         });
     };
 
-    let mut kernels = None;
+    let mut ready = None;
     let mut results = Results::default();
     step("setup --vm", &mut || {
-        kernels = Some(setup::setup(true, series)?.kernels);
+        let fetch = vm::Plan::fetch(plans);
+        ready = Some(setup::setup(&setup::Wanted::guests(&fetch))?);
         Ok(())
     });
     step("cargo fmt --check", &mut || {
@@ -112,16 +110,17 @@ pub fn run(
     });
     step("vm tests (QEMU)", &mut || {
         vm_tests(
-            kernels.as_deref(),
+            ready.as_ref(),
+            plans,
             tiers,
             vm_timeout,
             vm_jobs,
-            vm_only,
             &mut results,
         )
     });
     step("verifier table (docs/VERIFIER.md)", &mut || {
-        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + series.len())
+        let guests: usize = plans.iter().map(|p| p.series.len()).sum();
+        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
     });
     print_tables(&steps, &results.layers);
     steps.iter().all(|s| s.failure.is_none())
@@ -142,23 +141,26 @@ fn clippy_host() -> anyhow::Result<()> {
 }
 
 fn clippy_ebpf() -> anyhow::Result<()> {
-    let mut c = cmd::cargo();
-    c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
-        .args([
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--release",
-        ])
-        .arg("--target-dir")
-        .arg(cmd::target_dir().join("ebpf-clippy"))
-        .args(["--", "-D", "warnings"])
-        .env("CARGO_ENCODED_RUSTFLAGS", EBPF_RUSTFLAGS)
-        .env_remove("RUSTC")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("RUSTUP_TOOLCHAIN");
-    cmd::run(&mut c)
+    for arch in [Arch::X86_64, Arch::Aarch64] {
+        let mut c = cmd::cargo();
+        c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
+            .args([
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--release",
+            ])
+            .arg("--target-dir")
+            .arg(cmd::target_dir().join("ebpf-clippy").join(arch.to_string()))
+            .args(["--", "-D", "warnings"])
+            .env("CARGO_ENCODED_RUSTFLAGS", ebpf_rustflags(&arch.to_string()))
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("RUSTUP_TOOLCHAIN");
+        cmd::run(&mut c)?;
+    }
+    Ok(())
 }
 
 /// The host layer: the workspace's tests as root on this kernel.
@@ -186,19 +188,19 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
 
 /// One layer per guest kernel; none but a failed `vm` layer without `kernels`.
 fn vm_tests(
-    kernels: Option<&[Kernel]>,
+    ready: Option<&Ready>,
+    plans: &[vm::Plan],
     tiers: vm::Tiers,
     vm_timeout: Duration,
     vm_jobs: usize,
-    only: &[String],
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
-    let Some(kernels) = kernels else {
+    let Some(ready) = ready else {
         results.layers.push(failed_vm("setup --vm failed".into()));
         anyhow::bail!("no kernels: setup --vm failed");
     };
-    let outcomes = match vm::test(kernels, tiers, vm_timeout, vm_jobs, only) {
+    let outcomes = match vm::test(ready, plans, tiers, vm_timeout, vm_jobs) {
         Ok(o) => o,
         Err(e) => {
             results.layers.push(failed_vm(format!("{e:#}")));

@@ -1,7 +1,7 @@
 //! One module per hook family; each program's name says hook and tier (`verifier_insns` is
 //! the loader's measuring aid), `_b` its bounded twin. `removal` is what unlink and rename
 //! share.
-use aya_ebpf::programs::TracePointContext;
+use aya_ebpf::programs::{ProbeContext, TracePointContext};
 
 /// Defines each program twice, once per [`Flavor`](agent_common::Flavor): `name / name_b`. The
 /// loader attaches the `Helpers` one where the kernel has `bpf_loop`, the other elsewhere.
@@ -49,6 +49,30 @@ pub fn tp_arg(ctx: &TracePointContext, n: usize) -> u64 {
 pub fn tp_ret(ctx: &TracePointContext) -> i64 {
     // SAFETY: as in `tp_arg`.
     unsafe { ctx.read_at::<i64>(16) }.unwrap_or(-1)
+}
+
+/// Argument `N` of a kprobe'd function, from its register in the probe's frame: a volatile
+/// load at a constant offset, since the compiler would otherwise compute the offset and load
+/// through a modified context pointer, which the verifier refuses.
+#[inline(always)]
+pub fn kprobe_arg<const N: usize>(ctx: &ProbeContext) -> u64 {
+    let regs = ctx.regs;
+    // SAFETY: `regs` is the kernel's register frame for this probe, valid while it runs.
+    unsafe {
+        #[cfg(bpf_target_arch = "x86_64")]
+        let reg = match N {
+            0 => core::ptr::addr_of!((*regs).rdi),
+            1 => core::ptr::addr_of!((*regs).rsi),
+            2 => core::ptr::addr_of!((*regs).rdx),
+            3 => core::ptr::addr_of!((*regs).rcx),
+            4 => core::ptr::addr_of!((*regs).r8),
+            _ => core::ptr::addr_of!((*regs).r9),
+        };
+        // The AAPCS64 passes the first eight arguments in x0-x7.
+        #[cfg(bpf_target_arch = "aarch64")]
+        let reg = core::ptr::addr_of!((*regs).regs[N]);
+        core::ptr::read_volatile(reg)
+    }
 }
 
 /// A kernel pointer returned as `ERR_PTR(-errno)`.

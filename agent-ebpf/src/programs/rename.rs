@@ -12,6 +12,7 @@ use aya_ebpf::{
 };
 
 use super::{
+    kprobe_arg,
     removal::{self, AT_FDCWD, Removal::Rename},
     tp_arg,
 };
@@ -80,18 +81,13 @@ flavored! {
 
     #[kprobe(function = "vfs_rename")]
     fn rename_kprobe / rename_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
-        // The registers `begin` may ask for, read at constant offsets as volatile loads (see
-        // `unlink_kprobe`): arguments 0, 1, 3 and 5.
-        let regs = ctx.regs;
-        // SAFETY: `regs` is the kernel's register frame for this probe, valid while it runs.
-        let [a0, a1, a3, a5] = unsafe {
-            [
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdi)),
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rcx)),
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).r9)),
-            ]
-        };
+        // The registers `begin` may ask for, each read once: arguments 0, 1, 3 and 5.
+        let [a0, a1, a3, a5] = [
+            kprobe_arg::<0>(&ctx),
+            kprobe_arg::<1>(&ctx),
+            kprobe_arg::<3>(&ctx),
+            kprobe_arg::<5>(&ctx),
+        ];
         let arg = |n| match n {
             0 => a0,
             1 => a1,

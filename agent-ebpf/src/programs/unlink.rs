@@ -13,6 +13,7 @@ use aya_ebpf::{
 };
 
 use super::{
+    kprobe_arg,
     removal::{self, AT_FDCWD, Removal::Unlink},
     tp_arg,
 };
@@ -51,16 +52,7 @@ flavored! {
 
     #[kprobe(function = "vfs_unlink")]
     fn unlink_kprobe / unlink_kprobe_b(ctx: ProbeContext, flavor) -> u32 {
-        // Both registers read at constant offsets, as volatile loads: the compiler would
-        // otherwise load from a chosen offset, a modified context pointer the verifier refuses.
-        let regs = ctx.regs;
-        // SAFETY: `regs` is the kernel's register frame for this probe, valid while it runs.
-        let (a1, a2) = unsafe {
-            (
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rsi)),
-                core::ptr::read_volatile(core::ptr::addr_of!((*regs).rdx)),
-            )
-        };
+        let (a1, a2) = (kprobe_arg::<1>(&ctx), kprobe_arg::<2>(&ctx));
         let dentry = if dentry_arg() == 2 { a2 } else { a1 };
         removal::begin(Unlink, dentry as *const c_void, flavor);
         0

@@ -258,6 +258,10 @@ fn unload(p: &mut Program) -> Result<(), ProgramError> {
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// One line for a program error; the verifier log goes to the debug log, not the message.
+/// The kernel's internal "not supported" errno, which libc has no name for: what attaching an
+/// fentry, fexit or LSM program returns where the architecture cannot build its trampoline.
+const ENOTSUPP: i32 = 524;
+
 pub fn describe(e: &ProgramError) -> String {
     match e {
         ProgramError::LoadError {
@@ -267,6 +271,11 @@ pub fn describe(e: &ProgramError) -> String {
             log::debug!("verifier log:\n{verifier_log}");
             format!("BPF_PROG_LOAD failed: {io_error}")
         }
+        ProgramError::SyscallError(s) if s.io_error.raw_os_error() == Some(ENOTSUPP) => format!(
+            "{} failed: ENOTSUPP (524): this kernel has no BPF trampoline for this attach point \
+             (arm64 has them for kernel functions from 6.4)",
+            s.call
+        ),
         ProgramError::SyscallError(s) => format!("{} failed: {}", s.call, s.io_error),
         ProgramError::KProbeError(_) if !std::path::Path::new(KPROBE_PMU).exists() => {
             format!("kprobes not supported by this kernel (no {KPROBE_PMU})")
@@ -281,5 +290,33 @@ pub fn describe(e: &ProgramError) -> String {
             }
             s.lines().next().unwrap_or_default().to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aya::sys::SyscallError;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_trampoline_is_named() {
+        let e = ProgramError::SyscallError(SyscallError {
+            call: "bpf_raw_tracepoint_open",
+            io_error: std::io::Error::from_raw_os_error(ENOTSUPP),
+        });
+        assert_eq!(
+            describe(&e),
+            "bpf_raw_tracepoint_open failed: ENOTSUPP (524): this kernel has no BPF trampoline \
+             for this attach point (arm64 has them for kernel functions from 6.4)"
+        );
+        let e = ProgramError::SyscallError(SyscallError {
+            call: "perf_event_open",
+            io_error: std::io::Error::from_raw_os_error(libc::EACCES),
+        });
+        assert_eq!(
+            describe(&e),
+            "perf_event_open failed: Permission denied (os error 13)"
+        );
     }
 }

@@ -233,6 +233,17 @@ macro_rules! vfs_tiers {
     };
 }
 
+/// The syscall tracepoints of unlink and rename: asm-generic architectures (arm64) have only
+/// the `*at` forms.
+#[cfg(target_arch = "x86_64")]
+const UNLINK_SYSCALLS: &[ProgramSpec] = syscall_pairs!("unlink", "unlinkat");
+#[cfg(not(target_arch = "x86_64"))]
+const UNLINK_SYSCALLS: &[ProgramSpec] = syscall_pairs!("unlinkat");
+#[cfg(target_arch = "x86_64")]
+const RENAME_SYSCALLS: &[ProgramSpec] = syscall_pairs!("rename", "renameat", "renameat2");
+#[cfg(not(target_arch = "x86_64"))]
+const RENAME_SYSCALLS: &[ProgramSpec] = syscall_pairs!("renameat", "renameat2");
+
 const UNLINK_TIERS: [TierSpec; 3] = vfs_tiers!("unlink", "vfs_unlink", "inode_unlink");
 const RENAME_TIERS: [TierSpec; 3] = vfs_tiers!("rename", "vfs_rename", "inode_rename");
 
@@ -251,7 +262,7 @@ pub const PROBES: &[HookSpec] = &[
             UNLINK_TIERS[0],
             UNLINK_TIERS[1],
             UNLINK_TIERS[2],
-            tier(Tier::Tracepoint, syscall_pairs!("unlink", "unlinkat")),
+            tier(Tier::Tracepoint, UNLINK_SYSCALLS),
         ],
     },
     HookSpec {
@@ -260,10 +271,7 @@ pub const PROBES: &[HookSpec] = &[
             RENAME_TIERS[0],
             RENAME_TIERS[1],
             RENAME_TIERS[2],
-            tier(
-                Tier::Tracepoint,
-                syscall_pairs!("rename", "renameat", "renameat2"),
-            ),
+            tier(Tier::Tracepoint, RENAME_SYSCALLS),
         ],
     },
     HookSpec {

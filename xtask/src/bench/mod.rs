@@ -41,7 +41,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use self::{audit::AuditGuard, env::Env, log::progress, plan::Plan};
-use crate::{apt::Apt, cmd, kernels::Series, setup};
+use crate::{apt::Apt, arch::Arch, cmd, kernels::Series, setup};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -78,7 +78,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
     if !args.vm.is_empty() {
         return run_vm(args, &output, started);
     }
-    setup::setup(false, &[])?;
+    setup::setup(&setup::Wanted::default())?;
     Apt::default().ensure_installed(&["bpftrace", "auditd"])?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
     env::mount_tracefs()?;
@@ -119,8 +119,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
 
 /// `--vm`: every tier in a guest of each series, the report's VM section replaced.
 fn run_vm(args: &BenchArgs, output: &std::path::Path, started: Instant) -> anyhow::Result<bool> {
-    let ready = setup::setup(true, &args.vm)?;
-    let guests = vm::run(&ready.kernels, args.rounds)?;
+    // The bench guests are x86-64: the workload is measured where the precise tiers run.
+    let wanted = [(Arch::X86_64, args.vm.clone())];
+    let ready = setup::setup(&setup::Wanted::guests(&wanted))?;
+    let (_, busybox) = ready.busybox.first().context("setup fetched no busybox")?;
+    let guests = vm::run(&ready.kernels, busybox, args.rounds)?;
     let command = report::command_line(std::env::args().skip(1));
     let section = report::vm::render(&guests, &command, &report::date());
     let old = fs::read_to_string(output).unwrap_or_default();

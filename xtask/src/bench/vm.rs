@@ -4,7 +4,7 @@
 //! each tier in turn, the order of tiers rotated each round; then one pass per tier with
 //! `kernel.bpf_stats_enabled` on for each program's run count and time. It prints one console
 //! line per figure; the host reads them from the console log.
-use std::{fs, time::Duration};
+use std::{fs, path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
 
@@ -48,11 +48,11 @@ pub struct GuestBench {
 
 /// Builds the release agent and workload, boots each kernel in turn (one guest at a time:
 /// the guest's two vCPUs take the host's two cores) and reads what it measured.
-pub fn run(kernels: &[Kernel], rounds: usize) -> anyhow::Result<Vec<GuestBench>> {
+pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<Vec<GuestBench>> {
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
     let release = cmd::target_dir().join("release");
     let initrd = cmd::target_dir().join("vm/bench-initrd.gz");
-    let mut img = vm::base_image(kernels)?;
+    let mut img = vm::base_image(kernels, busybox)?;
     img.executable("bin/sockwatch", &release.join("sockwatch"))?;
     img.executable("bin/sockwatch-bench", &release.join("sockwatch-bench"))?;
     img.bytes("init", init_script(rounds), 0o755);

@@ -7,6 +7,8 @@ use std::{
 
 use anyhow::Context as _;
 
+use crate::arch::Arch;
+
 pub(super) const CACHE: &str = "/var/cache/sockwatch-vm";
 
 /// Modules the guest loads at boot: Debian builds them as modules (`=m`) where a host usually
@@ -20,6 +22,8 @@ pub struct Kernel {
     pub package: String,
     /// Debian package version, e.g. `6.1.162-1`.
     pub version: String,
+    /// The architecture the package is built for, the guest's.
+    pub arch: Arch,
     pub vmlinuz: PathBuf,
     /// [`GUEST_MODULES`], uncompressed.
     pub modules: Vec<PathBuf>,
@@ -41,9 +45,9 @@ impl Kernel {
     }
 }
 
-/// The kernel kept in `dir`, if a previous run left it complete (a cache from before a module
-/// was added to [`GUEST_MODULES`] is not, and is fetched again).
-pub(super) fn cached(package: &str, dir: &Path) -> anyhow::Result<Option<Kernel>> {
+/// The kernel kept in `dir` (`package`, built for `arch`), if a previous run left it complete (a
+/// cache from before a module was added to [`GUEST_MODULES`] is not, and is fetched again).
+pub(super) fn cached(package: &str, arch: Arch, dir: &Path) -> anyhow::Result<Option<Kernel>> {
     let Ok(version) = fs::read_to_string(dir.join("version")) else {
         return Ok(None);
     };
@@ -60,6 +64,7 @@ pub(super) fn cached(package: &str, dir: &Path) -> anyhow::Result<Option<Kernel>
     Ok(Some(Kernel {
         package: package.to_owned(),
         version: version.trim().to_owned(),
+        arch,
         vmlinuz,
         modules,
     }))

@@ -1,5 +1,5 @@
-//! Downloading a kernel package into the cache: `apt-get download`, `dpkg-deb -x`, and only
-//! what the guest boots with kept.
+//! Downloading a package into the cache: `apt-get download`, `dpkg-deb -x` in a scratch
+//! directory, and only what the guest boots with kept.
 use std::{
     ffi::OsString,
     fs,
@@ -14,29 +14,57 @@ use crate::cmd;
 /// `apt-get download` + `dpkg-deb -x`, keeping only `boot/vmlinuz-*`, [`GUEST_MODULES`]
 /// (decompressed) and the version in `dir`. `apt_args` select the apt configuration.
 pub(super) fn download(package: &str, dir: &Path, apt_args: &[OsString]) -> anyhow::Result<()> {
-    let work = Path::new(CACHE).join(format!(".download-{package}"));
-    let _ = fs::remove_dir_all(&work);
-    let result = download_in(package, dir, apt_args, &work);
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&work);
-    }
-    result
+    in_scratch(package, |work| {
+        let unpacked = unpack(package, apt_args, work)?;
+        keep_kernel(package, &unpacked, dir, work)
+    })
 }
 
-fn download_in(
+/// Runs `f` in `CACHE/.download-<name>`, created empty for it (a run that was interrupted
+/// leaves one behind) and removed after it.
+pub(super) fn in_scratch<T>(
+    name: &str,
+    f: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let work = Path::new(CACHE).join(format!(".download-{name}"));
+    let _ = fs::remove_dir_all(&work);
+    let result = fs::create_dir_all(&work)
+        .with_context(|| format!("creating {}", work.display()))
+        .and_then(|()| f(&work));
+    match result {
+        Ok(kept) => {
+            fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+            Ok(kept)
+        }
+        Err(e) => {
+            let _ = fs::remove_dir_all(&work);
+            Err(e)
+        }
+    }
+}
+
+/// A Debian package unpacked by [`unpack`].
+pub(super) struct Unpacked {
+    /// The package's version, e.g. `6.1.162-1`.
+    pub(super) version: String,
+    /// Its files, as `dpkg-deb -x` unpacked them.
+    pub(super) tree: PathBuf,
+}
+
+/// `apt-get download`s `package` into `work` and unpacks it in `work/tree`. `apt_args` select
+/// the apt configuration.
+pub(super) fn unpack(
     package: &str,
-    dir: &Path,
     apt_args: &[OsString],
     work: &Path,
-) -> anyhow::Result<()> {
-    fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+) -> anyhow::Result<Unpacked> {
     cmd::output(
         cmd::command("apt-get")
             .args(apt_args)
             .args(["download", "-qq", package])
             .current_dir(work),
     )
-    .with_context(|| format!("downloading kernel package {package}"))?;
+    .with_context(|| format!("downloading Debian package {package}"))?;
     let deb = fs::read_dir(work)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
@@ -45,16 +73,25 @@ fn download_in(
     let tree = work.join("tree");
     cmd::output(cmd::command("dpkg-deb").arg("-x").arg(&deb).arg(&tree))
         .with_context(|| format!("unpacking {}", deb.display()))?;
+    Ok(Unpacked {
+        version: version.trim().to_owned(),
+        tree,
+    })
+}
+
+/// Moves the kernel's vmlinuz, [`GUEST_MODULES`] (decompressed) and version from `unpacked`
+/// to `dir`, through `work/kept` so that `dir` never holds half of them.
+fn keep_kernel(package: &str, unpacked: &Unpacked, dir: &Path, work: &Path) -> anyhow::Result<()> {
+    let tree = &unpacked.tree;
     let vmlinuz = find_vmlinuz(&tree.join("boot"))?
         .with_context(|| format!("{package} has no boot/vmlinuz-*"))?;
-
     let staged = work.join("kept");
     fs::create_dir_all(&staged)?;
     fs::rename(
         &vmlinuz,
         staged.join(vmlinuz.file_name().expect("has a name")),
     )?;
-    fs::write(staged.join("version"), version.trim())?;
+    fs::write(staged.join("version"), &unpacked.version)?;
     let modules = staged.join("modules");
     fs::create_dir_all(&modules)?;
     for m in GUEST_MODULES {
@@ -64,9 +101,7 @@ fn download_in(
         fs::write(modules.join(format!("{m}.ko")), ko)?;
     }
     let _ = fs::remove_dir_all(dir);
-    fs::rename(&staged, dir).with_context(|| format!("moving the kernel to {}", dir.display()))?;
-    fs::remove_dir_all(work).with_context(|| format!("removing {}", work.display()))?;
-    Ok(())
+    fs::rename(&staged, dir).with_context(|| format!("moving the kernel to {}", dir.display()))
 }
 
 /// `<name>.ko`, `.ko.xz` or `.ko.zst` anywhere under `dir`.

@@ -1,5 +1,6 @@
-//! apt for each [`Origin`]: this machine's own sources, or another Debian release read through
-//! an apt configuration of its own under `CACHE/apt-<codename>/`.
+//! apt for each [`Origin`]: this machine's own sources, or another Debian release or
+//! architecture read through an apt configuration of its own under `CACHE/apt-<codename>/`
+//! (amd64) or `CACHE/apt-<codename>-<arch>/`.
 use std::{
     ffi::OsString,
     fs,
@@ -11,6 +12,7 @@ use anyhow::{Context as _, bail};
 use super::{apt_message::apt_error, cache::CACHE, series::Origin};
 use crate::{
     apt::{self, Apt},
+    arch::Arch,
     cmd,
 };
 
@@ -37,7 +39,7 @@ impl<'a> Sources<'a> {
     pub(super) fn apt_args(&mut self, origin: Origin) -> anyhow::Result<Vec<OsString>> {
         Ok(match origin {
             Origin::Host => Vec::new(),
-            Origin::Release(codename) => self.other(codename)?.apt_args(),
+            Origin::Release(codename, arch) => self.other(codename, arch)?.apt_args(),
         })
     }
 
@@ -45,15 +47,19 @@ impl<'a> Sources<'a> {
     pub(super) fn update_once(&mut self, origin: Origin) -> anyhow::Result<bool> {
         match origin {
             Origin::Host => self.apt.update_once(),
-            Origin::Release(codename) => self.other(codename)?.update_once(),
+            Origin::Release(codename, arch) => self.other(codename, arch)?.update_once(),
         }
     }
 
-    fn other(&mut self, codename: &'static str) -> anyhow::Result<&mut OtherRelease> {
-        let i = match self.others.iter().position(|o| o.codename == codename) {
+    fn other(&mut self, codename: &'static str, arch: Arch) -> anyhow::Result<&mut OtherRelease> {
+        let i = match self
+            .others
+            .iter()
+            .position(|o| o.codename == codename && o.arch == arch)
+        {
             Some(i) => i,
             None => {
-                self.others.push(OtherRelease::configure(codename)?);
+                self.others.push(OtherRelease::configure(codename, arch)?);
                 self.others.len() - 1
             }
         };
@@ -61,23 +67,29 @@ impl<'a> Sources<'a> {
     }
 }
 
-/// A Debian release other than this machine's, read through its own apt configuration in
-/// `CACHE/apt-<codename>/`: `apt.conf` (for `apt-get -c`), `sources.list` (this machine's
-/// mirror, [`KEYRING`]), `lists/` and `cache/`. Of the machine's apt sources only the mirror is
-/// read; its lists, pins and architectures are neither used nor changed; its other apt settings
-/// (proxies, ...) apply.
+/// A Debian release for one architecture, other than this machine's own sources, read through
+/// its own apt configuration in [`OtherRelease::dir`]: `apt.conf` (for `apt-get -c`),
+/// `sources.list` (this machine's mirror, [`KEYRING`]), `lists/` and `cache/`. Of the machine's
+/// apt sources only the mirror is read; its lists, pins and architectures are neither used nor
+/// changed; its other apt settings (proxies, ...) apply.
 pub(super) struct OtherRelease {
     codename: &'static str,
+    arch: Arch,
     updated: bool,
 }
 
 impl OtherRelease {
-    pub(super) fn dir(codename: &str) -> PathBuf {
-        Path::new(CACHE).join(format!("apt-{codename}"))
+    /// `CACHE/apt-<codename>` for amd64 (the name from before other architectures, kept so
+    /// existing lists stay in use), `CACHE/apt-<codename>-<arch>` for any other.
+    pub(super) fn dir(codename: &str, arch: Arch) -> PathBuf {
+        Path::new(CACHE).join(match arch {
+            Arch::X86_64 => format!("apt-{codename}"),
+            Arch::Aarch64 => format!("apt-{codename}-{}", arch.debian()),
+        })
     }
 
     /// Writes the configuration files that do not already say what they should (no network).
-    fn configure(codename: &'static str) -> anyhow::Result<OtherRelease> {
+    fn configure(codename: &'static str, arch: Arch) -> anyhow::Result<OtherRelease> {
         if !Path::new(KEYRING).is_file() {
             bail!(
                 "{KEYRING} is missing (apt-get install debian-archive-keyring): it verifies \
@@ -98,15 +110,19 @@ impl OtherRelease {
                  indextargets): no Debian mirror to fetch {codename} from"
             )
         })?;
-        let dir = Self::dir(codename);
+        let dir = Self::dir(codename, arch);
         for d in ["lists/partial", "cache/archives/partial"] {
             let d = dir.join(d);
             fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         }
-        write_if_changed(&dir.join("sources.list"), &sources_list(codename, &mirrors))?;
-        write_if_changed(&dir.join("apt.conf"), &apt_conf(&dir))?;
+        write_if_changed(
+            &dir.join("sources.list"),
+            &sources_list(codename, arch, &mirrors),
+        )?;
+        write_if_changed(&dir.join("apt.conf"), &apt_conf(&dir, arch))?;
         Ok(OtherRelease {
             codename,
+            arch,
             updated: false,
         })
     }
@@ -114,7 +130,7 @@ impl OtherRelease {
     fn apt_args(&self) -> Vec<OsString> {
         vec![
             "-c".into(),
-            Self::dir(self.codename).join("apt.conf").into(),
+            Self::dir(self.codename, self.arch).join("apt.conf").into(),
         ]
     }
 
@@ -122,8 +138,8 @@ impl OtherRelease {
         if self.updated {
             return Ok(false);
         }
-        let codename = self.codename;
-        apt::require_root(&format!("apt-get update for Debian {codename}"))?;
+        let (codename, arch) = (self.codename, self.arch.debian());
+        apt::require_root(&format!("apt-get update for Debian {codename} {arch}"))?;
         cmd::output(
             cmd::command("apt-get")
                 .args(self.apt_args())
@@ -138,8 +154,10 @@ impl OtherRelease {
                 String::new()
             };
             anyhow::anyhow!(
-                "apt-get update of Debian {codename}'s lists ({}) failed: {why}{hint}",
-                Self::dir(codename).join("sources.list").display(),
+                "apt-get update of Debian {codename}'s {arch} lists ({}) failed: {why}{hint}",
+                Self::dir(codename, self.arch)
+                    .join("sources.list")
+                    .display(),
             )
         })?;
         self.updated = true;
@@ -195,11 +213,13 @@ pub(super) fn os_release_field(text: &str, key: &str) -> Option<String> {
 }
 
 /// `codename`, its updates and (where the machine has a security mirror) its security suite,
-/// main component, Packages only, amd64 only.
-pub(super) fn sources_list(codename: &str, mirrors: &Mirrors) -> String {
-    let opts = format!("[arch=amd64 target=Packages signed-by={KEYRING}]");
+/// main component, Packages only, `arch` only.
+pub(super) fn sources_list(codename: &str, arch: Arch, mirrors: &Mirrors) -> String {
+    let arch = arch.debian();
+    let opts = format!("[arch={arch} target=Packages signed-by={KEYRING}]");
     let mut s = format!(
-        "# Written by `cargo xtask setup --vm`: Debian {codename} for the VM tests' kernel, from\n\
+        "# Written by `cargo xtask setup --vm`: Debian {codename} {arch} for the VM tests' \
+         guests, from\n\
          # this machine's mirror, apart from this machine's own apt sources.\n\
          deb {opts} {archive} {codename} main\n\
          deb {opts} {archive} {codename}-updates main\n",
@@ -213,9 +233,12 @@ pub(super) fn sources_list(codename: &str, mirrors: &Mirrors) -> String {
 
 /// The apt configuration for `apt-get -c`, on top of this machine's: its own sources, lists and
 /// cache in `dir`, none of the machine's sources or pins, and none of its update hooks (they
-/// refresh the machine's own caches).
-pub(super) fn apt_conf(dir: &Path) -> String {
+/// refresh the machine's own caches). `arch` is apt's native and only architecture, so an
+/// unqualified name (`apt-get download busybox-static`) means `arch`'s package, not the
+/// machine's.
+pub(super) fn apt_conf(dir: &Path, arch: Arch) -> String {
     let d = dir.display();
+    let arch = arch.debian();
     format!(
         "// Written by `cargo xtask setup --vm`; e.g. `apt-cache -c {d}/apt.conf policy <package>`.\n\
          Dir::Etc::sourcelist \"{d}/sources.list\";\n\
@@ -224,6 +247,9 @@ pub(super) fn apt_conf(dir: &Path) -> String {
          Dir::Etc::preferencesparts \"/dev/null\";\n\
          Dir::State::Lists \"{d}/lists\";\n\
          Dir::Cache \"{d}/cache\";\n\
+         APT::Architecture \"{arch}\";\n\
+         #clear APT::Architectures;\n\
+         APT::Architectures:: \"{arch}\";\n\
          Acquire::Languages \"none\";\n\
          #clear APT::Update::Pre-Invoke;\n\
          #clear APT::Update::Post-Invoke;\n\

@@ -6,9 +6,10 @@ use super::{
     apt_message::{apt_error, not_served, one_line},
     cache::Kernel,
     series::{Origin, Series},
-    sources::{Mirrors, apt_conf, os_release_field, sources_list},
+    sources::{Mirrors, OtherRelease, apt_conf, os_release_field, sources_list},
     version::version_cmp,
 };
+use crate::arch::Arch;
 
 #[test]
 fn newest_kernel_sorts_numerically() {
@@ -54,16 +55,58 @@ fn newest_5_10_kernel_sorts_numerically() {
 fn series_patterns_and_origins() {
     assert_eq!(Series::ALL.map(|s| s.to_string()), ["5.10", "6.1", "6.12"]);
     assert_eq!(
-        Series::V5_10.pattern(),
+        Series::V5_10.pattern(Arch::X86_64),
         r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$"
     );
-    assert_eq!(Series::V5_10.origin(), Origin::Release("bullseye"));
-    assert_eq!(Series::V6_1.origin(), Origin::Host);
-    assert_eq!(Series::V6_12.origin(), Origin::Host);
+    let x86 = |s: Series| s.origin(Arch::X86_64).expect("x86_64 has every series");
+    assert_eq!(
+        x86(Series::V5_10),
+        Origin::Release("bullseye", Arch::X86_64)
+    );
+    assert_eq!(x86(Series::V6_1), Origin::Host);
+    assert_eq!(x86(Series::V6_12), Origin::Host);
     for s in Series::ALL {
         let parsed = Series::from_str(&s.to_string(), false).expect("clap value");
         assert_eq!(parsed, s);
     }
+}
+
+#[test]
+fn arm64_series() {
+    // As `apt-cache search --names-only cloud-arm64` lists them on Debian 12's mirror, beside
+    // the signed images, -dbg packages and meta-packages that the patterns leave out.
+    let pattern = |s: Series| s.pattern(Arch::Aarch64);
+    assert_eq!(
+        pattern(Series::V6_1),
+        r"^linux-image-6\.1\.0-[0-9]+-cloud-arm64-unsigned$"
+    );
+    assert_eq!(
+        pattern(Series::V6_12),
+        r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-arm64-unsigned$"
+    );
+    let bookworm_arm64 = Origin::Release("bookworm", Arch::Aarch64);
+    for s in [Series::V6_1, Series::V6_12] {
+        assert_eq!(s.origin(Arch::Aarch64).expect("Debian 12"), bookworm_arm64);
+    }
+    assert_eq!(Origin::debian12(Arch::Aarch64), bookworm_arm64);
+    assert_eq!(Origin::debian12(Arch::X86_64), Origin::Host);
+    let err = Series::V5_10
+        .origin(Arch::Aarch64)
+        .expect_err("no 5.10 for aarch64")
+        .to_string();
+    assert!(err.contains("5.10") && err.contains("aarch64"), "{err}");
+}
+
+#[test]
+fn other_release_dirs() {
+    assert_eq!(
+        OtherRelease::dir("bullseye", Arch::X86_64),
+        Path::new("/var/cache/sockwatch-vm/apt-bullseye")
+    );
+    assert_eq!(
+        OtherRelease::dir("bookworm", Arch::Aarch64),
+        Path::new("/var/cache/sockwatch-vm/apt-bookworm-arm64")
+    );
 }
 
 #[test]
@@ -98,15 +141,20 @@ deb Packages nodistro https://deb.nodesource.com/node_20.x/
     assert_eq!(Mirrors::from_indextargets("", "bookworm"), None);
 }
 
-#[test]
-fn bullseye_sources_list() {
-    let mirrors = Mirrors {
+/// deb.debian.org's archive and security archive.
+fn debian_mirrors() -> Mirrors {
+    Mirrors {
         archive: "http://deb.debian.org/debian".into(),
         security: Some("http://deb.debian.org/debian-security".into()),
-    };
+    }
+}
+
+#[test]
+fn bullseye_sources_list() {
+    let mirrors = debian_mirrors();
     let opts = "[arch=amd64 target=Packages \
                 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
-    let entries: Vec<_> = sources_list("bullseye", &mirrors)
+    let entries: Vec<_> = sources_list("bullseye", Arch::X86_64, &mirrors)
         .lines()
         .filter(|l| !l.starts_with('#'))
         .map(str::to_owned)
@@ -121,6 +169,7 @@ fn bullseye_sources_list() {
     );
     let without_security = sources_list(
         "bullseye",
+        Arch::X86_64,
         &Mirrors {
             security: None,
             ..mirrors
@@ -131,17 +180,58 @@ fn bullseye_sources_list() {
 }
 
 #[test]
+fn bookworm_arm64_sources_list() {
+    let mirrors = debian_mirrors();
+    let opts = "[arch=arm64 target=Packages \
+                signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
+    let list = sources_list("bookworm", Arch::Aarch64, &mirrors);
+    assert!(list.starts_with("# Written by "), "{list}");
+    let entries: Vec<_> = list.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        entries,
+        [
+            format!("deb {opts} http://deb.debian.org/debian bookworm main"),
+            format!("deb {opts} http://deb.debian.org/debian bookworm-updates main"),
+            format!("deb {opts} http://deb.debian.org/debian-security bookworm-security main"),
+        ]
+    );
+}
+
+#[test]
 fn bullseye_apt_conf() {
-    let conf = apt_conf(Path::new("/var/cache/sockwatch-vm/apt-bullseye"));
+    let conf = apt_conf(
+        Path::new("/var/cache/sockwatch-vm/apt-bullseye"),
+        Arch::X86_64,
+    );
     for line in [
         "Dir::Etc::sourcelist \"/var/cache/sockwatch-vm/apt-bullseye/sources.list\";",
         "Dir::Etc::sourceparts \"/dev/null\";",
         "Dir::State::Lists \"/var/cache/sockwatch-vm/apt-bullseye/lists\";",
         "Dir::Cache \"/var/cache/sockwatch-vm/apt-bullseye/cache\";",
+        "APT::Architecture \"amd64\";",
+        "APT::Architectures:: \"amd64\";",
         "#clear APT::Update::Post-Invoke-Success;",
     ] {
         assert!(conf.lines().any(|l| l == line), "{line} in\n{conf}");
     }
+}
+
+#[test]
+fn bookworm_arm64_apt_conf() {
+    let dir = "/var/cache/sockwatch-vm/apt-bookworm-arm64";
+    let conf = apt_conf(Path::new(dir), Arch::Aarch64);
+    // The machine's own architectures are cleared before arm64 becomes the only one.
+    let arch_lines: Vec<_> = conf.lines().filter(|l| l.contains("APT::Arch")).collect();
+    assert_eq!(
+        arch_lines,
+        [
+            "APT::Architecture \"arm64\";",
+            "#clear APT::Architectures;",
+            "APT::Architectures:: \"arm64\";",
+        ]
+    );
+    let lists = format!("Dir::State::Lists \"{dir}/lists\";");
+    assert!(conf.lines().any(|l| l == lists), "{conf}");
 }
 
 #[test]
@@ -213,6 +303,7 @@ fn upstream_version() {
     let k = Kernel {
         package: String::new(),
         version: "6.12.117-1~deb12u1".into(),
+        arch: Arch::X86_64,
         vmlinuz: "/c/vmlinuz-6.12.117+deb12-cloud-amd64".into(),
         modules: Vec::new(),
     };

@@ -5,7 +5,7 @@ use std::{
     fs,
     io::{BufRead as _, BufReader, Read as _, Write},
     path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, ExitStatus, Stdio},
+    process::{Child, ChildStdout, ExitStatus},
     sync::{
         Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -18,15 +18,31 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use crate::{
+    arch::Arch,
     cmd,
     initramfs::Image,
     kernels::Kernel,
+    setup::Ready,
     testrun::{self, Counts},
 };
 
+mod payload;
+mod plan;
+mod qemu;
+
+use payload::{GO_LISTENER_GUEST, Payload};
+pub use plan::Plan;
+
 const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
-/// What the guest's tests must be able to attach.
-const GUEST_TIERS: &str = "lsm,fentry,kprobe,tracepoint";
+/// What each guest kernel's tests must be able to attach (`SOCKWATCH_REQUIRE_TIERS`; a tier
+/// not required that fails to load skips its tests, with the reason printed): every tier,
+/// except on arm64 before 6.4, where BPF trampolines cannot attach to kernel functions (ftrace
+/// direct calls came to arm64 in 6.4), so fentry, fexit and LSM programs fail to attach with
+/// ENOTSUPP and the kprobe tier is the precise one. (`uname -r` pattern, tiers.)
+const REQUIRED: [(&str, &str); 2] = [
+    ("6.1.*-arm64", "kprobe,tracepoint"),
+    ("*", "lsm,fentry,kprobe,tracepoint"),
+];
 /// The end-to-end verdict tests that start the agent under `auto`, run once per tier
 /// (`SOCKWATCH_PROBE_MODE`), so that every verdict is proven on every tier the guest loads,
 /// not only on the one `auto` picks. (`handover`, `late_start` and `stale_connect` loop over
@@ -38,8 +54,12 @@ const ALL_MODES: &str = "lsm fentry kprobe tracepoint";
 /// xtask test`, CI): every tier on 6.1 and 6.12, every precise tier on 5.10. 5.10 leaves
 /// `tracepoint` (run natively on the host and in the other two guests) to `--all-tiers`: under
 /// TCG one of its two runs locked up (soft lockups on both vCPUs) at the first test of that
-/// tier. (`uname -r` pattern, modes.)
-const ROTATION: [(&str, &str); 2] = [("5.10.*", "lsm fentry kprobe"), ("*", ALL_MODES)];
+/// tier. arm64's 6.1 runs the tiers it gives (see [`REQUIRED`]). (`uname -r` pattern, modes.)
+const ROTATION: [(&str, &str); 3] = [
+    ("5.10.*", "lsm fentry kprobe"),
+    ("6.1.*-arm64", "kprobe tracepoint"),
+    ("*", ALL_MODES),
+];
 
 /// Which tiers the guests run the end-to-end tests under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,117 +92,6 @@ const LIMITS: Limits = Limits {
 };
 /// Boots of one kernel that may hang before `/init` runs before the guest counts as failed.
 const BOOT_ATTEMPTS: u32 = 3;
-/// The Go daemon's listener the verdict tests drive (a real `net.Listen("unix", …)`). The guest
-/// has no Go toolchain, so it is built here and handed over as `SOCKWATCH_GO_LISTENER`.
-const GO_LISTENER_SRC: &str = "agent/tests/go/golistener.go";
-const GO_LISTENER_GUEST: &str = "/bin/golistener";
-
-/// The host binaries that go into the guest.
-pub struct Payload {
-    /// (target name, executable) of each integration test of the `agent` package.
-    pub tests: Vec<(String, PathBuf)>,
-    pub sockwatch: PathBuf,
-    /// Static build of [`GO_LISTENER_SRC`], when the tests have one.
-    pub go_listener: Option<PathBuf>,
-}
-
-/// Builds the agent's test executables and finds them in cargo's JSON messages, along with the
-/// `sockwatch` binary built for them.
-///
-/// Release profile: under TCG, unoptimized aya code is ~50x slower than optimized (a debug
-/// `sockwatch check` took 2 minutes in the guest, a release one 2 s), and the release
-/// dependencies are the ones `cargo xtask run` builds anyway.
-pub fn build_payload() -> anyhow::Result<Payload> {
-    let mut build = cmd::cargo();
-    build.args([
-        "test",
-        "-p",
-        "agent",
-        "--release",
-        "--no-run",
-        "--message-format=json",
-    ]);
-    let out = cmd::output(build.stderr(Stdio::inherit()))
-        .context("building the agent's test executables")?;
-    let agent_manifest = cmd::workspace_root().join("agent/Cargo.toml");
-    let mut tests = Vec::new();
-    let mut sockwatch = None;
-    for line in out.lines() {
-        let Some(a) = Artifact::parse(line) else {
-            continue;
-        };
-        if Path::new(&a.manifest_path) != agent_manifest {
-            continue;
-        }
-        if a.kind == "test" {
-            tests.push((a.name, a.executable));
-        } else if a.kind == "bin" && a.name == "sockwatch" && !a.test {
-            sockwatch = Some(a.executable);
-        }
-    }
-    tests.sort();
-    tests.dedup();
-    if tests.is_empty() {
-        bail!("the agent package has no integration tests (agent/tests/*.rs) to run in the VM");
-    }
-    let sockwatch = sockwatch.context("cargo built no sockwatch binary for the agent's tests")?;
-    let go_listener = build_go_listener()?;
-    Ok(Payload {
-        tests,
-        sockwatch,
-        go_listener,
-    })
-}
-
-/// `go build` of [`GO_LISTENER_SRC`] with cgo off (a static binary needs no libraries in the
-/// guest), caches under `target/vm/go`.
-fn build_go_listener() -> anyhow::Result<Option<PathBuf>> {
-    let src = cmd::workspace_root().join(GO_LISTENER_SRC);
-    if !src.is_file() {
-        return Ok(None);
-    }
-    let dir = cmd::target_dir().join("vm/go");
-    let out = dir.join("golistener");
-    cmd::run(
-        cmd::command("go")
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .env("CGO_ENABLED", "0")
-            .env("GOCACHE", dir.join("cache"))
-            .env("GOPATH", dir.join("path")),
-    )
-    .context("building the Go listener for the guest (apt-get install golang-go)")?;
-    Ok(Some(out))
-}
-
-/// The fields of one cargo `compiler-artifact` message that matter here.
-#[derive(Debug, PartialEq)]
-struct Artifact {
-    manifest_path: String,
-    name: String,
-    kind: String,
-    test: bool,
-    executable: PathBuf,
-}
-
-impl Artifact {
-    fn parse(line: &str) -> Option<Artifact> {
-        let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        if v["reason"] != "compiler-artifact" {
-            return None;
-        }
-        let target = &v["target"];
-        Some(Artifact {
-            manifest_path: v["manifest_path"].as_str()?.to_owned(),
-            name: target["name"].as_str()?.to_owned(),
-            kind: target["kind"].as_array()?.first()?.as_str()?.to_owned(),
-            test: v["profile"]["test"].as_bool()?,
-            executable: PathBuf::from(v["executable"].as_str()?),
-        })
-    }
-}
-
 /// The start of every guest's `/init`: busybox's applets, the filesystems the probes and tests
 /// need, loopback, each kernel's modules, and the kernel line the host waits for.
 pub const INIT_PREAMBLE: &str = r#"#!/bin/busybox sh
@@ -214,6 +123,8 @@ fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
         ));
     }
     s.push_str(&modes_script(tiers));
+    // What this kernel lets the agent attach, tier by tier, in the console log.
+    s.push_str("/bin/sockwatch check 2>&1 | sed 's/^/SOCKWATCH-VM-CHECK: /'\n");
     for t in tests {
         if PER_TIER_TESTS.contains(&t.as_str()) {
             s.push_str("for mode in $MODES; do\n");
@@ -231,31 +142,35 @@ fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
     s
 }
 
-/// Sets `MODES` (space-separated) for this guest's kernel, and `SOCKWATCH_TEST_MODES` (the same,
-/// comma-separated) for the tests that loop over the modes themselves.
+/// Sets `MODES` (space-separated) for this guest's kernel, `SOCKWATCH_TEST_MODES` (the same,
+/// comma-separated) for the tests that loop over the modes themselves, and `REQUIRE`.
 fn modes_script(tiers: Tiers) -> String {
     let mut s = match tiers {
         Tiers::All => format!("MODES=\"{ALL_MODES}\"\n"),
-        Tiers::Rotation => {
-            let mut c = String::from("case \"$(uname -r)\" in\n");
-            for (pattern, modes) in ROTATION {
-                c.push_str(&format!("  {pattern}) MODES=\"{modes}\" ;;\n"));
-            }
-            c + "esac\n"
-        }
+        Tiers::Rotation => by_release("MODES", &ROTATION),
     };
+    s.push_str(&by_release("REQUIRE", &REQUIRED));
     s.push_str(
         "export SOCKWATCH_TEST_MODES=$(echo $MODES | tr ' ' ,)\n\
-         echo \"SOCKWATCH-VM-MODES: $MODES\"\n",
+         echo \"SOCKWATCH-VM-MODES: $MODES (required: $REQUIRE)\"\n",
     );
     s
+}
+
+/// A `case` on `uname -r` that sets `var` to the value of the first matching pattern.
+fn by_release(var: &str, table: &[(&str, &str)]) -> String {
+    let mut c = String::from("case \"$(uname -r)\" in\n");
+    for (pattern, value) in table {
+        c.push_str(&format!("  {pattern}) {var}=\"{value}\" ;;\n"));
+    }
+    c + "esac\n"
 }
 
 /// One test binary's run in the guest, labelled `label`, with `env` (`VAR=value `) before it.
 fn test_run(test: &str, label: &str, env: &str) -> String {
     format!(
         "echo \"SOCKWATCH-VM-RUN: {label}\"\n\
-         {env}SOCKWATCH_REQUIRE_TIERS={GUEST_TIERS} SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
+         {env}SOCKWATCH_REQUIRE_TIERS=$REQUIRE SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
          RUST_BACKTRACE=1 /tests/{test} --test-threads=1\n\
          rc=$?\n\
          echo \"SOCKWATCH-VM-EXIT: {label} $rc\"\n\
@@ -268,10 +183,11 @@ fn test_run(test: &str, label: &str, env: &str) -> String {
 pub fn build_initramfs(
     payload: &Payload,
     kernels: &[Kernel],
+    busybox: &Path,
     tiers: Tiers,
     out: &Path,
 ) -> anyhow::Result<()> {
-    let mut img = base_image(kernels)?;
+    let mut img = base_image(kernels, busybox)?;
     img.executable("bin/sockwatch", &payload.sockwatch)?;
     if let Some(go) = &payload.go_listener {
         img.executable(GO_LISTENER_GUEST, go)?;
@@ -286,9 +202,10 @@ pub fn build_initramfs(
     write_image(&img, out)
 }
 
-/// What every guest's initramfs holds: its directories, `/dev/console`, busybox and each
-/// kernel's [`modules`](Kernel::modules) under `/lib/modules/<release>/`.
-pub fn base_image(kernels: &[Kernel]) -> anyhow::Result<Image> {
+/// What every guest's initramfs holds: its directories, `/dev/console`, `busybox` (built for
+/// the kernels' architecture) and each kernel's [`modules`](Kernel::modules) under
+/// `/lib/modules/<release>/`.
+pub fn base_image(kernels: &[Kernel], busybox: &Path) -> anyhow::Result<Image> {
     let mut img = Image::default();
     for d in [
         "proc", "sys", "dev", "tmp", "run", "root", "sbin", "usr/bin", "usr/sbin",
@@ -297,8 +214,8 @@ pub fn base_image(kernels: &[Kernel]) -> anyhow::Result<Image> {
     }
     // The kernel opens /dev/console for /init before anything is mounted.
     img.char_dev("dev/console", 5, 1);
-    img.executable("bin/busybox", Path::new("/bin/busybox"))
-        .context("busybox (apt-get install busybox-static)")?;
+    img.executable("bin/busybox", busybox)
+        .with_context(|| format!("busybox ({})", busybox.display()))?;
     img.symlink("bin/sh", "busybox");
     for k in kernels {
         for m in &k.modules {
@@ -357,12 +274,23 @@ pub struct Outcome {
     pub log: PathBuf,
 }
 
+/// The guest's name in labels and paths: the kernel's upstream version, after its architecture
+/// where that is not x86-64 (the arm64 guests boot the same versions).
+pub fn guest_name(kernel: &Kernel) -> String {
+    match kernel.arch {
+        Arch::X86_64 => kernel.upstream().to_owned(),
+        other => format!("{other} {}", kernel.upstream()),
+    }
+}
+
 /// Boots `kernel` with `initrd` under TCG, streams the serial console to
 /// `target/vm/<kernel>/console.log` and reads the verdict from it. A boot that hangs before
 /// `/init` runs is tried again, up to [`BOOT_ATTEMPTS`] boots within `timeout`.
 pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result<Outcome> {
-    let label = format!("vm {}", kernel.upstream());
-    let dir = cmd::target_dir().join("vm").join(kernel.upstream());
+    let label = format!("vm {}", guest_name(kernel));
+    let dir = cmd::target_dir()
+        .join("vm")
+        .join(guest_name(kernel).replace(' ', "-"));
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let log_path = dir.join("console.log");
     let mut log =
@@ -408,9 +336,9 @@ fn boot_once(
     deadline: Instant,
 ) -> anyhow::Result<(Console, Stop)> {
     let started = Instant::now();
-    let mut child = qemu(kernel, initrd)
+    let mut child = qemu::command(kernel, initrd)
         .spawn()
-        .context("cannot start qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+        .with_context(|| qemu::missing(kernel.arch))?;
     let (lines, reader) = read_lines(child.stdout.take().expect("piped"));
     let mut stderr = child.stderr.take().expect("piped");
     let stderr_reader = std::thread::spawn(move || {
@@ -511,33 +439,6 @@ impl Stop {
             },
         }
     }
-}
-
-/// `qemu-system-x86_64` booting `kernel` with `initrd`, the serial console on stdout.
-fn qemu(kernel: &Kernel, initrd: &Path) -> Command {
-    let mut qemu = cmd::command("qemu-system-x86_64");
-    qemu.args([
-        "-accel",
-        "tcg,thread=multi",
-        "-cpu",
-        "max",
-        "-m",
-        "1024",
-        "-smp",
-        "2",
-    ])
-    .args(["-nographic", "-no-reboot", "-kernel"])
-    .arg(&kernel.vmlinuz)
-    .arg("-initrd")
-    .arg(initrd)
-    .args([
-        "-append",
-        "console=ttyS0 quiet panic=-1 lsm=lockdown,capability,landlock,bpf",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    qemu
 }
 
 /// A thread sending each line of `stdout`, made [`printable`], until it closes.
@@ -678,34 +579,34 @@ impl Console {
     }
 }
 
-/// Builds the payload and initramfs once, then boots the kernels, `jobs` guests at a time (each
-/// guest's tests run one thread, which leaves a core idle while a lone guest runs). A failed
-/// boot prints its whole console log.
+/// Builds each architecture's payload and initramfs once, then boots the kernels, `jobs`
+/// guests at a time (each guest's tests run one thread, which leaves a core idle while a lone
+/// guest runs). A failed boot prints its whole console log.
 pub fn test(
-    kernels: &[Kernel],
+    ready: &Ready,
+    plans: &[Plan],
     tiers: Tiers,
     timeout: Duration,
     jobs: usize,
-    only: &[String],
 ) -> anyhow::Result<Vec<Outcome>> {
-    let started = Instant::now();
-    let mut payload = build_payload()?;
-    keep_tests(&mut payload.tests, only)?;
-    let initrd = cmd::target_dir().join("vm").join("initrd.gz");
-    build_initramfs(&payload, kernels, tiers, &initrd)?;
-    let size = fs::metadata(&initrd).map_or(0, |m| m.len());
-    println!(
-        "xtask: initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
-        initrd.display(),
-        size as f64 / f64::from(1 << 20),
-        payload
-            .tests
+    let kernels = &ready.kernels;
+    let mut initrds = Vec::new();
+    for plan in plans {
+        let busybox = ready
+            .busybox
             .iter()
-            .map(|(n, _)| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        started.elapsed()
-    );
+            .find(|(a, _)| *a == plan.arch)
+            .map(|(_, b)| b.as_path())
+            .with_context(|| format!("setup fetched no busybox for {}", plan.arch))?;
+        initrds.push((plan.arch, prepare(plan, busybox, kernels, tiers)?));
+    }
+    let initrd_of = |k: &Kernel| {
+        initrds
+            .iter()
+            .find(|(a, _)| *a == k.arch)
+            .map(|(_, p)| p.as_path())
+            .with_context(|| format!("no initramfs for {}'s architecture {}", k.package, k.arch))
+    };
     // A queue of kernels: each of `jobs` threads boots the next one when its guest is done.
     let next = AtomicUsize::new(0);
     let booted = Mutex::new(Vec::new());
@@ -713,7 +614,8 @@ pub fn test(
         for _ in 0..jobs.clamp(1, kernels.len().max(1)) {
             s.spawn(|| {
                 while let Some(kernel) = kernels.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let o = boot_and_report(kernel, &initrd, timeout);
+                    let o = initrd_of(kernel)
+                        .and_then(|initrd| boot_and_report(kernel, initrd, timeout));
                     booted.lock().expect("outcomes lock").push(o);
                 }
             });
@@ -729,7 +631,45 @@ pub fn test(
     Ok(outcomes)
 }
 
-/// Keeps the test executables named in `only` (all when it is empty).
+/// Builds `plan`'s payload and writes its initramfs, `target/vm/<arch>/initrd.gz`.
+fn prepare(
+    plan: &Plan,
+    busybox: &Path,
+    kernels: &[Kernel],
+    tiers: Tiers,
+) -> anyhow::Result<PathBuf> {
+    let started = Instant::now();
+    let mut payload = payload::build_payload(plan.arch, &plan.only)?;
+    keep_tests(&mut payload.tests, &plan.only)?;
+    let initrd = cmd::target_dir()
+        .join("vm")
+        .join(plan.arch.to_string())
+        .join("initrd.gz");
+    let kernels: Vec<Kernel> = kernels
+        .iter()
+        .filter(|k| k.arch == plan.arch)
+        .cloned()
+        .collect();
+    build_initramfs(&payload, &kernels, busybox, tiers, &initrd)?;
+    let size = fs::metadata(&initrd).map_or(0, |m| m.len());
+    println!(
+        "xtask: {} initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
+        plan.arch,
+        initrd.display(),
+        size as f64 / f64::from(1 << 20),
+        payload
+            .tests
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        started.elapsed()
+    );
+    Ok(initrd)
+}
+
+/// Keeps the test executables named in `only` (all when it is empty), each of which must have
+/// been built.
 fn keep_tests(tests: &mut Vec<(String, PathBuf)>, only: &[String]) -> anyhow::Result<()> {
     if let Some(unknown) = only.iter().find(|n| !tests.iter().any(|(t, _)| t == *n)) {
         let names: Vec<&str> = tests.iter().map(|(t, _)| t.as_str()).collect();
@@ -787,29 +727,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn integration_test_artifact() {
-        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/agent/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"kernel","src_path":"/w/agent/tests/kernel.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/kernel-0f1e"],"executable":"/w/target/debug/deps/kernel-0f1e","fresh":true}"#;
-        assert_eq!(
-            Artifact::parse(line),
-            Some(Artifact {
-                manifest_path: "/w/agent/Cargo.toml".into(),
-                name: "kernel".into(),
-                kind: "test".into(),
-                test: true,
-                executable: "/w/target/debug/deps/kernel-0f1e".into(),
-            })
-        );
-        // Libraries have no executable; other messages are not artifacts.
-        let lib = r#"{"reason":"compiler-artifact","manifest_path":"/m","target":{"kind":["lib"],"name":"x"},"profile":{"test":false},"executable":null}"#;
-        assert_eq!(Artifact::parse(lib), None);
-        assert_eq!(
-            Artifact::parse(r#"{"reason":"build-finished","success":true}"#),
-            None
-        );
-        assert_eq!(Artifact::parse("   Compiling agent"), None);
-    }
-
-    #[test]
     fn console_lines_are_made_printable() {
         assert_eq!(
             printable("\x1bc\x1b[?7l\x1b[2JSOCKWATCH-VM-KERNEL: 6.1.0\r\n"),
@@ -852,7 +769,7 @@ mod tests {
     /// The guest's shell picks the modes by `uname -r`: run the same script with a stand-in.
     fn modes_in(release: &str, tiers: Tiers) -> String {
         let script = format!(
-            "uname() {{ echo {release}; }}\n{}echo \"$MODES|$SOCKWATCH_TEST_MODES\"",
+            "uname() {{ echo {release}; }}\n{}echo \"$MODES|$SOCKWATCH_TEST_MODES|$REQUIRE\"",
             modes_script(tiers)
         );
         let out = std::process::Command::new("sh")
@@ -866,25 +783,39 @@ mod tests {
 
     #[test]
     fn each_kernel_runs_its_rotation_of_tiers_or_all_of_them() {
+        let all = "lsm,fentry,kprobe,tracepoint";
         for (release, want) in [
             (
                 "5.10.0-43-cloud-amd64",
-                "lsm fentry kprobe|lsm,fentry,kprobe",
+                format!("lsm fentry kprobe|lsm,fentry,kprobe|{all}"),
             ),
             (
                 "6.1.0-57-cloud-amd64",
-                "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint",
+                format!("lsm fentry kprobe tracepoint|{all}|{all}"),
             ),
             (
                 "6.12.117+deb12-cloud-amd64",
-                "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint",
+                format!("lsm fentry kprobe tracepoint|{all}|{all}"),
+            ),
+            // No trampolines on arm64 before 6.4: kprobes are its precise tier.
+            (
+                "6.1.0-57-cloud-arm64",
+                "kprobe tracepoint|kprobe,tracepoint|kprobe,tracepoint".to_owned(),
+            ),
+            (
+                "6.12.118+deb12-cloud-arm64",
+                format!("lsm fentry kprobe tracepoint|{all}|{all}"),
             ),
         ] {
             assert_eq!(modes_in(release, Tiers::Rotation), want, "{release}");
         }
         assert_eq!(
             modes_in("5.10.0-43-cloud-amd64", Tiers::All),
-            "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint"
+            format!("lsm fentry kprobe tracepoint|{all}|{all}")
+        );
+        assert_eq!(
+            modes_in("6.1.0-57-cloud-arm64", Tiers::All),
+            "lsm fentry kprobe tracepoint|lsm,fentry,kprobe,tracepoint|kprobe,tracepoint"
         );
     }
 
