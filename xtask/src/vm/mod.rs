@@ -29,6 +29,7 @@ use crate::{
 mod payload;
 mod plan;
 mod qemu;
+mod resume;
 
 use payload::{GO_LISTENER_GUEST, Payload};
 pub use plan::Plan;
@@ -83,15 +84,21 @@ struct Limits {
     /// slowest test takes about three minutes under TCG. A CI run's 5.10 guest locked up
     /// (soft lockups on both vCPUs) and printed only kernel messages from then on.
     silence: Duration,
+    /// The same, once the guest kernel has reported a lockup: such a guest is
+    /// [resumed](resume), and waiting the whole silence for it would only cost time.
+    lockup_silence: Duration,
 }
 
 const LIMITS: Limits = Limits {
     poweroff_grace: Duration::from_secs(30),
     boot: Duration::from_secs(240),
     silence: Duration::from_secs(600),
+    lockup_silence: Duration::from_secs(300),
 };
 /// Boots of one kernel that may hang before `/init` runs before the guest counts as failed.
 const BOOT_ATTEMPTS: u32 = 3;
+/// What starts each boot after the first in a guest's console log.
+pub const BOOT_SEPARATOR: &str = "\n----- boot ";
 /// The start of every guest's `/init`: busybox's applets, the filesystems the probes and tests
 /// need, loopback, each kernel's modules, and the kernel line the host waits for.
 pub const INIT_PREAMBLE: &str = r#"#!/bin/busybox sh
@@ -123,21 +130,23 @@ fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
         ));
     }
     s.push_str(&modes_script(tiers));
+    s.push_str(&resume::read_script());
     // What this kernel lets the agent attach, tier by tier, in the console log.
     s.push_str("/bin/sockwatch check 2>&1 | sed 's/^/SOCKWATCH-VM-CHECK: /'\n");
     for t in tests {
         if PER_TIER_TESTS.contains(&t.as_str()) {
+            let label = format!("{t}@$mode");
             s.push_str("for mode in $MODES; do\n");
-            s.push_str(&test_run(
-                t,
-                &format!("{t}@$mode"),
-                "SOCKWATCH_PROBE_MODE=$mode ",
+            s.push_str(&resume::guard(
+                &label,
+                &test_run(t, &label, "SOCKWATCH_PROBE_MODE=$mode "),
             ));
             s.push_str("done\n");
         } else {
-            s.push_str(&test_run(t, t, ""));
+            s.push_str(&resume::guard(t, &test_run(t, t, "")));
         }
     }
+    s.push_str(resume::check_script());
     s.push_str(&format!("echo \"{VERDICT}$verdict\"\npoweroff -f\n"));
     s
 }
@@ -272,6 +281,8 @@ pub struct Outcome {
     pub verdict: Option<bool>,
     pub elapsed: Duration,
     pub log: PathBuf,
+    /// The runs a [resumed](resume) boot started again from, after the guest kernel locked up.
+    pub resumed: Vec<String>,
 }
 
 /// The guest's name in labels and paths: the kernel's upstream version, after its architecture
@@ -298,8 +309,12 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     let started = Instant::now();
     let deadline = started + timeout;
     let mut attempt = 1;
+    // Results of the boots a lockup ended, and the runs each was resumed from.
+    let mut earlier = Counts::default();
+    let mut resumed: Vec<String> = Vec::new();
     loop {
-        let (console, stop) = boot_once(kernel, initrd, &label, &mut log, deadline)?;
+        let from = resumed.last().map(String::as_str);
+        let (console, stop) = boot_once(kernel, initrd, from, &label, &mut log, deadline)?;
         let panicked_at_boot = console.boot_time.is_none() && console.panic.is_some();
         if (stop == Stop::BootStalled || panicked_at_boot) && attempt < BOOT_ATTEMPTS {
             // Nothing of ours has run yet: a hang or an emulation fault of the guest kernel.
@@ -308,11 +323,32 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
                 _ => format!("/init did not start within {:?}", LIMITS.boot),
             };
             println!("xtask: {label}: {why} (boot {attempt} of {BOOT_ATTEMPTS}); booting again");
-            writeln!(log, "\n----- boot {} -----", attempt + 1)?;
+            writeln!(log, "{BOOT_SEPARATOR}{} -----", attempt + 1)?;
             attempt += 1;
             continue;
         }
-        let counts = testrun::sum_results(&console.text);
+        let mut counts = testrun::sum_results(&console.text);
+        if let (Stop::Silent, Some(lockup), Some(run)) = (stop, &console.lockup, &console.running)
+            && resumed.len() < resume::RESUMES as usize
+        {
+            println!(
+                "xtask: {label}: the guest kernel locked up in {run} ({lockup}) and /init printed \
+                 nothing for {:?}; booting again from {run} (resume {} of {})",
+                LIMITS.lockup_silence,
+                resumed.len() + 1,
+                resume::RESUMES
+            );
+            writeln!(
+                log,
+                "{BOOT_SEPARATOR}{}: resumed from {run} -----",
+                attempt + 1
+            )?;
+            earlier += counts;
+            resumed.push(run.clone());
+            attempt += 1;
+            continue;
+        }
+        counts += earlier;
         return Ok(Outcome {
             failure: stop.failure(&console, &counts, timeout, attempt),
             verdict: console.verdict,
@@ -323,6 +359,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
             boot_time: console.boot_time,
             elapsed: started.elapsed(),
             log: log_path,
+            resumed,
         });
     }
 }
@@ -331,12 +368,13 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
 fn boot_once(
     kernel: &Kernel,
     initrd: &Path,
+    resume_from: Option<&str>,
     label: &str,
     log: &mut fs::File,
     deadline: Instant,
 ) -> anyhow::Result<(Console, Stop)> {
     let started = Instant::now();
-    let mut child = qemu::command(kernel, initrd)
+    let mut child = qemu::command(kernel, initrd, resume_from.map(resume::kernel_arg))
         .spawn()
         .with_context(|| qemu::missing(kernel.arch))?;
     let (lines, reader) = read_lines(child.stdout.take().expect("piped"));
@@ -426,7 +464,11 @@ impl Stop {
             )),
             Stop::Silent => Some(format!(
                 "hung: the console was silent for {:?}",
-                LIMITS.silence
+                if console.lockup.is_some() {
+                    LIMITS.lockup_silence
+                } else {
+                    LIMITS.silence
+                }
             )),
             Stop::Exited | Stop::PoweredOff => match console.verdict {
                 Some(true) if counts.runs == 0 => Some("the guest ran no test".to_owned()),
@@ -476,6 +518,11 @@ struct Console {
     exit_status: Option<String>,
     /// The guest kernel's first Oops or BUG line, then its panic line.
     panic: Option<String>,
+    /// The run `/init` started last and has not finished (`SOCKWATCH-VM-RUN:` without its
+    /// `SOCKWATCH-VM-EXIT:`).
+    running: Option<String>,
+    /// The guest kernel's first lockup report since `/init`'s last line.
+    lockup: Option<String>,
 }
 
 impl Console {
@@ -489,6 +536,8 @@ impl Console {
             boot_time: None,
             exit_status: None,
             panic: None,
+            running: None,
+            lockup: None,
         }
     }
 
@@ -528,6 +577,8 @@ impl Console {
             (last_line + limits.poweroff_grace, Stop::PoweredOff)
         } else if self.boot_time.is_none() {
             (self.started + limits.boot, Stop::BootStalled)
+        } else if self.lockup.is_some() {
+            (last_line + limits.lockup_silence, Stop::Silent)
         } else {
             (last_line + limits.silence, Stop::Silent)
         };
@@ -561,6 +612,19 @@ impl Console {
                 Some(p) if what.starts_with("Kernel panic") => *p = format!("{p}; {what}"),
                 Some(_) => {}
             }
+        }
+        if is_kernel_message(text) {
+            if self.lockup.is_none() {
+                self.lockup = resume::lockup_report(text).map(str::to_owned);
+            }
+        } else {
+            self.lockup = None;
+        }
+        if let Some(run) = text.split("SOCKWATCH-VM-RUN: ").nth(1) {
+            self.running = Some(run.trim().to_owned());
+        }
+        if text.contains("SOCKWATCH-VM-EXIT: ") {
+            self.running = None;
         }
         if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
             self.release = r.split_whitespace().next().map(str::to_owned);
@@ -704,7 +768,7 @@ fn boot_and_report(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow:
 impl Outcome {
     pub fn summary(&self) -> String {
         format!(
-            "xtask: {} ({}, kernel {}): {} passed, {} failed, {} ignored; boot {}, total {:.1?}: {}",
+            "xtask: {} ({}, kernel {}): {} passed, {} failed, {} ignored; boot {}, total {:.1?}{}: {}",
             self.label,
             self.kernel.package,
             self.release.as_deref().unwrap_or("?"),
@@ -714,6 +778,14 @@ impl Outcome {
             self.boot_time
                 .map_or("?".to_owned(), |b| format!("{b:.1?}")),
             self.elapsed,
+            if self.resumed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; resumed after a guest-kernel lockup in {}",
+                    self.resumed.join(", ")
+                )
+            },
             match &self.failure {
                 None => "PASS".to_owned(),
                 Some(why) => format!("FAIL ({why}; log {})", self.log.display()),
@@ -752,11 +824,19 @@ mod tests {
         let v = init_script(&["verdicts".into()], false, Tiers::Rotation);
         assert!(
             v.contains(
-                "for mode in $MODES; do\necho \"SOCKWATCH-VM-RUN: verdicts@$mode\"\n\
+                "for mode in $MODES; do\n\
+                 if [ -n \"$resume\" ] && [ \"$resume\" != \"verdicts@$mode\" ]; then\n"
+            ),
+            "{v}"
+        );
+        assert!(
+            v.contains(
+                "resume=\necho \"SOCKWATCH-VM-RUN: verdicts@$mode\"\n\
                  SOCKWATCH_PROBE_MODE=$mode SOCKWATCH_REQUIRE_TIERS="
             ),
             "{v}"
         );
+        assert!(v.contains("/proc/cmdline"), "{v}");
         assert!(s.contains("for m in /lib/modules/$(uname -r)/*.ko"));
         assert!(s.contains("export SOCKWATCH_GO_LISTENER=/bin/golistener\n"));
         assert!(!init_script(&[], false, Tiers::All).contains("SOCKWATCH_GO_LISTENER"));
@@ -838,6 +918,7 @@ mod tests {
             poweroff_grace: Duration::from_millis(300),
             boot: Duration::from_millis(600),
             silence: Duration::from_millis(600),
+            lockup_silence: Duration::from_millis(600),
         };
         let rx = guest(lines, Duration::from_millis(50), hold);
         let started = Instant::now();
@@ -917,6 +998,7 @@ mod tests {
             poweroff_grace: Duration::from_millis(300),
             boot: Duration::from_secs(5),
             silence: Duration::from_millis(500),
+            lockup_silence: Duration::from_millis(500),
         };
         let stop = console
             .follow(&rx, &mut Vec::new(), started + LONG, limits)
@@ -927,6 +1009,53 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn a_lockup_in_a_run_is_named_and_waited_for_less() {
+        let lockup = "[ 2672.906567] watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [x:1]";
+        let lines = [
+            KERNEL,
+            "SOCKWATCH-VM-RUN: kernel",
+            "SOCKWATCH-VM-EXIT: kernel 0",
+            "SOCKWATCH-VM-RUN: overlay@tracepoint",
+            "test s19 ... ok",
+            lockup,
+        ];
+        let rx = guest(&lines, Duration::from_millis(20), LONG);
+        let started = Instant::now();
+        let mut console = Console::new("vm test".to_owned(), started);
+        let limits = Limits {
+            poweroff_grace: Duration::from_millis(300),
+            boot: Duration::from_secs(5),
+            silence: LONG,
+            lockup_silence: Duration::from_millis(300),
+        };
+        let stop = console
+            .follow(&rx, &mut Vec::new(), started + LONG * 2, limits)
+            .expect("follow");
+        assert_eq!(stop, Stop::Silent);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(console.running.as_deref(), Some("overlay@tracepoint"));
+        assert_eq!(
+            console.lockup.as_deref(),
+            Some("watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [x:1]")
+        );
+    }
+
+    #[test]
+    fn a_lockup_the_guest_recovered_from_is_forgotten() {
+        let mut console = Console::new("vm test".to_owned(), Instant::now());
+        for line in [
+            KERNEL,
+            "SOCKWATCH-VM-RUN: kernel",
+            "[ 30.1] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+            "test a ... ok",
+            "SOCKWATCH-VM-EXIT: kernel 0",
+        ] {
+            console.take(format!("{line}\n"));
+        }
+        assert_eq!((console.lockup, console.running), (None, None));
     }
 
     #[test]

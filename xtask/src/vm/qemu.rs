@@ -11,8 +11,9 @@ use crate::{arch::Arch, cmd, kernels::Kernel};
 /// in the list (Debian's kernels leave it out by default).
 const APPEND: &str = "quiet panic=-1 lsm=lockdown,capability,landlock,bpf";
 
-/// `qemu-system-<arch>` booting `kernel` with `initrd`.
-pub fn command(kernel: &Kernel, initrd: &Path) -> Command {
+/// `qemu-system-<arch>` booting `kernel` with `initrd`, `extra` added to the kernel's command
+/// line.
+pub fn command(kernel: &Kernel, initrd: &Path, extra: Option<String>) -> Command {
     let mut qemu = cmd::command(binary(kernel.arch));
     match kernel.arch {
         Arch::X86_64 => qemu.args(["-cpu", "max"]),
@@ -27,7 +28,11 @@ pub fn command(kernel: &Kernel, initrd: &Path) -> Command {
         .arg("-initrd")
         .arg(initrd)
         .arg("-append")
-        .arg(format!("console={} {APPEND}", console(kernel.arch)))
+        .arg(format!(
+            "console={} {APPEND}{}",
+            console(kernel.arch),
+            extra.map(|e| format!(" {e}")).unwrap_or_default()
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
