@@ -41,9 +41,10 @@ const MAX_NIGHTLY_LLVM: u32 = 22;
 /// The nightly sockwatch is tested with (rustc 1.97, LLVM 22.1).
 const TESTED_NIGHTLY: &str = "nightly-2026-05-19";
 
-/// What an arm64 cross-build needs beyond the build: Debian's cross linker (and the arm64
-/// glibc it links statically).
-const AARCH64_BUILD_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu"];
+/// What an arm64 cross-build needs beyond the build: Debian's cross linker and the arm64
+/// glibc it links statically (only a Recommends of the linker's package, which apt here does
+/// not install: without it the link finds no crt1.o and no -lc).
+const AARCH64_BUILD_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"];
 /// What the arm64 guests need beyond the x86-64 ones.
 const AARCH64_VM_PACKAGES: &[&str] = &["qemu-system-arm"];
 

@@ -40,7 +40,7 @@ pub fn build_payload(arch: Arch, only: &[String]) -> anyhow::Result<Payload> {
         "agent",
         "--release",
         "--no-run",
-        "--message-format=json",
+        "--message-format=json-render-diagnostics",
     ]);
     if arch != Arch::host() {
         build.args(["--target", arch.rust_target()]);
