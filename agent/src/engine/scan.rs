@@ -75,8 +75,15 @@ impl Engine {
             .sockets
             .get(&file)
             .map(|s| (s.is_live(), s.sock_ino, s.is_linked()));
+        // A known listener whose file this scan is the first to find gone: the removal's own
+        // event may still be on its way (its record is submitted after the unlink, and a
+        // sweep can read the socket in between), and that event decides better (a takeover,
+        // S22, is no orphan alert). Only a later scan that still finds it unexplained opens
+        // the orphan.
+        let mut first_seen_unlinked = false;
         match known {
             Some((true, ino, linked)) if ino == sc.sock_ino => {
+                first_seen_unlinked = linked && sc.file_linked == Some(false);
                 self.sockets.modify(&file, ts_ns, |s| {
                     s.listening = sc.listening;
                     match sc.file_linked {
@@ -127,15 +134,21 @@ impl Engine {
             sc.holders.first().map_or(0, |p| p.tgid),
             HistoryEvent::Scanned,
         );
-        // A listener whose file went away unseen: an orphan since some time before now.
-        let unseen_removal = self
+        // A listener whose file went away unseen: an orphan since the first scan that found
+        // it so, or some time before.
+        let unseen_since = self
             .sockets
             .get(&file)
             .and_then(|s| s.removed.as_ref())
-            .is_some_and(|r| r.how == RemovalHow::Unknown);
-        if sc.listening && sc.file_linked == Some(false) && unseen_removal {
+            .filter(|r| r.how == RemovalHow::Unknown)
+            .map(|r| r.ts_ns);
+        if let Some(since_ns) = unseen_since
+            && sc.listening
+            && sc.file_linked == Some(false)
+            && !first_seen_unlinked
+        {
             let orphan = Orphan {
-                since_ns: ts_ns,
+                since_ns,
                 since_exact: false,
                 cause: OrphanCause::Scan,
                 removed_by: None,

@@ -396,3 +396,62 @@ fn evicted_pending_removals_are_reported_and_counted() {
         .is_err()
     );
 }
+
+/// S22 with a sweep between B's unlink and its event (the record comes after the unlink, and
+/// a sweep can read A's socket in between): the sweep finds A's file gone, but the event
+/// decides, a takeover and no orphan alert.
+#[test]
+fn a_sweep_before_the_unlinks_event_leaves_the_takeover_to_it() {
+    let mut e = windowed();
+    a_listens(&mut e);
+    quiet(
+        &mut e,
+        &[
+            scan(T0 + 50, vec![scanned(11, fid(F1), P, &[a()], false)]),
+            removes_a(&b()),
+        ],
+    );
+    assert_eq!(
+        e.apply(&bind(T0 + 100, &b(), fid(F2), 22, P)),
+        vec![
+            takeover(&b(), Relation::SameProcess, T0 + 100),
+            taken_over(&b(), T0 + 100)
+        ]
+    );
+    quiet(
+        &mut e,
+        &[scan(
+            T0 + 5_000,
+            vec![
+                scanned(11, fid(F1), P, &[a()], false),
+                scanned(22, fid(F2), P, &[b()], true),
+            ],
+        )],
+    );
+}
+
+/// A listener whose file a sweep finds gone, and no event explains by the next sweep: an
+/// orphan then, since the first sweep that found it.
+#[test]
+fn an_unexplained_lost_file_is_an_orphan_at_the_next_sweep() {
+    let mut e = windowed();
+    a_listens(&mut e);
+    let lost = || vec![scanned(11, fid(F1), P, &[a()], false)];
+    quiet(&mut e, &[scan(T0, lost())]);
+    assert_eq!(
+        e.apply(&scan(T0 + 5_000, lost())),
+        vec![Verdict::OrphanOpened {
+            ts_ns: T0 + 5_000,
+            since_ns: T0,
+            since_exact: false,
+            cause: OrphanCause::Scan,
+            owner: a(),
+            removed_by: None,
+            successor: None,
+            path: Some(P.into()),
+            file: fid(F1),
+            sock_ino: 11,
+        }]
+    );
+    quiet(&mut e, &[scan(T0 + 10_000, lost())]);
+}
