@@ -48,7 +48,7 @@ pub fn check_script() -> &'static str {
 
 /// The guest kernel's report that a CPU is stuck, from a console line.
 pub fn lockup_report(line: &str) -> Option<&str> {
-    ["soft lockup", "detected stall", "self-detected stall"]
+    ["soft lockup", "detected stall"]
         .iter()
         .find(|m| line.contains(*m))
         .map(|_| {
