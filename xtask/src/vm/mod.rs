@@ -33,6 +33,7 @@ mod resume;
 
 use payload::{GO_LISTENER_GUEST, Payload};
 pub use plan::Plan;
+use resume::{Fault, Resumed};
 
 const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
 /// What each guest kernel's tests must be able to attach (`SOCKWATCH_REQUIRE_TIERS`; a tier
@@ -281,8 +282,8 @@ pub struct Outcome {
     pub verdict: Option<bool>,
     pub elapsed: Duration,
     pub log: PathBuf,
-    /// The runs a [resumed](resume) boot started again from, after the guest kernel locked up.
-    pub resumed: Vec<String>,
+    /// The runs a [resumed](resume) boot started again from, after an emulation fault.
+    pub resumed: Vec<Resumed>,
 }
 
 /// The guest's name in labels and paths: the kernel's upstream version, after its architecture
@@ -311,9 +312,9 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     let mut attempt = 1;
     // Results of the boots a lockup ended, and the runs each was resumed from.
     let mut earlier = Counts::default();
-    let mut resumed: Vec<String> = Vec::new();
+    let mut resumed: Vec<Resumed> = Vec::new();
     loop {
-        let from = resumed.last().map(String::as_str);
+        let from = resumed.last().map(|r| r.run.as_str());
         let (console, stop) = boot_once(kernel, initrd, from, &label, &mut log, deadline)?;
         let panicked_at_boot = console.boot_time.is_none() && console.panic.is_some();
         if (stop == Stop::BootStalled || panicked_at_boot) && attempt < BOOT_ATTEMPTS {
@@ -328,13 +329,14 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
             continue;
         }
         let mut counts = testrun::sum_results(&console.text);
-        if let (Stop::Silent, Some(lockup), Some(run)) = (stop, &console.lockup, &console.running)
+        if let (Some(fault), Some(run)) = (console.emulation_fault(stop), &console.running)
             && resumed.len() < resume::RESUMES as usize
         {
             println!(
-                "xtask: {label}: the guest kernel locked up in {run} ({lockup}) and /init printed \
-                 nothing for {:?}; booting again from {run} (resume {} of {})",
-                LIMITS.lockup_silence,
+                "xtask: {label}: a guest-kernel {} in {run} ({}); booting again from {run} \
+                 (resume {} of {})",
+                fault.kind,
+                fault.report,
                 resumed.len() + 1,
                 resume::RESUMES
             );
@@ -344,7 +346,10 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
                 attempt + 1
             )?;
             earlier += counts;
-            resumed.push(run.clone());
+            resumed.push(Resumed {
+                run: run.clone(),
+                fault: fault.kind,
+            });
             attempt += 1;
             continue;
         }
@@ -516,7 +521,7 @@ struct Console {
     boot_time: Option<Duration>,
     /// QEMU's exit status when it exited without a verdict.
     exit_status: Option<String>,
-    /// The guest kernel's first Oops or BUG line, then its panic line.
+    /// The guest kernel's first Oops or BUG line, its first `RIP:` line, then its panic line.
     panic: Option<String>,
     /// The run `/init` started last and has not finished (`SOCKWATCH-VM-RUN:` without its
     /// `SOCKWATCH-VM-EXIT:`).
@@ -538,6 +543,26 @@ impl Console {
             panic: None,
             running: None,
             lockup: None,
+        }
+    }
+
+    /// The emulation fault that ended this boot, if one did: a lockup (the console silent after
+    /// the kernel's lockup reports) or an `int3` Oops (QEMU exited after the kernel's panic).
+    fn emulation_fault(&self, stop: Stop) -> Option<Fault> {
+        match (stop, &self.lockup, &self.panic) {
+            (Stop::Silent, Some(lockup), _) => Some(Fault {
+                kind: "lockup",
+                report: format!("{lockup}; /init silent for {:?}", LIMITS.lockup_silence),
+            }),
+            (Stop::Exited, _, Some(panic))
+                if self.verdict.is_none() && resume::is_int3_oops(panic) =>
+            {
+                Some(Fault {
+                    kind: "int3 Oops",
+                    report: panic.clone(),
+                })
+            }
+            _ => None,
         }
     }
 
@@ -612,6 +637,11 @@ impl Console {
                 Some(p) if what.starts_with("Kernel panic") => *p = format!("{p}; {what}"),
                 Some(_) => {}
             }
+        } else if let (Some(p), Some(at)) = (&mut self.panic, text.find("RIP: "))
+            && !p.contains("RIP: ")
+        {
+            // Where the first Oops hit.
+            *p = format!("{p}; {}", &text[at..]);
         }
         if is_kernel_message(text) {
             if self.lockup.is_none() {
@@ -781,10 +811,12 @@ impl Outcome {
             if self.resumed.is_empty() {
                 String::new()
             } else {
-                format!(
-                    "; resumed after a guest-kernel lockup in {}",
-                    self.resumed.join(", ")
-                )
+                let each: Vec<String> = self
+                    .resumed
+                    .iter()
+                    .map(|r| format!("{} in {}", r.fault, r.run))
+                    .collect();
+                format!("; resumed after a guest-kernel {}", each.join(", "))
             },
             match &self.failure {
                 None => "PASS".to_owned(),
@@ -1045,17 +1077,79 @@ mod tests {
 
     #[test]
     fn a_lockup_the_guest_recovered_from_is_forgotten() {
-        let mut console = Console::new("vm test".to_owned(), Instant::now());
-        for line in [
+        let console = console_of(&[
             KERNEL,
             "SOCKWATCH-VM-RUN: kernel",
             "[ 30.1] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
             "test a ... ok",
             "SOCKWATCH-VM-EXIT: kernel 0",
-        ] {
+        ]);
+        assert_eq!((console.lockup, console.running), (None, None));
+    }
+
+    /// A console that took `lines`, one by one.
+    fn console_of(lines: &[&str]) -> Console {
+        let mut console = Console::new("vm test".to_owned(), Instant::now());
+        for line in lines {
             console.take(format!("{line}\n"));
         }
-        assert_eq!((console.lockup, console.running), (None, None));
+        console
+    }
+
+    #[test]
+    fn an_int3_oops_in_a_run_is_an_emulation_fault_with_its_rip() {
+        let console = console_of(&[
+            KERNEL,
+            "SOCKWATCH-VM-RUN: verdicts@fentry",
+            "test s1_rolling_restart ... ok",
+            "[  812.1] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+            "[  812.1] CPU: 1 UID: 0 PID: 0 Comm: swapper/1 Not tainted 6.12.118 #1",
+            "[  812.1] RIP: 0010:ktime_get+0x1/0xb0",
+            "[  812.2] RIP: 0010:second_oops+0x5/0x10",
+            "[  812.3] Kernel panic - not syncing: Fatal exception in interrupt",
+        ]);
+        assert_eq!(console.running.as_deref(), Some("verdicts@fentry"));
+        let fault = console
+            .emulation_fault(Stop::Exited)
+            .expect("an int3 Oops is resumed");
+        assert_eq!(fault.kind, "int3 Oops");
+        assert_eq!(
+            fault.report,
+            "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; RIP: 0010:ktime_get+0x1/0xb0; \
+             Kernel panic - not syncing: Fatal exception in interrupt"
+        );
+    }
+
+    #[test]
+    fn any_other_oops_or_a_verdict_is_no_emulation_fault() {
+        let in_run = [KERNEL, "SOCKWATCH-VM-RUN: verdicts@kprobe"];
+        for oops in [
+            "[ 9.1] BUG: kernel NULL pointer dereference, address: 0000000000000008",
+            "[ 9.1] Oops: general protection fault, probably for non-canonical address",
+        ] {
+            let console = console_of(&[in_run[0], in_run[1], oops]);
+            assert!(console.emulation_fault(Stop::Exited).is_none(), "{oops}");
+        }
+        let int3 = "[ 9.1] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI";
+        let passed = console_of(&[KERNEL, int3, "SOCKWATCH-VM-VERDICT: PASS"]);
+        assert!(passed.emulation_fault(Stop::Exited).is_none());
+        // Silent without a lockup report: a test of ours hung.
+        let hung = console_of(&in_run);
+        assert!(hung.emulation_fault(Stop::Silent).is_none());
+        let locked = console_of(&[
+            in_run[0],
+            in_run[1],
+            "[ 30.1] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [t:9]",
+        ]);
+        let fault = locked.emulation_fault(Stop::Silent).expect("a lockup");
+        assert_eq!(fault.kind, "lockup");
+        assert!(
+            fault
+                .report
+                .starts_with("watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [t:9]; "),
+            "{}",
+            fault.report
+        );
     }
 
     #[test]

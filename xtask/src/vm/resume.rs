@@ -1,11 +1,19 @@
-//! Resuming a guest whose kernel locked up under TCG: QEMU's emulation of a 2-vCPU guest on a
-//! busy 2-core host now and then leaves the guest kernel reporting soft lockups or RCU stalls
-//! on both vCPUs, after which `/init` prints nothing more (seen on 5.10 and 6.1, at different
-//! tests each time). Such a guest is booted once more, with the run it hung in named on the
-//! kernel command line: its `/init` skips the runs that already finished and starts again from
-//! that one. The hung run's partial output counts for nothing (only `test result:` lines are
-//! counted, and it printed none); the resumed boot runs it whole. A guest that locks up again,
-//! or hangs without the kernel reporting a lockup (a test of ours stuck), fails as before.
+//! Resuming a guest that QEMU's emulation faulted: TCG's emulation of a 2-vCPU guest on a busy
+//! 2-core host now and then breaks the guest kernel in two ways, each seen at a different test
+//! every time:
+//! - a lockup: soft lockups or RCU stalls on both vCPUs, after which `/init` prints nothing more
+//!   (5.10, 6.1);
+//! - an `int3` Oops, then a panic: a vCPU executes a breakpoint that the kernel's live text
+//!   patching (static keys, BPF trampolines and tracepoints attaching or detaching) had already
+//!   retired, so no handler claims it (6.12: in `sched_clock_cpu` before `/init`, in
+//!   `kernel_clone`, in a run).
+//!
+//! Such a guest is booted once more, with the run it faulted in named on the kernel command
+//! line: its `/init` skips the runs that already finished and starts again from that one. The
+//! faulted run's partial output counts for nothing (only `test result:` lines are counted, and
+//! it printed none); the resumed boot runs it whole. A guest that faults again, hangs without
+//! the kernel reporting a lockup (a test of ours stuck), or dies of any other Oops fails as
+//! before.
 
 /// Resumed boots per guest.
 pub const RESUMES: u32 = 1;
@@ -32,7 +40,7 @@ pub fn read_script() -> String {
 pub fn guard(label: &str, run: &str) -> String {
     format!(
         "if [ -n \"$resume\" ] && [ \"$resume\" != \"{label}\" ]; then\n\
-         echo \"SOCKWATCH-VM-SKIP: {label} (finished before the lockup)\"\n\
+         echo \"SOCKWATCH-VM-SKIP: {label} (finished before the fault)\"\n\
          else\n\
          resume=\n\
          {run}fi\n"
@@ -44,6 +52,24 @@ pub fn guard(label: &str, run: &str) -> String {
 pub fn check_script() -> &'static str {
     "[ -z \"$resume\" ] || { echo \"SOCKWATCH-VM-ERROR: no run named $resume to resume from\"; \
      verdict=FAIL; }\n"
+}
+
+/// An emulation fault that ended a boot: its kind ("lockup", "int3 Oops") and the kernel's
+/// report of it.
+pub struct Fault {
+    pub kind: &'static str,
+    pub report: String,
+}
+
+/// A run a boot was resumed from, and the kind of fault that made it necessary.
+pub struct Resumed {
+    pub run: String,
+    pub fault: &'static str,
+}
+
+/// Whether the kernel's first Oops (as [`Console`](super::Console) keeps it) is a stray `int3`.
+pub fn is_int3_oops(panic: &str) -> bool {
+    panic.starts_with("Oops: int3")
 }
 
 /// The guest kernel's report that a CPU is stuck, from a console line.
@@ -107,7 +133,7 @@ mod tests {
         assert_eq!(
             runs_with(&cmdline),
             "SOCKWATCH-VM-RESUME: from overlay@lsm\n\
-             SOCKWATCH-VM-SKIP: kernel (finished before the lockup)\n\
+             SOCKWATCH-VM-SKIP: kernel (finished before the fault)\n\
              ran overlay@lsm\nran overlay@fentry\nverdict=PASS\n"
         );
     }
