@@ -194,13 +194,65 @@ pub struct SocketTable {
     entries: BTreeMap<FileId, Box<SocketState>>,
     by_path: BTreeMap<String, BTreeSet<FileId>>,
     by_sock: BTreeMap<u64, FileId>,
-    /// (class, touched_ns, file): released first, then live, then open orphans; oldest first.
-    lru: BTreeSet<(u8, u64, FileId)>,
+    lru: Lru,
     open_orphans: BTreeSet<FileId>,
     pending_stale: BTreeMap<u32, BTreeSet<FileId>>,
     max_entries: usize,
     max_history: usize,
     pub history_dropped: u64,
+    /// An entry's paths before a [`modify`](Self::modify), NUL-separated (paths have no NUL):
+    /// kept between calls so that comparing them allocates nothing.
+    paths_before: String,
+}
+
+/// The eviction order, (class, touched_ns, file): released first, then live, then open
+/// orphans; oldest first. Counts its live entries, so that the count is no walk.
+#[derive(Debug, Default)]
+struct Lru {
+    order: BTreeSet<(u8, u64, FileId)>,
+    live: usize,
+}
+
+impl Lru {
+    fn insert(&mut self, key: (u8, u64, FileId)) {
+        if self.order.insert(key) && key.0 > 0 {
+            self.live += 1;
+        }
+    }
+
+    fn remove(&mut self, key: &(u8, u64, FileId)) {
+        if self.order.remove(key) && key.0 > 0 {
+            self.live -= 1;
+        }
+    }
+
+    fn pop_first(&mut self) -> Option<(u8, u64, FileId)> {
+        let key = self.order.pop_first()?;
+        if key.0 > 0 {
+            self.live -= 1;
+        }
+        Some(key)
+    }
+}
+
+/// What places an entry in the indexes other than by path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Keys {
+    live_sock: Option<u64>,
+    lru: (u8, u64, FileId),
+    orphan: bool,
+    stale_pending: Option<u32>,
+}
+
+impl Keys {
+    fn of(e: &SocketState) -> Keys {
+        Keys {
+            live_sock: e.is_live().then_some(e.sock_ino),
+            lru: (e.eviction_class(), e.touched_ns, e.file),
+            orphan: e.orphan.is_some(),
+            stale_pending: e.stale_pending_tgid,
+        }
+    }
 }
 
 impl SocketTable {
@@ -209,12 +261,13 @@ impl SocketTable {
             entries: BTreeMap::new(),
             by_path: BTreeMap::new(),
             by_sock: BTreeMap::new(),
-            lru: BTreeSet::new(),
+            lru: Lru::default(),
             open_orphans: BTreeSet::new(),
             pending_stale: BTreeMap::new(),
             max_entries,
             max_history,
             history_dropped: 0,
+            paths_before: String::new(),
         }
     }
 
@@ -223,7 +276,7 @@ impl SocketTable {
     }
 
     pub fn live_count(&self) -> usize {
-        self.lru.iter().filter(|(class, _, _)| *class > 0).count()
+        self.lru.live
     }
 
     pub fn get(&self, file: &FileId) -> Option<&SocketState> {
@@ -288,20 +341,68 @@ impl SocketTable {
         Some(Evicted(*old))
     }
 
-    /// Changes one entry, keeping every index in step; `ts_ns` becomes its eviction age.
+    /// Changes one entry in place, keeping every index in step; `ts_ns` becomes its eviction
+    /// age. Only the index keys the change moved are updated: this runs for most events, and
+    /// most change no path.
     pub fn modify<R>(
         &mut self,
         file: &FileId,
         ts_ns: u64,
         f: impl FnOnce(&mut SocketState) -> R,
     ) -> Option<R> {
-        let mut entry = self.entries.remove(file)?;
-        self.unindex(&entry);
+        let entry = self.entries.get_mut(file)?;
+        let before = Keys::of(entry);
+        let linked_before = entry.is_linked();
+        join_paths(&mut self.paths_before, &entry.paths);
         entry.touched_ns = entry.touched_ns.max(ts_ns);
-        let r = f(&mut entry);
-        self.index(&entry);
-        self.entries.insert(*file, entry);
+        let r = f(entry);
+        let after = Keys::of(entry);
+        let linked_after = entry.is_linked();
+        if linked_before != linked_after || !same_paths(&self.paths_before, &entry.paths) {
+            if linked_before {
+                for p in self.paths_before.split_terminator('\0') {
+                    unindex_path(&mut self.by_path, p, file);
+                }
+            }
+            if linked_after {
+                for p in &entry.paths {
+                    self.by_path.entry(p.clone()).or_default().insert(*file);
+                }
+            }
+        }
+        self.rekey(file, before, after);
         Some(r)
+    }
+
+    /// Moves `file` in the indexes other than by path from `before`'s keys to `after`'s, to
+    /// the state [`unindex`](Self::unindex) then [`index`](Self::index) would leave.
+    fn rekey(&mut self, file: &FileId, before: Keys, after: Keys) {
+        if let Some(s) = before.live_sock
+            && after.live_sock != Some(s)
+            && self.by_sock.get(&s) == Some(file)
+        {
+            self.by_sock.remove(&s);
+        }
+        if let Some(s) = after.live_sock {
+            self.by_sock.insert(s, *file);
+        }
+        if before.lru != after.lru {
+            self.lru.remove(&before.lru);
+        }
+        self.lru.insert(after.lru);
+        if after.orphan {
+            self.open_orphans.insert(*file);
+        } else if before.orphan {
+            self.open_orphans.remove(file);
+        }
+        if let Some(t) = before.stale_pending
+            && after.stale_pending != Some(t)
+        {
+            unindex_stale(&mut self.pending_stale, t, file);
+        }
+        if let Some(t) = after.stale_pending {
+            self.pending_stale.entry(t).or_default().insert(*file);
+        }
     }
 
     /// Adds to an entry's bounded history, in time order (a removal decided after its
@@ -353,25 +454,15 @@ impl SocketTable {
 
     fn unindex(&mut self, e: &SocketState) {
         for p in &e.paths {
-            if let Some(set) = self.by_path.get_mut(p) {
-                set.remove(&e.file);
-                if set.is_empty() {
-                    self.by_path.remove(p);
-                }
-            }
+            unindex_path(&mut self.by_path, p, &e.file);
         }
         if self.by_sock.get(&e.sock_ino) == Some(&e.file) {
             self.by_sock.remove(&e.sock_ino);
         }
         self.lru.remove(&(e.eviction_class(), e.touched_ns, e.file));
         self.open_orphans.remove(&e.file);
-        if let Some(t) = e.stale_pending_tgid
-            && let Some(set) = self.pending_stale.get_mut(&t)
-        {
-            set.remove(&e.file);
-            if set.is_empty() {
-                self.pending_stale.remove(&t);
-            }
+        if let Some(t) = e.stale_pending_tgid {
+            unindex_stale(&mut self.pending_stale, t, &e.file);
         }
     }
 
@@ -381,8 +472,139 @@ impl SocketTable {
         (
             self.by_path.values().map(BTreeSet::len).sum(),
             self.by_sock.len(),
-            self.lru.len(),
+            self.lru.order.len(),
             self.pending_stale.values().map(BTreeSet::len).sum(),
         )
+    }
+}
+
+fn unindex_path(by_path: &mut BTreeMap<String, BTreeSet<FileId>>, path: &str, file: &FileId) {
+    if let Some(set) = by_path.get_mut(path) {
+        set.remove(file);
+        if set.is_empty() {
+            by_path.remove(path);
+        }
+    }
+}
+
+fn unindex_stale(pending: &mut BTreeMap<u32, BTreeSet<FileId>>, tgid: u32, file: &FileId) {
+    if let Some(set) = pending.get_mut(&tgid) {
+        set.remove(file);
+        if set.is_empty() {
+            pending.remove(&tgid);
+        }
+    }
+}
+
+/// `paths`, each followed by a NUL, into `buf` (cleared first).
+fn join_paths(buf: &mut String, paths: &[String]) {
+    buf.clear();
+    for p in paths {
+        buf.push_str(p);
+        buf.push('\0');
+    }
+}
+
+/// Whether `joined` ([`join_paths`]) holds exactly `paths`, in order.
+fn same_paths(joined: &str, paths: &[String]) -> bool {
+    let mut rest = joined;
+    for p in paths {
+        match rest
+            .strip_prefix(p.as_str())
+            .and_then(|r| r.strip_prefix('\0'))
+        {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl SocketTable {
+        /// The indexes a full rebuild from the entries gives, against the kept ones.
+        fn assert_indexes_rebuild(&self) {
+            let mut fresh = SocketTable::new(self.max_entries, self.max_history);
+            for e in self.entries.values() {
+                fresh.index(e);
+            }
+            assert_eq!(self.by_path, fresh.by_path, "by_path");
+            assert_eq!(self.by_sock, fresh.by_sock, "by_sock");
+            assert_eq!(self.lru.order, fresh.lru.order, "lru");
+            assert_eq!(self.lru.live, fresh.lru.live, "live count");
+            assert_eq!(self.open_orphans, fresh.open_orphans, "open orphans");
+            assert_eq!(self.pending_stale, fresh.pending_stale, "pending stale");
+        }
+    }
+
+    #[test]
+    fn joined_paths_compare_exactly() {
+        let mut buf = String::from("stale");
+        let paths = vec!["/run/a.sock".to_owned(), "/host/run/a.sock".to_owned()];
+        join_paths(&mut buf, &paths);
+        assert!(same_paths(&buf, &paths));
+        assert!(!same_paths(&buf, &paths[..1]));
+        assert!(!same_paths(
+            &buf,
+            &["/run/a.sock".to_owned(), "/host/run/b.sock".to_owned()]
+        ));
+        assert!(!same_paths(
+            &buf,
+            &["/run/a.soc".to_owned(), "k".to_owned()]
+        ));
+        join_paths(&mut buf, &[]);
+        assert!(same_paths(&buf, &[]) && !same_paths(&buf, &paths[..1]));
+    }
+
+    /// Every kind of change `modify` may make, in a sequence that touches every index, leaves
+    /// the same indexes a rebuild from the entries would.
+    #[test]
+    fn in_place_changes_keep_every_index_as_a_rebuild_would() {
+        let mut t = SocketTable::new(8, 4);
+        let file = |n: u64| FileId { dev: 1, ino: n };
+        for n in 0..12 {
+            let mut s = SocketState::new(file(n), 100 + n, Proc::unknown(10), n);
+            s.paths = vec![format!("/run/{}.sock", n % 3)];
+            t.insert(s);
+            t.assert_indexes_rebuild();
+        }
+        let ids: Vec<FileId> = t.iter().map(|e| e.file).collect();
+        let changes: [fn(&mut SocketState); 12] = [
+            |s| s.paths.push("/host/run/alias.sock".to_owned()),
+            |s| {
+                s.removed = Some(Removal {
+                    ts_ns: 7,
+                    by: None,
+                    how: RemovalHow::Unlinked,
+                    foreign: Some(true),
+                });
+            },
+            |s| {
+                s.orphan = Some(Orphan {
+                    since_ns: 7,
+                    since_exact: true,
+                    cause: OrphanCause::Unlinked,
+                    removed_by: None,
+                    successor: None,
+                });
+            },
+            |s| s.paths.clear(),
+            |s| s.removed = None,
+            |s| s.paths = vec!["/run/0.sock".to_owned()],
+            |s| s.released = Some(Released { ts_ns: 5, by: None }),
+            |s| s.orphan = None,
+            |s| s.released = None,
+            |s| s.stale_pending_tgid = Some(s.sock_ino as u32 % 2),
+            |s| s.stale_pending_tgid = None,
+            |s| s.sock_ino += 1000,
+        ];
+        for (i, id) in ids.iter().cycle().take(200).enumerate() {
+            let change = changes[i % changes.len()];
+            t.modify(id, 1_000 + (i as u64 / 3), change);
+            t.assert_indexes_rebuild();
+        }
     }
 }
