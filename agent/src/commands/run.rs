@@ -312,10 +312,10 @@ impl KernelSource for Mutex<Probes> {
 
 impl EngineSource for Mutex<Pipeline> {
     fn snapshot(&self) -> EngineSnapshot {
-        let p = self.lock().expect("pipeline lock");
+        let mut p = self.lock().expect("pipeline lock");
         let live = p.live_table().map(|live| MapFill {
             map: "LIVE",
-            entries: live.len() as u64,
+            entries: live.entries() as u64,
             capacity: u64::from(live.capacity),
         });
         EngineSnapshot {

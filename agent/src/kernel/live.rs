@@ -21,7 +21,14 @@ pub struct LiveTable {
     pub(super) tracked: HashMap<MapData, u32, u32>,
     /// What hooks' entries keep for their exits, per thread and hook.
     pub(super) pending: HashMap<MapData, PendingKey, Pending>,
+    /// The entries the last walk of `live` counted, and when (`CLOCK_MONOTONIC` ns).
+    pub(super) counted: Option<(usize, u64)>,
 }
+
+/// A count of the live entries at most this old is what a scrape reports: the sweeps walk
+/// the table anyway (every 30 s by default), so a scrape, which holds the pipeline, walks it
+/// only when they do not (`--scan-interval 0s`), and stays flat in the table's size.
+const COUNT_MAX_AGE_NS: u64 = 30_000_000_000;
 
 /// A pending record this old is one no exit will take: its exit was never seen (a kretprobe
 /// missed past its `maxactive`, a thread gone), or its entry has no exit of its own (the
@@ -34,13 +41,18 @@ impl LiveTable {
         self.live.get(id, 0).ok()
     }
 
-    /// Entries in the table (walks it: for scrapes, not for the event path).
-    pub fn len(&self) -> usize {
-        self.live.keys().count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Entries in the table as of its last walk, walked again when that is older than
+    /// [`COUNT_MAX_AGE_NS`]: the map has no count of its own.
+    pub fn entries(&mut self) -> usize {
+        let now = monotonic_ns();
+        match self.counted {
+            Some((n, at)) if now.saturating_sub(at) < COUNT_MAX_AGE_NS => n,
+            _ => {
+                let n = self.live.keys().count();
+                self.counted = Some((n, now));
+                n
+            }
+        }
     }
 
     /// Adds a socket the kernel has not seen bound (it was bound before the agent started,
@@ -87,12 +99,15 @@ impl LiveTable {
         &mut self,
         gone: impl Fn(&FileId, &LiveSock) -> bool,
     ) -> Result<usize, aya::maps::MapError> {
+        let mut walked = 0;
         let doomed: Vec<(FileId, LiveSock)> = self
             .live
             .iter()
             .filter_map(Result::ok)
+            .inspect(|_| walked += 1)
             .filter(|(file, entry)| gone(file, entry))
             .collect();
+        let walked_at = monotonic_ns();
         let mut removed = 0;
         for (file, entry) in doomed {
             if self
@@ -105,6 +120,7 @@ impl LiveTable {
             self.drop_name(entry.name_hash)?;
             removed += 1;
         }
+        self.counted = Some((walked - removed, walked_at));
         Ok(removed)
     }
 

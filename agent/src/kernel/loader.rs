@@ -259,6 +259,7 @@ impl Probes {
             names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
             pending: HashMap::try_from(pending).map_err(|_| LoadError::Map(maps::PENDING))?,
+            counted: None,
         })
     }
 

@@ -126,6 +126,6 @@ specs! {
     GUARD_STATE: Gauge "sockwatch_guard_state" ["state"] "Guard mode, one-hot: off (no watch has a policy), on, paused (SIGUSR1; SIGUSR2 resumes), unavailable (a policy is set but BPF LSM is not active or the unlink hook is not on the LSM tier: the agent observes only).";
     GUARD_DENIALS: Counter "sockwatch_guard_denials_total" ["policy", "watch"] "Removals of a live listener's file the guard refused with EPERM, by the policy that refused them.";
     GUARD_KERNEL: Counter "sockwatch_guard_kernel_decisions_total" ["decision"] "The guard's decisions in the kernel: denied (refused with EPERM), unknown (a socket file removed while the guard was on whose socket the live table did not hold, an unbound file or one lost to a full table: let through).";
-    MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map.";
+    MAP_ENTRIES: Gauge "sockwatch_map_entries" ["map"] "Entries in a kernel map, as its last walk counted them: each sweep walks it, and a scrape only when the last walk is 30 s old.";
     MAP_CAPACITY: Gauge "sockwatch_map_capacity" ["map"] "Capacity of a kernel map (entries).";
 }

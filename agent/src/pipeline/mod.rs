@@ -285,8 +285,8 @@ impl Pipeline {
     }
 
     /// The kernel's live table (None when replaying).
-    pub fn live_table(&self) -> Option<&LiveTable> {
-        self.live.as_ref()
+    pub fn live_table(&mut self) -> Option<&mut LiveTable> {
+        self.live.as_mut()
     }
 
     /// The latest verdicts, oldest first.
