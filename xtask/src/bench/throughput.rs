@@ -143,6 +143,14 @@ impl Throughput {
     pub fn at_50k(&self) -> Option<&Load> {
         self.steps.iter().find(|l| l.target == 50_000)
     }
+
+    /// The highest sustained step that reached its rate with no loss.
+    pub fn highest_lossless(&self) -> Option<&Load> {
+        self.steps
+            .iter()
+            .filter(|l| l.lost == 0 && l.exact && l.rate() >= 0.95 * l.target as f64)
+            .max_by_key(|l| l.target)
+    }
 }
 
 /// The throughput phase's agent, its events file followed, and where and with how many threads

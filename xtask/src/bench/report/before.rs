@@ -15,7 +15,7 @@ impl Before {
         Self::parse(&std::fs::read_to_string(path).ok()?)
     }
 
-    fn parse(text: &str) -> Option<Before> {
+    pub(super) fn parse(text: &str) -> Option<Before> {
         let revision = text
             .lines()
             .find_map(|l| l.strip_prefix("| sockwatch | "))?

@@ -29,17 +29,15 @@ pub fn render(s: &mut String, plan: &Plan, t: &Throughput) -> std::fmt::Result {
         yes(t.calibration.exact),
         1e3 / process::clock_ticks()
     )?;
-    render_steps(s, &t.steps)?;
+    render_steps(s, t)?;
     render_bursts(s, t)
 }
 
 /// The sustained steps, and the highest rate among them without loss.
-fn render_steps(s: &mut String, steps: &[Load]) -> std::fmt::Result {
+fn render_steps(s: &mut String, t: &Throughput) -> std::fmt::Result {
+    let steps = &t.steps;
     load_table(s, "events/s asked", steps)?;
-    let best = steps
-        .iter()
-        .filter(|l| l.lost == 0 && l.exact && l.rate() >= 0.95 * l.target as f64)
-        .max_by_key(|l| l.target);
+    let best = t.highest_lossless();
     writeln!(
         s,
         "Highest sustained rate with zero loss at the asked rate: **{}**.{}\n",
