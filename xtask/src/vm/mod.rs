@@ -310,7 +310,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
     let started = Instant::now();
     let deadline = started + timeout;
     let mut attempt = 1;
-    // Results of the boots a lockup ended, and the runs each was resumed from.
+    // Results of the boots an emulation fault ended, and the runs each was resumed from.
     let mut earlier = Counts::default();
     let mut resumed: Vec<Resumed> = Vec::new();
     loop {
