@@ -1,7 +1,7 @@
 //! Counters pushed on the event path: events, verdicts, connect errors, decode errors, scans.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::OnceLock};
 
-use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry};
 
 use super::{
     Metrics,
@@ -13,7 +13,12 @@ use crate::{
     engine::{Relation, StaleKind, Verdict, VerdictCounts},
     events::KernelEvent,
 };
-use agent_common::{EventKind, GuardPolicy};
+use agent_common::{EventKind, GuardPolicy, Tier};
+
+/// `sockwatch_events_total`'s series by kind and tier, each resolved at its first event: the
+/// vector's lookup hashes the label values under a lock, once per event otherwise. A series
+/// still appears only once its first event is counted.
+type EventSeries = [[OnceLock<IntCounter>; Tier::ALL.len()]; EventKind::ALL.len()];
 
 /// Scan durations: from a handful of sockets to a busy node's /proc walk.
 const SCAN_BUCKETS: &[f64] = &[
@@ -26,6 +31,7 @@ pub const PRUNED_TABLES: [&str; 3] = ["live", "tracked", "pending"];
 /// The pushed metrics, registered.
 pub(super) struct HotCounters {
     events: IntCounterVec,
+    event_series: EventSeries,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
     output_dropped: IntCounterVec,
@@ -58,6 +64,7 @@ impl HotCounters {
         .expect("valid spec");
         let hot = Self {
             events: counter(registry, &EVENTS),
+            event_series: Default::default(),
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
             output_dropped: counter(registry, &OUTPUT_DROPPED),
@@ -80,6 +87,11 @@ impl HotCounters {
         };
         hot.init_series();
         hot
+    }
+
+    fn events_of(&self, ev: &KernelEvent) -> IntCounter {
+        self.events
+            .with_label_values(&[ev.kind.name(), ev.tier.name()])
     }
 
     fn init_series(&self) {
@@ -135,8 +147,11 @@ impl Metrics {
     /// One decoded kernel event.
     pub fn event(&self, ev: &KernelEvent) {
         let hot = &self.hot;
-        hot.events
-            .with_label_values(&[ev.kind.name(), ev.tier.name()])
+        let kind = EventKind::ALL.iter().position(|k| *k == ev.kind);
+        let tier = Tier::ALL.iter().position(|t| *t == ev.tier);
+        let (k, t) = kind.zip(tier).expect("ALL lists every variant");
+        hot.event_series[k][t]
+            .get_or_init(|| hot.events_of(ev))
             .inc();
         if ev.kind == EventKind::Connect && ev.ret < 0 {
             hot.connect_errors
