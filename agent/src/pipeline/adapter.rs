@@ -6,18 +6,29 @@ use crate::{
     events::{EventLine, KernelEvent},
 };
 
-/// The engine input for one kernel event.
-pub fn to_input(line: &EventLine) -> Input {
-    let ev = &line.event;
+/// The engine input for one kernel event; its strings move into the input, uncopied.
+pub fn to_input(line: EventLine) -> Input {
+    let EventLine {
+        event: mut ev,
+        workload,
+        moved,
+    } = line;
     let ts_ns = ev.ts_ns;
-    let proc = acting_proc(line);
+    let (path, from_path) = (std::mem::take(&mut ev.path), ev.from_path.take());
+    let proc = Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: std::mem::take(&mut ev.comm),
+        cgroup_id: ev.cgroup_id,
+        workload,
+    };
     let file = FileId {
         dev: ev.dev,
         ino: ev.ino,
     };
     let fidelity = ev.fidelity;
     let exact = fidelity == Fidelity::Exact;
-    let live = kernel_decision(ev);
+    let live = kernel_decision(&ev);
     let seen = |yes: bool| (exact && yes).then_some(file);
     match ev.kind {
         EventKind::Bind => Input::Bind {
@@ -25,7 +36,7 @@ pub fn to_input(line: &EventLine) -> Input {
             proc,
             file,
             sock_ino: ev.sock_ino,
-            path: ev.path.clone(),
+            path,
         },
         EventKind::Listen => Input::Listen {
             ts_ns,
@@ -39,11 +50,13 @@ pub fn to_input(line: &EventLine) -> Input {
             file,
             sock_ino: ev.sock_ino,
         },
-        EventKind::Unlink | EventKind::Rename if ev.flags.denied => denied_input(ev, proc, file),
+        EventKind::Unlink | EventKind::Rename if ev.flags.denied => {
+            denied_input(&ev, proc, path, file)
+        }
         EventKind::Unlink => Input::Unlink {
             ts_ns,
             proc,
-            path: ev.path.clone(),
+            path,
             file: seen(ev.ino != 0),
             fidelity,
             live,
@@ -51,15 +64,15 @@ pub fn to_input(line: &EventLine) -> Input {
         EventKind::Rename => Input::Rename {
             ts_ns,
             proc,
-            moved: ev.from.or(line.moved),
-            from: ev.from_path.clone(),
-            to: ev.path.clone(),
+            moved: ev.from.or(moved),
+            from: from_path,
+            to: path,
             exchange: ev.flags.exchange,
             replaced: seen(ev.ino != 0),
             fidelity,
             live,
         },
-        EventKind::Connect => connect_input(ev, proc, file),
+        EventKind::Connect => connect_input(&ev, proc, path, file),
         EventKind::Fork => Input::Fork {
             ts_ns,
             parent: proc,
@@ -78,18 +91,6 @@ pub fn to_input(line: &EventLine) -> Input {
     }
 }
 
-/// The process behind a line, as the engine knows processes.
-fn acting_proc(line: &EventLine) -> Proc {
-    let ev = &line.event;
-    Proc {
-        tgid: ev.tgid,
-        pid: ev.pid,
-        comm: ev.comm.clone(),
-        cgroup_id: ev.cgroup_id,
-        workload: line.workload.clone(),
-    }
-}
-
 /// What the kernel decided about the live socket an unlink or rename removed. Only a
 /// positive kernel answer is trusted: a socket bound before the agent started may be
 /// missing from the kernel's table until the startup scan seeds it.
@@ -104,7 +105,7 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
 }
 
 /// A removal the guard refused: the kernel saw the listener it kept, so `live` is set.
-fn denied_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
+fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Input {
     let operation = match ev.kind {
         EventKind::Rename => RemovalOp::Rename,
         _ => RemovalOp::Unlink,
@@ -112,7 +113,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
     Input::Denied {
         ts_ns: ev.ts_ns,
         proc,
-        path: ev.path.clone(),
+        path,
         file,
         operation,
         policy: ev.guard_policy.unwrap_or(GuardPolicy::StaleOwner),
@@ -128,13 +129,13 @@ fn denied_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
 
 /// A refused (or counted) connect: what the kernel, or userspace completion, saw of its
 /// target.
-fn connect_input(ev: &KernelEvent, proc: Proc, file: FileId) -> Input {
+fn connect_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Input {
     let resolved = ev.ino != 0;
     let known = ev.flags.target_seen || ev.flags.resolved_in_userspace;
     Input::Connect {
         ts_ns: ev.ts_ns,
         proc,
-        path: ev.path.clone(),
+        path,
         errno: -ev.ret,
         target: resolved.then_some(file),
         target_nlink: resolved.then_some(ev.nlink),
@@ -151,7 +152,7 @@ mod tests {
     use agent_common::Owner;
 
     fn input(e: &KernelEvent) -> Input {
-        to_input(&EventLine {
+        to_input(EventLine {
             event: e.clone(),
             workload: None,
             moved: None,

@@ -83,11 +83,11 @@ impl Pipeline {
         if self.echo_events {
             self.out.write_event(&line)?;
         }
-        self.line(&line)
+        self.line(line)
     }
 
     /// Correlates one completed line (a live event's, or a recorded one).
-    pub fn line(&mut self, line: &EventLine) -> io::Result<()> {
+    pub fn line(&mut self, line: EventLine) -> io::Result<()> {
         self.input(&adapter::to_input(line))
     }
 

@@ -75,7 +75,7 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
                 line: line_no,
                 source,
             })?;
-        pipeline.line(&line).map_err(|source| ReplayError::Io {
+        pipeline.line(line).map_err(|source| ReplayError::Io {
             line: line_no,
             source,
         })?;
@@ -203,7 +203,7 @@ mod tests {
             JsonLines::new(Box::new(buf.clone())),
         );
         for line in [A_BINDS, A_LISTENS, B_UNLINKS] {
-            p.line(&serde_json::from_str(line).expect("event"))
+            p.line(serde_json::from_str(line).expect("event"))
                 .expect("applies");
         }
         p.tick(103).expect("tick");
