@@ -29,7 +29,7 @@ use crate::{
 mod payload;
 mod plan;
 mod qemu;
-mod resume;
+pub mod resume;
 
 use payload::{GO_LISTENER_GUEST, Payload};
 pub use plan::Plan;
@@ -178,15 +178,31 @@ fn by_release(var: &str, table: &[(&str, &str)]) -> String {
 
 /// One test binary's run in the guest, labelled `label`, with `env` (`VAR=value `) before it.
 fn test_run(test: &str, label: &str, env: &str) -> String {
+    run_lines(
+        label,
+        &format!(
+            "{env}SOCKWATCH_REQUIRE_TIERS=$REQUIRE SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
+             RUST_BACKTRACE=1 /tests/{test} --test-threads=1"
+        ),
+    )
+}
+
+/// `/init`'s lines for `command` as a run labelled `label`: its start and end on the console
+/// (where a [resume](resume) finds the run a fault ended), a failure failing the guest.
+pub fn run_lines(label: &str, command: &str) -> String {
     format!(
-        "echo \"SOCKWATCH-VM-RUN: {label}\"\n\
-         {env}SOCKWATCH_REQUIRE_TIERS=$REQUIRE SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
-         RUST_BACKTRACE=1 /tests/{test} --test-threads=1\n\
+        "echo \"{RUN_MARK}{label}\"\n\
+         {command}\n\
          rc=$?\n\
-         echo \"SOCKWATCH-VM-EXIT: {label} $rc\"\n\
+         echo \"{EXIT_MARK}{label} $rc\"\n\
          [ $rc -eq 0 ] || verdict=FAIL\n"
     )
 }
+
+/// The console line a run starts with, before its label.
+pub const RUN_MARK: &str = "SOCKWATCH-VM-RUN: ";
+/// The console line a run ends with, before its label and exit status.
+pub const EXIT_MARK: &str = "SOCKWATCH-VM-EXIT: ";
 
 /// Writes the guest's initramfs (busybox, sockwatch, the tests, their libraries, each kernel's
 /// [`modules`](Kernel::modules) under `/lib/modules/<release>/`, `/init`).
@@ -297,8 +313,15 @@ pub fn guest_name(kernel: &Kernel) -> String {
 
 /// Boots `kernel` with `initrd` under TCG, streams the serial console to
 /// `target/vm/<kernel>/console.log` and reads the verdict from it. A boot that hangs before
-/// `/init` runs is tried again, up to [`BOOT_ATTEMPTS`] boots within `timeout`.
-pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result<Outcome> {
+/// `/init` runs is tried again, up to [`BOOT_ATTEMPTS`] boots within `timeout`; a guest an
+/// emulation fault ended inside a run is [resumed](resume) from that run, at most `resumes`
+/// times.
+pub fn boot(
+    kernel: &Kernel,
+    initrd: &Path,
+    timeout: Duration,
+    resumes: u32,
+) -> anyhow::Result<Outcome> {
     let label = format!("vm {}", guest_name(kernel));
     let dir = cmd::target_dir()
         .join("vm")
@@ -330,7 +353,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
         }
         let mut counts = testrun::sum_results(&console.text);
         if let (Some(fault), Some(run)) = (console.emulation_fault(stop), &console.running)
-            && resumed.len() < resume::RESUMES as usize
+            && resumed.len() < resumes as usize
         {
             println!(
                 "xtask: {label}: a guest-kernel {} in {run} ({}); booting again from {run} \
@@ -338,7 +361,7 @@ pub fn boot(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow::Result
                 fault.kind,
                 fault.report,
                 resumed.len() + 1,
-                resume::RESUMES
+                resumes
             );
             writeln!(
                 log,
@@ -650,10 +673,10 @@ impl Console {
         } else {
             self.lockup = None;
         }
-        if let Some(run) = text.split("SOCKWATCH-VM-RUN: ").nth(1) {
+        if let Some(run) = text.split(RUN_MARK).nth(1) {
             self.running = Some(run.trim().to_owned());
         }
-        if text.contains("SOCKWATCH-VM-EXIT: ") {
+        if text.contains(EXIT_MARK) {
             self.running = None;
         }
         if let Some(r) = text.split("SOCKWATCH-VM-KERNEL: ").nth(1) {
@@ -781,7 +804,7 @@ fn boot_and_report(kernel: &Kernel, initrd: &Path, timeout: Duration) -> anyhow:
         "xtask: booting {} ({}) under QEMU/TCG",
         kernel.package, kernel.version
     );
-    let o = boot(kernel, initrd, timeout)?;
+    let o = boot(kernel, initrd, timeout, resume::RESUMES)?;
     if o.failure.is_some() {
         let log = fs::read_to_string(&o.log).unwrap_or_default();
         // One print: another guest's lines must not land inside this log.

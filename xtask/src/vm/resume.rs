@@ -15,7 +15,8 @@
 //! the kernel reporting a lockup (a test of ours stuck), or dies of any other Oops fails as
 //! before.
 
-/// Resumed boots per guest.
+/// Resumed boots per test guest (a bench guest, which attaches and detaches every tier many
+/// times over, has its own allowance).
 pub const RESUMES: u32 = 1;
 
 /// The kernel command-line parameter naming the run to resume from. Dotted, so the kernel

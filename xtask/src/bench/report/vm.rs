@@ -78,10 +78,31 @@ fn render_into(
 
 fn render_guest(s: &mut String, g: &GuestBench) -> std::fmt::Result {
     writeln!(s, "### Kernel {} ({} rounds)\n", g.release, g.rounds)?;
+    render_resumes(s, g)?;
     render_ratios(s, g)?;
     render_targets(s, g)?;
     render_programs(s, g)?;
     render_starts(s, g)
+}
+
+/// The boots an emulation fault ended: which runs were run again.
+fn render_resumes(s: &mut String, g: &GuestBench) -> std::fmt::Result {
+    if g.resumed.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<String> = g
+        .resumed
+        .iter()
+        .map(|(run, fault)| format!("`{run}` ({fault})"))
+        .collect();
+    writeln!(
+        s,
+        "The guest kernel died of an emulation fault {} time(s) (TCG, not sockwatch: see \
+         `xtask/src/vm/resume.rs`); each time the guest was booted again from the run it \
+         faulted in, which ran again whole: {}. Only runs that finished are counted.\n",
+        g.resumed.len(),
+        runs.join(", ")
+    )
 }
 
 /// Per round, `mode`'s ns for `op` over `off`'s, as added fractions (0.05 = +5 %).
@@ -236,6 +257,19 @@ mod tests {
         assert!(text.contains("| getppid ≤ +1.0 % | lsm | +2.0 % | **no** |"));
         assert!(text.contains("| lsm | `bind_lsm` | 10 | 1500 |"));
         assert!(text.contains("lsm 2.50 s;"));
+        assert!(!text.contains("emulation fault"));
+    }
+
+    #[test]
+    fn a_resumed_guest_says_which_runs_ran_again() {
+        let mut g = guest();
+        g.resumed.push(("round-1-lsm".into(), "int3 Oops"));
+        let text = render(&[g], "cargo xtask bench --vm 6.12", "2026-12-03");
+        assert!(text.contains(
+            "died of an emulation fault 1 time(s) (TCG, not sockwatch: see \
+             `xtask/src/vm/resume.rs`); each time the guest was booted again from the run it \
+             faulted in, which ran again whole: `round-1-lsm` (int3 Oops)."
+        ));
     }
 
     #[test]
