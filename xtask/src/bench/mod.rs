@@ -30,6 +30,7 @@ mod observer;
 mod overhead;
 mod plan;
 mod process;
+mod profile;
 mod report;
 mod stats;
 mod throughput;
@@ -79,7 +80,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         return run_vm(args, &output, started);
     }
     setup::setup(&setup::Wanted::default())?;
-    Apt::default().ensure_installed(&["bpftrace", "auditd"])?;
+    Apt::default().ensure_installed(&["bpftrace", "auditd", "linux-perf"])?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
     env::mount_tracefs()?;
     let env = Env::prepare()?;

@@ -16,6 +16,7 @@ use super::{
     log::progress,
     plan::{CYCLE_KINDS, Plan},
     process,
+    profile::{Profile, Recording},
 };
 
 /// Follows the events file: lines by kind (`verdict` for verdict lines).
@@ -128,7 +129,7 @@ impl Load {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Throughput {
     pub calibration: Load,
     pub steps: Vec<Load>,
@@ -136,6 +137,9 @@ pub struct Throughput {
     /// A burst made while the agent was stopped (SIGSTOP): what the ring buffer alone holds.
     pub ring: Load,
     pub verdicts: u64,
+    /// Where the agent's CPU went through one more step at 50,000 events/s, and that step
+    /// (under perf); why not, when perf could not profile it.
+    pub profile: Result<(Profile, Load), String>,
 }
 
 impl Throughput {
@@ -293,6 +297,8 @@ pub fn throughput(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Th
     };
     let calibration = meter.calibrate()?;
     let steps = steps(&mut meter, plan, started)?;
+    let profile = profiled(&mut meter, &env.root, plan.step_secs).map_err(|e| format!("{e:#}"));
+    progress(started, "agent profiled");
     // The ring alone: a burst of more records than it holds, with the agent stopped.
     let ring = meter.burst(plan.burst_start * 16, true)?;
     let bursts = bursts(&mut meter, plan)?;
@@ -305,5 +311,14 @@ pub fn throughput(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Th
         bursts,
         ring,
         verdicts,
+        profile,
     })
+}
+
+/// One more step at 50,000 events/s with `perf record` on the agent.
+fn profiled(meter: &mut Meter, dir: &Path, secs: f64) -> anyhow::Result<(Profile, Load)> {
+    let recording = Recording::start(meter.agent.pid(), dir)?;
+    let load = meter.sustained(50_000, secs);
+    let profile = recording.finish()?;
+    Ok((profile, load?))
 }

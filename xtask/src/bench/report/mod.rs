@@ -108,10 +108,22 @@ impl Report {
         if let Some(l) = &self.latency {
             latency::render(s, l)?;
         }
-        if let Some(o) = &self.overhead
-            && targets::overhead_missed(&targets)
-        {
+        let overhead = self
+            .overhead
+            .as_ref()
+            .filter(|_| targets::overhead_missed(&targets));
+        let agent_cpu = self.throughput.as_ref().and_then(|t| {
+            let us = t.at_50k()?.cpu_us_per_event()?;
+            (us > targets::AGENT_CPU_US).then_some((us, t))
+        });
+        if overhead.is_some() || agent_cpu.is_some() {
+            writeln!(s, "## Missed targets: the measured breakdown\n")?;
+        }
+        if let Some(o) = overhead {
             missed::render(s, o)?;
+        }
+        if let Some((us, t)) = agent_cpu {
+            missed::agent_cpu(s, us, t)?;
         }
         self.render_not_measured(s)
     }

@@ -7,6 +7,7 @@ use crate::bench::{
     log::Notes,
     overhead::Overhead,
     plan::{Op, Plan, Variant},
+    profile,
     throughput::{Load, Throughput},
 };
 
@@ -77,6 +78,7 @@ fn report() -> Report {
             bursts: vec![load(4_096, 0), load(8_192, 10)],
             ring: load(65_536, 1_000),
             verdicts: 0,
+            profile: Err("perf is not installed".into()),
         }),
         footprint: Some(Footprint {
             sockets: 10_000,
@@ -162,4 +164,37 @@ fn no_breakdown_when_the_overhead_targets_are_met() {
     }
     let text = r.render();
     assert!(!text.contains("## Missed targets"), "{text}");
+}
+
+#[test]
+fn the_agent_profile_splits_its_cpu_per_event_and_names_the_next_fix_when_missed() {
+    let mut r = report();
+    assert!(
+        r.render()
+            .contains("The agent's CPU was not profiled: perf is not installed.")
+    );
+    let t = r.throughput.as_mut().expect("throughput");
+    t.steps[1].cpu_secs = 0.10; // 2.00 µs per event at 50,000 events/s
+    let shares = "\
+    50.00%  1.00%  [.] sockwatch::engine::Engine::apply_into\n\
+    10.00%  1.00%  [.] sockwatch::events::json::write_line\n\
+     5.00%  5.00%  [.] malloc\n";
+    t.profile = Ok((
+        profile::parse("  2500  sockwatch\n", shares),
+        load(50_000, 0),
+    ));
+    let text = r.render();
+    for row in [
+        "50000 events/s, 0 lost), 2500 samples",
+        "| correlation engine (`Engine::apply_into`) | 50.0 % | 1.00 |",
+        "| event lines as JSON (`json::write_line`, `json::stamp`) | 10.0 % | 0.20 |",
+        "| records decoded (`decode::decode`) | not seen (inlined?) | — |",
+        "| the rest: the event loop, ring-buffer reads, timers, sweeps | 40.0 % | 0.80 |",
+        "The C library's allocator (malloc, free), which every stage calls, took 5.0 % itself.",
+        "**Agent CPU per event.** 2.00 µs at 50,000 events/s against 1.5 µs: the largest \
+         stage is the correlation engine (`Engine::apply_into`) at 50 % (1.00 µs per event); \
+         next: its socket table",
+    ] {
+        assert!(text.contains(row), "{row} in\n{text}");
+    }
 }

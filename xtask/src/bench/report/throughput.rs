@@ -5,6 +5,7 @@ use super::format::yes;
 use crate::bench::{
     plan::Plan,
     process,
+    profile::{Profile, STAGES},
     throughput::{Load, Throughput},
 };
 
@@ -30,6 +31,7 @@ pub fn render(s: &mut String, plan: &Plan, t: &Throughput) -> std::fmt::Result {
         1e3 / process::clock_ticks()
     )?;
     render_steps(s, t)?;
+    render_profile(s, t)?;
     render_bursts(s, t)
 }
 
@@ -57,6 +59,66 @@ fn render_steps(s: &mut String, t: &Throughput) -> std::fmt::Result {
             _ => String::new(),
         }
     )
+}
+
+/// Where the agent's CPU went at 50,000 events/s, stage by stage.
+fn render_profile(s: &mut String, t: &Throughput) -> std::fmt::Result {
+    let (p, load) = match &t.profile {
+        Ok(profiled) => profiled,
+        Err(why) => return writeln!(s, "The agent's CPU was not profiled: {why}.\n"),
+    };
+    let per_event = t.at_50k().and_then(Load::cpu_us_per_event);
+    writeln!(
+        s,
+        "**Where the agent's CPU goes** at 50,000 events/s: `perf record` (4,999 samples a \
+         second, call graphs unwound from DWARF) on the agent through one more step \
+         ({:.0} events/s, {} lost), {} samples. A stage's share is its own time and its \
+         callees' (the write's includes the kernel's side of it); its µs per event are that \
+         share of the {} the 50,000 events/s step above cost (without perf).\n",
+        load.rate(),
+        load.lost,
+        p.samples,
+        per_event.map_or("CPU per event".into(), |us| format!("{us:.2} µs per event"))
+    )?;
+    writeln!(
+        s,
+        "| stage | share of the agent's CPU | µs per event |\n| --- | ---: | ---: |"
+    )?;
+    for (stage, share) in STAGES.iter().zip(&p.stages) {
+        let (pct, us) = match (share, per_event) {
+            (Some(x), Some(us)) => (format!("{:.1} %", x * 100.0), format!("{:.2}", x * us)),
+            (Some(x), None) => (format!("{:.1} %", x * 100.0), "—".into()),
+            (None, _) => ("not seen (inlined?)".into(), "—".into()),
+        };
+        writeln!(s, "| {} | {pct} | {us} |", stage.name)?;
+    }
+    let rest = 1.0 - p.stages.iter().flatten().sum::<f64>();
+    writeln!(
+        s,
+        "| the rest: the event loop, ring-buffer reads, timers, sweeps | {:.1} % | {} |\n",
+        rest * 100.0,
+        per_event.map_or("—".into(), |us| format!("{:.2}", rest * us))
+    )?;
+    writeln!(
+        s,
+        "The C library's allocator (malloc, free), which every stage calls, took {:.1} % \
+         itself.\n",
+        p.allocator * 100.0
+    )
+}
+
+/// The largest stage of a profile, with what would make it cheaper.
+pub fn largest_stage(p: &Profile, per_event: f64) -> String {
+    match p.largest() {
+        Some((stage, share)) => format!(
+            "the largest stage is the {} at {:.0} % ({:.2} µs per event); next: {}",
+            stage.name,
+            share * 100.0,
+            share * per_event,
+            stage.next_fix
+        ),
+        None => "no stage of the event path was seen in the profile".into(),
+    }
 }
 
 /// The bursts with the agent running, where loss began, and the ring buffer alone.
