@@ -43,8 +43,9 @@ impl Engine {
             (Some(tgids), false) => tgids,
             (None, false) => return,
         };
-        // Whatever the kernel no longer has is closed.
-        let gone: Vec<FileId> = self
+        // Whatever the kernel no longer has is closed, in file order: the table is hashed, and
+        // the verdicts' order must not depend on its layout (a replay gives the same lines).
+        let mut gone: Vec<FileId> = self
             .sockets
             .iter()
             // Bound after the scan began: the scan could not have seen it.
@@ -52,6 +53,7 @@ impl Engine {
             .filter(|s| !self.held_by_any(s, unreadable))
             .map(|s| s.file)
             .collect();
+        gone.sort_unstable();
         for f in gone {
             self.release(f, ts_ns, None, CloseReason::Released, out);
         }

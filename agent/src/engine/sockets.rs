@@ -1,7 +1,7 @@
 //! The socket table: one entry per socket file, keyed by [`FileId`], with its indexes (path,
 //! socket inode, eviction order, open orphans, pending stale files) kept in step by routing
 //! every change through [`SocketTable::modify`].
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -189,9 +189,10 @@ pub struct Evicted(pub SocketState);
 
 #[derive(Debug)]
 pub struct SocketTable {
-    /// Boxed: a B-tree shifts its values within a node on every insert and removal, and
-    /// `modify` does both; a state is a few hundred bytes, a box one pointer.
-    entries: BTreeMap<FileId, Box<SocketState>>,
+    /// Hashed: every event looks its socket up here, and nothing walks the entries in order
+    /// (eviction goes by `lru`). Boxed: a resize moves a box, not a state of a few hundred
+    /// bytes.
+    entries: HashMap<FileId, Box<SocketState>>,
     by_path: BTreeMap<String, BTreeSet<FileId>>,
     by_sock: BTreeMap<u64, FileId>,
     lru: Lru,
@@ -258,7 +259,7 @@ impl Keys {
 impl SocketTable {
     pub fn new(max_entries: usize, max_history: usize) -> Self {
         Self {
-            entries: BTreeMap::new(),
+            entries: HashMap::new(),
             by_path: BTreeMap::new(),
             by_sock: BTreeMap::new(),
             lru: Lru::default(),
@@ -283,6 +284,7 @@ impl SocketTable {
         self.entries.get(file).map(|e| &**e)
     }
 
+    /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &SocketState> {
         self.entries.values().map(|e| &**e)
     }
