@@ -27,10 +27,10 @@ pub const STAGES: [Stage; 6] = [
     Stage {
         name: "correlation engine (`Engine::apply_into`)",
         symbols: &["sockwatch::engine::Engine::apply_into"],
-        next_fix: "its socket table keeps five B-tree indexes (by file, path, socket inode, \
-                   eviction order, owners) and a history per socket, several tree updates and \
-                   allocations per event: hashed point indexes, and the eviction order and \
-                   histories without a node per change",
+        next_fix: "beside its hashed socket entries it keeps B-tree indexes by path, socket \
+                   inode and eviction order, owner sets and a history per socket: several \
+                   tree updates and allocations per event, and once the table is full an \
+                   eviction per bind; fewer, allocation-free index updates per event",
     },
     Stage {
         name: "event lines as JSON (`json::write_line`, `json::stamp`)",

@@ -193,7 +193,7 @@ fn the_agent_profile_splits_its_cpu_per_event_and_names_the_next_fix_when_missed
         "The C library's allocator (malloc, free), which every stage calls, took 5.0 % itself.",
         "**Agent CPU per event.** 2.00 µs at 50,000 events/s against 1.5 µs: the largest \
          stage is the correlation engine (`Engine::apply_into`) at 50 % (1.00 µs per event); \
-         next: its socket table",
+         next: beside its hashed socket entries",
     ] {
         assert!(text.contains(row), "{row} in\n{text}");
     }
