@@ -80,8 +80,14 @@ impl Owners {
     pub fn add(&mut self, file: FileId, proc: &Proc, ts_ns: u64) {
         self.remember(proc, ts_ns);
         self.by_file.entry(file).or_default().insert(proc.tgid);
-        self.by_tgid.entry(proc.tgid).or_default().insert(file);
-        self.reclass(proc.tgid, None);
+        let files = self.by_tgid.entry(proc.tgid).or_default();
+        // An owner already (of any file) stays in the owners' eviction class, where
+        // `remember` just placed it: only a first file moves it.
+        let first = files.is_empty();
+        files.insert(file);
+        if first {
+            self.reclass(proc.tgid, None);
+        }
     }
 
     /// Empties the owner set of `file` (the socket was closed or forgotten).
@@ -156,8 +162,9 @@ impl Owners {
                 proc.tgid,
             );
             self.lru.remove(&key);
-            // A known process keeps its details unless this sighting is more informative.
-            if !proc.is_unknown() {
+            // A known process keeps its details unless this sighting is more informative
+            // (compared first: most sightings repeat them, and a clone allocates).
+            if !proc.is_unknown() && e.proc != *proc {
                 e.proc = proc.clone();
             }
             e.exited_ns = None;
@@ -226,6 +233,19 @@ impl Owners {
         }
         self.lru
             .insert((class_of(e, &self.by_tgid, tgid), e.touched_ns, tgid));
+    }
+}
+
+#[cfg(test)]
+impl Owners {
+    /// The eviction order holds each known process once, at the key its state gives.
+    pub fn assert_order_consistent(&self) {
+        let want: BTreeSet<(u8, u64, u32)> = self
+            .procs
+            .iter()
+            .map(|(&tgid, e)| (class_of(e, &self.by_tgid, tgid), e.touched_ns, tgid))
+            .collect();
+        assert_eq!(self.lru, want, "owners' eviction order");
     }
 }
 

@@ -324,6 +324,7 @@ proptest! {
             prop_assert!(s.owner_pairs <= LIMITS.max_sockets * LIMITS.max_procs, "{s:?}");
             prop_assert!(s.open_orphans <= s.live_sockets && s.live_sockets <= s.sockets);
             prop_assert!(s.pending_removals <= LIMITS.max_pending_removals, "{s:?}");
+            e.owners.assert_order_consistent();
             let (paths, socks, lru, pending) = e.sockets.index_sizes();
             prop_assert!(paths <= s.sockets * crate::engine::sockets::MAX_ALIASES);
             prop_assert!(socks <= s.sockets && lru == s.sockets && pending <= s.sockets);
