@@ -65,14 +65,14 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
 }
 
 /// Adds the fields every line of `run` carries to the JSON object `line` ends with, as
-/// `Stamped` serializes them: `schema`, `time` (`wall_ns`, nanoseconds since the Unix epoch)
-/// and `node`. The object's closing brace moves past them.
-pub fn stamp(line: &mut Vec<u8>, wall_ns: u64, node: &str) -> io::Result<()> {
+/// `Stamped` serializes them: `schema`, `time` (the wall-clock time, as [`wall::rfc3339`]
+/// formats it) and `node`. The object's closing brace moves past them.
+pub fn stamp(line: &mut Vec<u8>, time: &[u8; wall::RFC3339_LEN], node: &str) -> io::Result<()> {
     let closing = line.pop();
     debug_assert_eq!(closing, Some(b'}'), "a line is a JSON object");
     number(line, b",\"schema\":", SCHEMA)?;
     line.extend_from_slice(b",\"time\":\"");
-    line.extend_from_slice(&wall::rfc3339(wall_ns));
+    line.extend_from_slice(time);
     line.extend_from_slice(b"\",\"node\":");
     string(line, node)?;
     line.push(b'}');
@@ -272,7 +272,7 @@ mod tests {
             let line = EventLine { event, workload, moved };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
-            stamp(&mut ours, wall_ns, &node).expect("write to a Vec");
+            stamp(&mut ours, &wall::rfc3339(wall_ns), &node).expect("write to a Vec");
             let time = String::from_utf8(wall::rfc3339(wall_ns).to_vec()).expect("ASCII");
             let stamped = Stamped { line, schema: SCHEMA, time, node };
             let reference = serde_json::to_vec(&stamped).expect("serde");

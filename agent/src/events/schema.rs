@@ -261,21 +261,21 @@ fn notices() -> Vec<Notice> {
 fn written_event(line: &EventLine) -> Vec<u8> {
     let mut out = Vec::new();
     json::write_line(&mut out, line).expect("write to a Vec");
-    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    json::stamp(&mut out, &wall::rfc3339(WALL_NS), NODE).expect("write to a Vec");
     out
 }
 
 /// A verdict line as `run` writes it.
 fn written_verdict(v: &Verdict) -> Vec<u8> {
     let mut out = serde_json::to_vec(v).expect("serde");
-    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    json::stamp(&mut out, &wall::rfc3339(WALL_NS), NODE).expect("write to a Vec");
     out
 }
 
 /// A notice line as `run` writes it.
 fn written_notice(n: &Notice) -> Vec<u8> {
     let mut out = serde_json::to_vec(n).expect("serde");
-    json::stamp(&mut out, WALL_NS, NODE).expect("write to a Vec");
+    json::stamp(&mut out, &wall::rfc3339(WALL_NS), NODE).expect("write to a Vec");
     out
 }
 

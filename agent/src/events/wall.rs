@@ -24,6 +24,27 @@ pub fn rfc3339(wall_ns: u64) -> [u8; RFC3339_LEN] {
     out
 }
 
+/// [`rfc3339`] for a stream of times, most in the same second as the one before: the date
+/// and time of day are formatted again only when the second changes.
+#[derive(Debug, Default)]
+pub struct Rfc3339Cache {
+    secs: Option<u64>,
+    text: [u8; RFC3339_LEN],
+}
+
+impl Rfc3339Cache {
+    pub fn format(&mut self, wall_ns: u64) -> &[u8; RFC3339_LEN] {
+        let secs = wall_ns / NS_PER_SEC;
+        if self.secs == Some(secs) {
+            digits(&mut self.text[20..29], wall_ns % NS_PER_SEC);
+        } else {
+            self.text = rfc3339(wall_ns);
+            self.secs = Some(secs);
+        }
+        &self.text
+    }
+}
+
 /// Writes `n` into `out` in decimal, zero-padded to its length.
 fn digits(out: &mut [u8], mut n: u64) {
     for d in out.iter_mut().rev() {
@@ -97,6 +118,19 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_cache_formats_as_rfc3339_does(
+            start in any::<u64>(),
+            steps in proptest::collection::vec(0u64..3 * NS_PER_SEC, 1..50),
+        ) {
+            let mut cache = Rfc3339Cache::default();
+            let mut t = start;
+            for step in steps {
+                t = t.saturating_add(step);
+                prop_assert_eq!(cache.format(t), &rfc3339(t), "at {}", t);
+            }
+        }
+
         #[test]
         fn the_date_and_time_are_the_c_librarys(wall_ns in any::<u64>()) {
             let ours = text(wall_ns);

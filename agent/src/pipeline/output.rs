@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::{
     engine::Verdict,
-    events::{EventLine, json},
+    events::{EventLine, json, wall::Rfc3339Cache},
     pipeline::{notice::Notice, reconcile},
     text::{self, Format},
 };
@@ -36,6 +36,7 @@ const FLUSH_AT: usize = 64 * 1024;
 /// moves only when the wall clock is set or slewed: a suspend advances both clocks alike.
 pub struct Stamp {
     node: String,
+    clock: Rfc3339Cache,
     /// Realtime minus boottime (ns) for the lines of this batch; `None` until its first line.
     boot_to_wall_ns: Option<i64>,
 }
@@ -44,6 +45,7 @@ impl Stamp {
     pub fn new(node: String) -> Self {
         Self {
             node,
+            clock: Rfc3339Cache::default(),
             boot_to_wall_ns: None,
         }
     }
@@ -51,7 +53,7 @@ impl Stamp {
     /// Ends `line`, a JSON object, with the stamp of its boot-clock time `ts_ns`.
     fn close(&mut self, line: &mut Vec<u8>, ts_ns: u64) -> io::Result<()> {
         let wall_ns = self.wall_ns(ts_ns);
-        json::stamp(line, wall_ns, &self.node)
+        json::stamp(line, self.clock.format(wall_ns), &self.node)
     }
 
     /// The wall-clock time (ns since the epoch) of the boot-clock time `ts_ns`.
@@ -354,6 +356,7 @@ mod tests {
         disk.make_room(usize::MAX);
         let stamp = Stamp {
             node: node.into(),
+            clock: Rfc3339Cache::default(),
             boot_to_wall_ns: Some(1_796_232_000_000_000_000),
         };
         (disk.clone(), JsonLines::new(Box::new(disk)).stamped(stamp))
