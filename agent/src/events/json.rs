@@ -9,7 +9,10 @@ use agent_common::{FileId, Owner};
 
 use crate::events::{EventLine, decode::EventFlags, line::SCHEMA, wall};
 
-/// Writes `line` as serde would (`serde_json::to_writer`), without the newline.
+/// Writes `line` as serde would (`serde_json::to_writer`), without the newline. Never
+/// inlined: one call per event costs nothing, and a profile of the agent (`cargo xtask
+/// bench`) can then name this stage.
+#[inline(never)]
 pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
     let e = &line.event;
     out.write_all(b"{\"kind\":")?;
@@ -66,7 +69,9 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
 
 /// Adds the fields every line of `run` carries to the JSON object `line` ends with, as
 /// `Stamped` serializes them: `schema`, `time` (the wall-clock time, as [`wall::rfc3339`]
-/// formats it) and `node`. The object's closing brace moves past them.
+/// formats it) and `node`. The object's closing brace moves past them. Never inlined, as
+/// [`write_line`].
+#[inline(never)]
 pub fn stamp(line: &mut Vec<u8>, time: &[u8; wall::RFC3339_LEN], node: &str) -> io::Result<()> {
     let closing = line.pop();
     debug_assert_eq!(closing, Some(b'}'), "a line is a JSON object");

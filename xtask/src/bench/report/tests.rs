@@ -189,7 +189,7 @@ fn the_agent_profile_splits_its_cpu_per_event_and_names_the_next_fix_when_missed
         "| correlation engine (`Engine::apply_into`) | 50.0 % | 1.00 |",
         "| event lines as JSON (`json::write_line`, `json::stamp`) | 10.0 % | 0.20 |",
         "| records decoded (`decode::decode`) | not seen (inlined?) | — |",
-        "| the rest: the event loop, ring-buffer reads, timers, sweeps | 40.0 % | 0.80 |",
+        "| the rest: the event loop, ring-buffer reads, events to engine inputs, timers, sweeps | 40.0 % | 0.80 |",
         "The C library's allocator (malloc, free), which every stage calls, took 5.0 % itself.",
         "**Agent CPU per event.** 2.00 µs at 50,000 events/s against 1.5 µs: the largest \
          stage is the correlation engine (`Engine::apply_into`) at 50 % (1.00 µs per event); \

@@ -95,7 +95,7 @@ fn render_profile(s: &mut String, t: &Throughput) -> std::fmt::Result {
     let rest = 1.0 - p.stages.iter().flatten().sum::<f64>();
     writeln!(
         s,
-        "| the rest: the event loop, ring-buffer reads, timers, sweeps | {:.1} % | {} |\n",
+        "| the rest: the event loop, ring-buffer reads, events to engine inputs, timers, sweeps | {:.1} % | {} |\n",
         rest * 100.0,
         per_event.map_or("—".into(), |us| format!("{:.2}", rest * us))
     )?;
