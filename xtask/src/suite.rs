@@ -127,12 +127,14 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
 }
 
 fn clippy_host() -> anyhow::Result<()> {
-    // The eBPF crate only builds for the BPF target: it gets its own clippy below.
+    // The eBPF crates only build for the BPF target: they get their own clippy below.
     cmd::run(cmd::cargo().args([
         "clippy",
         "--workspace",
         "--exclude",
         "agent-ebpf",
+        "--exclude",
+        "floor-ebpf",
         "--all-targets",
         "--",
         "-D",
@@ -143,7 +145,7 @@ fn clippy_host() -> anyhow::Result<()> {
 fn clippy_ebpf() -> anyhow::Result<()> {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let mut c = cmd::cargo();
-        c.args(["+nightly", "clippy", "-p", "agent-ebpf"])
+        c.args(["+nightly", "clippy", "-p", "agent-ebpf", "-p", "floor-ebpf"])
             .args([
                 "--target",
                 "bpfel-unknown-none",
@@ -172,6 +174,8 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
         "--workspace",
         "--exclude",
         "agent-ebpf",
+        "--exclude",
+        "floor-ebpf",
         "--no-fail-fast",
     ])
     .env("SOCKWATCH_REQUIRE_TIERS", "tracepoint")

@@ -217,6 +217,13 @@ fn attach_program(
     load
 }
 
+/// Loads `prog` for `attach` and attaches it there, as [`attach_program`] does without the
+/// measuring: the bench's empty-program floor puts its programs where the agent's go this way.
+pub fn load_and_attach(prog: &mut Program, attach: Attach, btf: &Btf) -> Result<(), String> {
+    load_program(prog, attach, btf).map_err(|e| describe(&e))?;
+    attach_loaded(prog, attach).map_err(|e| describe(&e))
+}
+
 fn load_program(prog: &mut Program, attach: Attach, btf: &Btf) -> Result<(), ProgramError> {
     match attach {
         Attach::Fentry { function } => <&mut FEntry>::try_from(prog)?.load(function, btf),
