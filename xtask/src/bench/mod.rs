@@ -126,8 +126,9 @@ fn run_vm(args: &BenchArgs, output: &std::path::Path, started: Instant) -> anyho
     let (_, busybox) = ready.busybox.first().context("setup fetched no busybox")?;
     let guests = vm::run(&ready.kernels, busybox, args.rounds)?;
     let command = report::command_line(std::env::args().skip(1));
-    let section = report::vm::render(&guests, &command, &report::date());
     let old = fs::read_to_string(output).unwrap_or_default();
+    let before = report::vm::section(&old).and_then(report::vm::VmBefore::parse);
+    let section = report::vm::render(&guests, &command, &report::date(), before.as_ref());
     write_report(output, &report::vm::splice(&old, &section))?;
     println!(
         "bench: VM section written to {} in {:.0?}",

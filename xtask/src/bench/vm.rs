@@ -1,9 +1,10 @@
 //! `cargo xtask bench --vm SERIES`: the precise tiers, which this host cannot load, measured in
 //! a QEMU guest on Debian's kernel. The guest's `/init` runs the workload's `serve` pinned to
-//! vCPU 0 and the agent pinned to vCPU 1, and times every operation with no agent and under
-//! each tier in turn, the order of tiers rotated each round; then one pass per tier with
-//! `kernel.bpf_stats_enabled` on for each program's run count and time. It prints one console
-//! line per figure; the host reads them from the console log.
+//! vCPU 0 and the agent pinned to vCPU 1, and times every operation with no agent, under each
+//! tier in turn and under each tier's floor (`sockwatch-floor`: an empty program at every
+//! attach point of the tier), the order rotated each round; then one pass per tier and floor
+//! with `kernel.bpf_stats_enabled` on for each program's run count and time. It prints one
+//! console line per figure; the host reads them from the console log.
 //!
 //! Each round of a mode, and each per-program pass, is a run of the guest's (`SOCKWATCH-VM-RUN:`
 //! … `SOCKWATCH-VM-EXIT:`): a guest an emulation fault ends (TCG's stray `int3` after the
@@ -19,8 +20,25 @@ use crate::{
     vm::{self, INIT_PREAMBLE, resume},
 };
 
-/// No agent, then every tier, the precise ones first.
-pub const MODES: [&str; 5] = ["off", "lsm", "fentry", "kprobe", "tracepoint"];
+/// The agent's tiers (`--probe-mode`), the precise ones first.
+pub const TIERS: [&str; 4] = ["lsm", "fentry", "kprobe", "tracepoint"];
+/// No agent, every tier, and every tier's floor ([`floor`]).
+pub const MODES: [&str; 9] = [
+    "off",
+    "lsm",
+    "fentry",
+    "kprobe",
+    "tracepoint",
+    "floor-lsm",
+    "floor-fentry",
+    "floor-kprobe",
+    "floor-tracepoint",
+];
+
+/// The mode of `tier`'s floor: `sockwatch-floor`'s empty programs where the tier attaches.
+pub fn floor(tier: &str) -> String {
+    format!("floor-{tier}")
+}
 /// The operations and batch sizes of the host's overhead phase, half of each batch: TCG runs
 /// these syscalls 3–9× slower than this host does, and batches of a fifth (60–80 ms each)
 /// left interquartile ranges of ±30 points even for getppid.
@@ -59,12 +77,22 @@ pub struct GuestBench {
 /// Builds the release agent and workload, boots each kernel in turn (one guest at a time:
 /// the guest's two vCPUs take the host's two cores) and reads what it measured.
 pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<Vec<GuestBench>> {
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "agent",
+        "-p",
+        "bench",
+        "-p",
+        "floor",
+    ]))?;
     let release = cmd::target_dir().join("release");
     let initrd = cmd::target_dir().join("vm/bench-initrd.gz");
     let mut img = vm::base_image(kernels, busybox)?;
     img.executable("bin/sockwatch", &release.join("sockwatch"))?;
     img.executable("bin/sockwatch-bench", &release.join("sockwatch-bench"))?;
+    img.executable("bin/sockwatch-floor", &release.join("sockwatch-floor"))?;
     img.bytes("init", init_script(rounds), 0o755);
     vm::write_image(&img, &initrd)?;
     let mut out = Vec::new();
@@ -92,7 +120,7 @@ pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<
 }
 
 /// The guest's `/init`: the workload's `serve` on vCPU 0 behind two FIFOs, then `rounds`
-/// rounds of every mode in rotated order, then the per-program pass of each tier.
+/// rounds of every mode in rotated order, then the per-program pass of each tier and floor.
 fn init_script(rounds: usize) -> String {
     let mut s = format!("{INIT_PREAMBLE}{GUEST_FUNCTIONS}{}", resume::read_script());
     for r in 0..rounds {
@@ -127,9 +155,10 @@ fn ops_calls() -> String {
         .collect()
 }
 
-/// The guest's shell functions. `start` waits for the agent's "running;" and reports the
-/// seconds from spawn (`/proc/uptime`, 10 ms steps); each batch starts a second after the
-/// agent, so its start-up work is not charged to the batch.
+/// The guest's shell functions. `start` starts the agent, or under `floor-TIER` the floor,
+/// waits for its "running;" and reports the seconds from spawn (`/proc/uptime`, 10 ms steps);
+/// each batch starts a second after, so start-up work is not charged to the batch. The
+/// agent's programs are read from its descriptors; the floor reports its own on SIGINT.
 const GUEST_FUNCTIONS: &str = r#"verdict=PASS
 echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
 mkdir -p /tmp/b/w /tmp/b/u
@@ -140,7 +169,10 @@ AGENT=
 start() {
   : > /tmp/b/agent.log
   t0=$(cut -d' ' -f1 /proc/uptime)
-  taskset -c 1 /bin/sockwatch run --probe-mode $1 --events /tmp/b/events.jsonl --watch /tmp/b/w --listen 127.0.0.1:9464 > /dev/null 2> /tmp/b/agent.log &
+  case $1 in
+  floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-} > /tmp/b/floor.out 2> /tmp/b/agent.log & ;;
+  *) taskset -c 1 /bin/sockwatch run --probe-mode $1 --events /tmp/b/events.jsonl --watch /tmp/b/w --listen 127.0.0.1:9464 > /dev/null 2> /tmp/b/agent.log & ;;
+  esac
   AGENT=$!
   until grep -q "running;" /tmp/b/agent.log; do
     kill -0 $AGENT 2> /dev/null || { echo "SOCKWATCH-BENCH-ERROR: $1: the agent exited"; cat /tmp/b/agent.log; return 1; }
@@ -174,6 +206,14 @@ programs() {
   echo 1 > /proc/sys/kernel/bpf_stats_enabled
   start $1 || return 1
   ops stats $1
+  case $1 in floor-*)
+    stop
+    while read -r id name cnt ns; do
+      echo "SOCKWATCH-BENCH-PROG: $1 $id $name $cnt $ns"
+    done < /tmp/b/floor.out
+    echo 0 > /proc/sys/kernel/bpf_stats_enabled
+    return ;;
+  esac
   grep " bpf_prog_" /proc/kallsyms > /tmp/b/syms
   for f in /proc/$AGENT/fdinfo/*; do
     cnt=$(sed -n 's/^run_cnt:[[:space:]]*//p' $f)
@@ -254,10 +294,17 @@ mod tests {
         let rounds: Vec<&str> = s.lines().filter(|l| l.starts_with("round ")).collect();
         assert_eq!(rounds.len(), 2 * MODES.len());
         assert_eq!(rounds[0], "round 0 off");
-        assert_eq!(rounds[5], "round 1 lsm");
-        assert_eq!(rounds[9], "round 1 off");
+        assert_eq!(rounds[5], "round 0 floor-lsm");
+        assert_eq!(rounds[9], "round 1 lsm");
+        assert_eq!(rounds[17], "round 1 off");
         let programs: Vec<&str> = s.lines().filter(|l| l.starts_with("programs ")).collect();
-        assert_eq!(programs.len(), 4);
+        assert_eq!(programs.len(), 8);
+        assert_eq!(programs[4], "programs floor-lsm");
+        // A floor mode starts the floor for its tier, and reads the floor's own report.
+        assert!(s.contains("floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-}"));
+        assert!(s.contains(
+            "echo \"SOCKWATCH-BENCH-PROG: $1 $id $name $cnt $ns\"\n    done < /tmp/b/floor.out"
+        ));
         // Every step is a run a resumed boot can start again from.
         assert!(s.contains(
             "[ \"$resume\" != \"round-1-lsm\" ]; then\n\

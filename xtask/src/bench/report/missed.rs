@@ -10,6 +10,22 @@ use crate::bench::{
     throughput::Throughput,
 };
 
+/// The next fix for the tracepoint tier's programs: bind, the costliest, runs as a pair.
+const TRACEPOINT_FIX: &str = "bind is the costliest syscall, and runs two programs: the entry \
+    program reads the caller's sockaddr to keep only path binds and stashes the descriptor in \
+    the pending map for the exit program, which takes it back (a map insert and a delete per \
+    bind) before it resolves the socket; take the descriptor from the syscall's saved \
+    registers at the exit instead (`bpf_task_pt_regs`, 5.15+; `orig_x0` on arm64), one \
+    program per bind, the exit's own socket read doing the filtering";
+
+/// The next fix for the precise tiers' programs, which have no entry/exit pair to merge.
+pub const PRECISE_FIX: &str = "bind is the costliest program per run on every tier: beside \
+    its live-table entry it keeps a name index that only the tracepoint tier's unlink and \
+    rename filters read (a hash-map insert per bind, a delete per release), and it reads the \
+    boot clock and the cgroup id twice (for the entry, and again in `emit::reserve` for the \
+    record); keep the name index only where a tracepoint-tier unlink or rename hook is \
+    attached, and read each value once";
+
 pub fn render(s: &mut String, o: &Overhead) -> std::fmt::Result {
     let top: Vec<String> = sockwatch_steps(o)
         .into_iter()
@@ -27,7 +43,7 @@ pub fn render(s: &mut String, o: &Overhead) -> std::fmt::Result {
          Syscall by syscall (Go order), the largest additions are: {}. The workload \
          thread's CPU time grows {} (C order) and {} (Go order), against wall-clock ratios \
          of {} and {}. The costliest program runs (programs run at least 100 times): {}. \
-         Added per call against the programs' own run time: {}.\n",
+         Added per call against the programs' own run time: {}. Next fix: {TRACEPOINT_FIX}.\n",
         o.added_ns(Variant::Sockwatch, Op::Getppid)
             .map_or("?".into(), ns),
         if top.is_empty() {

@@ -1,10 +1,15 @@
 //! The report's VM section: every tier in a QEMU guest, written by `cargo xtask bench --vm` and
 //! kept as it is by a host run (and the other way round), between two markers.
+mod before;
+mod missed;
+
 use std::fmt::Write as _;
+
+pub use before::VmBefore;
 
 use crate::bench::{
     stats::{Spread, median},
-    vm::{GuestBench, MODES, OPS},
+    vm::{GuestBench, OPS, TIERS, floor},
 };
 
 const BEGIN: &str = "<!-- vm section: cargo xtask bench --vm -->";
@@ -15,6 +20,15 @@ const TARGETS: [(&[&str], f64); 2] = [
     (&["sockcycle", "sockcycle-go"], 0.03),
     (&["unlink", "getppid"], 0.01),
 ];
+/// The tiers the precise targets are for.
+const PRECISE: [&str; 3] = ["lsm", "fentry", "kprobe"];
+/// Every tier's added cost, and every program's run time, at most this multiple of the
+/// floor's (issue 12).
+const FLOOR_MULTIPLE: f64 = 2.0;
+/// The kernel keeps a program's own name to 15 bytes (`BPF_OBJ_NAME_LEN`): `/proc/kallsyms`
+/// names the agent's programs by their BTF function name, whole, and by that cut name where
+/// the object carried no BTF; the floor reports the names whole.
+const KERNEL_NAME_LEN: usize = 15;
 
 /// `doc` with its VM section replaced by `section` (appended when it has none).
 pub fn splice(doc: &str, section: &str) -> String {
@@ -37,10 +51,15 @@ fn without(doc: &str) -> String {
     }
 }
 
-/// The section for `guests`, run as `command` on `date`.
-pub fn render(guests: &[GuestBench], command: &str, date: &str) -> String {
+/// The section for `guests`, run as `command` on `date`; `before`, the section it replaces.
+pub fn render(
+    guests: &[GuestBench],
+    command: &str,
+    date: &str,
+    before: Option<&VmBefore>,
+) -> String {
     let mut s = String::new();
-    let _ = render_into(&mut s, guests, command, date);
+    let _ = render_into(&mut s, guests, command, date, before);
     s
 }
 
@@ -49,6 +68,7 @@ fn render_into(
     guests: &[GuestBench],
     command: &str,
     date: &str,
+    before: Option<&VmBefore>,
 ) -> std::fmt::Result {
     writeln!(s, "{BEGIN}\n## Every tier in a VM (QEMU/TCG)\n")?;
     writeln!(
@@ -62,27 +82,33 @@ fn render_into(
          times. The guest's `/init` runs the workload (`sockwatch-bench serve`) pinned to \
          vCPU 0 and the agent pinned to vCPU 1; each round times every operation with no \
          agent (`off`) and under each `--probe-mode` in turn, the order rotated each round, \
-         the agent started afresh for each tier and given a second before the batches. A \
-         ratio is taken per round against the same round's `off`; the tables give its \
-         median (p50) and interquartile range over the rounds. Batches: {}.\n",
+         the agent started afresh for each tier and given a second before the batches. \
+         Each round also times every operation under each tier's **floor** \
+         (`sockwatch-floor`: an empty program of the same kind at every attach point the \
+         tier uses, attached by the agent's own code), the unavoidable cost of the \
+         attachments. A ratio is taken per round against the same round's `off`; the \
+         tables give its median (p50) and interquartile range over the rounds. Batches: \
+         {}.\n",
         OPS.iter()
             .map(|(op, n)| format!("{op} × {n}"))
             .collect::<Vec<_>>()
             .join(", ")
     )?;
     for g in guests {
-        render_guest(s, g)?;
+        render_guest(s, g, before)?;
     }
     writeln!(s, "{END}")
 }
 
-fn render_guest(s: &mut String, g: &GuestBench) -> std::fmt::Result {
+fn render_guest(s: &mut String, g: &GuestBench, before: Option<&VmBefore>) -> std::fmt::Result {
     writeln!(s, "### Kernel {} ({} rounds)\n", g.release, g.rounds)?;
     render_resumes(s, g)?;
     render_ratios(s, g)?;
-    render_targets(s, g)?;
+    render_floor(s, g)?;
+    render_targets(s, g, before)?;
     render_programs(s, g)?;
-    render_starts(s, g)
+    render_starts(s, g)?;
+    missed::render(s, g)
 }
 
 /// The boots an emulation fault ended: which runs were run again.
@@ -126,9 +152,9 @@ fn render_ratios(s: &mut String, g: &GuestBench) -> std::fmt::Result {
     writeln!(
         s,
         "| operation | `off`, ns per op (p50) | {} |",
-        MODES[1..].join(" | ")
+        TIERS.join(" | ")
     )?;
-    writeln!(s, "| --- | ---: |{}", " ---: |".repeat(MODES.len() - 1))?;
+    writeln!(s, "| --- | ---: |{}", " ---: |".repeat(TIERS.len()))?;
     for (op, _) in OPS {
         let off: Vec<f64> = g
             .ops
@@ -137,7 +163,7 @@ fn render_ratios(s: &mut String, g: &GuestBench) -> std::fmt::Result {
             .map(|o| o.3)
             .collect();
         write!(s, "| {op} | {:.0} |", median(&off))?;
-        for mode in &MODES[1..] {
+        for mode in TIERS {
             match Spread::of(&added(g, op, mode)) {
                 Some(r) => write!(
                     s,
@@ -154,26 +180,156 @@ fn render_ratios(s: &mut String, g: &GuestBench) -> std::fmt::Result {
     writeln!(s)
 }
 
-fn render_targets(s: &mut String, g: &GuestBench) -> std::fmt::Result {
-    writeln!(s, "| target | tier | measured (p50) | met |")?;
-    writeln!(s, "| --- | --- | ---: | --- |")?;
+/// The tier's added cost for `op` as a multiple of its floor's (p50 over p50), if the floor
+/// added anything measurable: a floor at or below `off` has no multiple.
+fn floor_multiple(g: &GuestBench, op: &str, tier: &str) -> Option<(f64, f64, f64)> {
+    let sw = Spread::of(&added(g, op, tier))?.p50;
+    let fl = Spread::of(&added(g, op, &floor(tier)))?.p50;
+    (fl > 0.0).then(|| (sw, fl, sw / fl))
+}
+
+/// What each tier's floor adds, and the tier's cost as a multiple of it.
+fn render_floor(s: &mut String, g: &GuestBench) -> std::fmt::Result {
+    writeln!(
+        s,
+        "The floor: added per operation with only the empty programs attached (p50, IQR), \
+         and the tier's added cost as a multiple of its floor's (p50 over p50; none where \
+         the floor added nothing measurable):\n"
+    )?;
+    writeln!(s, "| operation | {} |", TIERS.map(floor).join(" | "))?;
+    writeln!(s, "| --- |{}", " ---: |".repeat(TIERS.len()))?;
+    for (op, _) in OPS {
+        write!(s, "| {op} |")?;
+        for tier in TIERS {
+            let Some(r) = Spread::of(&added(g, op, &floor(tier))) else {
+                write!(s, " — |")?;
+                continue;
+            };
+            let times = floor_multiple(g, op, tier)
+                .map_or_else(|| "no multiple".to_owned(), |m| format!("tier {:.1}×", m.2));
+            write!(
+                s,
+                " {} (IQR {} … {}); {times} |",
+                percent(r.p50),
+                percent(r.p25),
+                percent(r.p75)
+            )?;
+        }
+        writeln!(s)?;
+    }
+    writeln!(s)
+}
+
+/// One row of a guest's targets table.
+#[derive(Debug, PartialEq)]
+pub struct TargetRow {
+    pub target: String,
+    pub tier: &'static str,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// Every target this guest measured, in the table's order.
+fn targets(g: &GuestBench) -> Vec<TargetRow> {
+    let mut rows = Vec::new();
     for (ops, most) in TARGETS {
-        for mode in ["lsm", "fentry", "kprobe"] {
+        for tier in PRECISE {
             for op in ops {
-                let Some(r) = Spread::of(&added(g, op, mode)) else {
-                    continue;
-                };
-                writeln!(
-                    s,
-                    "| {op} ≤ {} | {mode} | {} | {} |",
-                    percent(most),
-                    percent(r.p50),
-                    if r.p50 <= most { "yes" } else { "**no**" }
-                )?;
+                if let Some(r) = Spread::of(&added(g, op, tier)) {
+                    rows.push(TargetRow {
+                        target: format!("{op} ≤ {}", percent(most)),
+                        tier,
+                        measured: percent(r.p50),
+                        met: r.p50 <= most,
+                    });
+                }
             }
         }
     }
+    for tier in TIERS {
+        for op in ["sockcycle", "sockcycle-go"] {
+            if let Some((sw, fl, times)) = floor_multiple(g, op, tier) {
+                rows.push(TargetRow {
+                    target: format!("{op} ≤ {FLOOR_MULTIPLE}× the floor"),
+                    tier,
+                    measured: format!("{} vs {} ({times:.1}×)", percent(sw), percent(fl)),
+                    met: times <= FLOOR_MULTIPLE,
+                });
+            }
+        }
+        if let Some((within, n, worst, most)) = programs_to_floor(g, tier) {
+            rows.push(TargetRow {
+                target: format!("every program ≤ {FLOOR_MULTIPLE}× its empty program"),
+                tier,
+                measured: format!("{within} of {n}; the most `{worst}` {most:.1}×"),
+                met: most <= FLOOR_MULTIPLE,
+            });
+        }
+    }
+    rows
+}
+
+fn render_targets(s: &mut String, g: &GuestBench, before: Option<&VmBefore>) -> std::fmt::Result {
+    match before {
+        Some(b) => {
+            writeln!(
+                s,
+                "| target | tier | measured (p50) | before ({}) | met |",
+                b.date
+            )?;
+            writeln!(s, "| --- | --- | ---: | ---: | --- |")?;
+        }
+        None => {
+            writeln!(s, "| target | tier | measured (p50) | met |")?;
+            writeln!(s, "| --- | --- | ---: | --- |")?;
+        }
+    }
+    for r in targets(g) {
+        let was = before.map(|b| format!(" {} |", b.measured(&g.release, &r.target, r.tier)));
+        writeln!(
+            s,
+            "| {} | {} | {} |{} {} |",
+            r.target,
+            r.tier,
+            r.measured,
+            was.as_deref().unwrap_or(""),
+            yes_no(r.met)
+        )?;
+    }
     writeln!(s)
+}
+
+fn yes_no(met: bool) -> &'static str {
+    if met { "yes" } else { "**no**" }
+}
+
+/// The ns per run of the floor's empty program standing for the agent's `program` on `tier`.
+fn floor_ns(g: &GuestBench, tier: &str, program: &str) -> Option<f64> {
+    let mode = floor(tier);
+    g.programs
+        .iter()
+        .find(|(m, name, _, _)| *m == mode && same_program(name, program))
+        .map(|p| p.3)
+}
+
+/// Whether the floor's `whole` name and the kernel's `named` are one program.
+fn same_program(whole: &str, named: &str) -> bool {
+    whole == named || (named.len() == KERNEL_NAME_LEN && whole.starts_with(named))
+}
+
+/// How many of `tier`'s programs that ran are within [`FLOOR_MULTIPLE`] of their empty
+/// program, of how many with a floor, and the one furthest from it.
+fn programs_to_floor(g: &GuestBench, tier: &str) -> Option<(usize, usize, String, f64)> {
+    let mut times: Vec<(&str, f64)> = g
+        .programs
+        .iter()
+        .filter(|p| p.0 == tier)
+        .filter_map(|(_, name, _, ns)| Some((name.as_str(), ns / floor_ns(g, tier, name)?)))
+        .collect();
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (worst, most) = *times.first()?;
+    let within = times.iter().filter(|t| t.1 <= FLOOR_MULTIPLE).count();
+    Some((within, times.len(), worst.to_owned(), most))
 }
 
 fn render_programs(s: &mut String, g: &GuestBench) -> std::fmt::Result {
@@ -183,26 +339,42 @@ fn render_programs(s: &mut String, g: &GuestBench) -> std::fmt::Result {
     writeln!(
         s,
         "Each program's run count and mean run time, from one more pass of every batch per \
-         tier with `kernel.bpf_stats_enabled` on (outside the timed rounds), busiest first:\n"
+         tier with `kernel.bpf_stats_enabled` on (outside the timed rounds), busiest first, \
+         beside the empty program at the same attach point (the same pass under the tier's \
+         floor):\n"
     )?;
-    writeln!(s, "| tier | program | runs | ns per run (TCG) |")?;
-    writeln!(s, "| --- | --- | ---: | ---: |")?;
-    let mut progs: Vec<&(String, String, u64, f64)> = g.programs.iter().collect();
+    writeln!(
+        s,
+        "| tier | program | runs | ns per run (TCG) | its empty program, ns per run | × |"
+    )?;
+    writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: |")?;
+    let mut progs: Vec<&(String, String, u64, f64)> = g
+        .programs
+        .iter()
+        .filter(|p| TIERS.contains(&p.0.as_str()))
+        .collect();
     progs.sort_by(|a, b| {
-        let pos = |m: &str| MODES.iter().position(|x| *x == m);
+        let pos = |m: &str| TIERS.iter().position(|x| *x == m);
         pos(&a.0)
             .cmp(&pos(&b.0))
             .then((b.2 as f64 * b.3).total_cmp(&(a.2 as f64 * a.3)))
     });
     for (mode, name, runs, ns) in progs {
-        writeln!(s, "| {mode} | `{name}` | {runs} | {ns:.0} |")?;
+        let (empty, times) = match floor_ns(g, mode, name) {
+            Some(f) => (format!("{f:.0}"), format!("{:.1}", ns / f)),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        writeln!(
+            s,
+            "| {mode} | `{name}` | {runs} | {ns:.0} | {empty} | {times} |"
+        )?;
     }
     writeln!(s)
 }
 
 fn render_starts(s: &mut String, g: &GuestBench) -> std::fmt::Result {
     write!(s, "Start-up, spawn → running (p50 over the tier's starts):")?;
-    for mode in &MODES[1..] {
+    for mode in TIERS {
         let t: Vec<f64> = g
             .starts
             .iter()
@@ -231,10 +403,20 @@ mod tests {
                 g.ops.push((r, "off".into(), op.into(), 1000.0));
                 g.ops
                     .push((r, "lsm".into(), op.into(), 1010.0 + r as f64 * 20.0));
+                g.ops.push((r, "floor-lsm".into(), op.into(), 1010.0));
             }
         }
         g.programs
             .push(("lsm".into(), "bind_lsm".into(), 10, 1500.0));
+        // The kernel names the agent's programs to 15 bytes, the floor reports them whole.
+        g.programs
+            .push(("lsm".into(), "conn_sendmsg_fe".into(), 4, 900.0));
+        g.programs
+            .push(("floor-lsm".into(), "conn_sendmsg_fexit".into(), 4, 300.0));
+        g.programs
+            .push(("lsm".into(), "release_fentry".into(), 8, 200.0));
+        g.programs
+            .push(("floor-lsm".into(), "release_fentry".into(), 8, 100.0));
         g.starts.push(("lsm".into(), 2.5));
         g
     }
@@ -249,22 +431,92 @@ mod tests {
 
     #[test]
     fn the_section_states_ratios_targets_programs_and_starts() {
-        let text = render(&[guest()], "cargo xtask bench --vm 6.12", "2026-12-03");
+        let text = render(
+            &[guest()],
+            "cargo xtask bench --vm 6.12",
+            "2026-12-03",
+            None,
+        );
         assert!(text.starts_with(BEGIN) && text.trim_end().ends_with(END));
         assert!(text.contains("TCG distorts absolute times"));
         assert!(text.contains("| getppid | 1000 | +2.0 % (IQR +1.5 % … +2.5 %) | — | — | — |"));
         assert!(text.contains("| sockcycle ≤ +3.0 % | lsm | +2.0 % | yes |"));
         assert!(text.contains("| getppid ≤ +1.0 % | lsm | +2.0 % | **no** |"));
-        assert!(text.contains("| lsm | `bind_lsm` | 10 | 1500 |"));
+        assert!(text.contains("| lsm | `bind_lsm` | 10 | 1500 | — | — |"));
+        assert!(text.contains("| lsm | `conn_sendmsg_fe` | 4 | 900 | 300 | 3.0 |"));
+        assert!(!text.contains("| floor-lsm | `conn_sendmsg_fexit`"));
+        // The floor added 1 % each round; lsm 1 % and 3 %: a p50 of 2 %, twice the floor's.
+        assert!(text.contains("| getppid | +1.0 % (IQR +1.0 % … +1.0 %); tier 2.0× | — | — | — |"));
+        assert!(
+            text.contains("| sockcycle ≤ 2× the floor | lsm | +2.0 % vs +1.0 % (2.0×) | yes |")
+        );
+        assert!(text.contains("| lsm | `release_fentry` | 8 | 200 | 100 | 2.0 |"));
+        assert!(text.contains(
+            "| every program ≤ 2× its empty program | lsm | 1 of 2; the most \
+             `conn_sendmsg_fe` 3.0× | **no** |"
+        ));
+        assert!(!text.contains("| sockcycle ≤ 2× the floor | fentry"));
+        // lsm misses getppid ≤ +1 %: the reason names the floor's share and the programs.
+        assert!(text.contains(
+            "- **lsm**: sockcycle +2.0 % (floor +1.0 %), sockcycle-go +2.0 % (floor +1.0 %), \
+             unlink +2.0 % (floor +1.0 %), getppid +2.0 % (floor +1.0 %); for unlink, \
+             getppid the empty programs alone add more than the target"
+        ));
+        assert!(text.contains(
+            "largest first: `conn_sendmsg_fe` 0.0 ms (3.0×), `release_fentry` 0.0 ms (2.0×)."
+        ));
+        assert!(text.contains("**Next fix (the precise tiers):** bind is the costliest"));
         assert!(text.contains("lsm 2.50 s;"));
         assert!(!text.contains("emulation fault"));
+    }
+
+    #[test]
+    fn the_previous_sections_figures_stand_beside_each_target() {
+        let old = render(
+            &[guest()],
+            "cargo xtask bench --vm 6.12",
+            "2026-12-03 10:00 UTC",
+            None,
+        );
+        let before = VmBefore::parse(section(&old).expect("a section")).expect("figures");
+        let mut g = guest();
+        for o in g.ops.iter_mut().filter(|o| o.1 == "lsm") {
+            o.3 += 5.0;
+        }
+        let text = render(
+            &[g],
+            "cargo xtask bench --vm 6.12",
+            "2026-12-04",
+            Some(&before),
+        );
+        assert!(
+            text.contains(
+                "| target | tier | measured (p50) | before (2026-12-03 10:00 UTC) | met |"
+            )
+        );
+        assert!(
+            text.contains("| sockcycle ≤ +3.0 % | lsm | +2.5 % | +2.0 % | yes |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_floor_that_added_nothing_gives_no_multiple() {
+        let mut g = guest();
+        for o in g.ops.iter_mut().filter(|o| o.1 == "floor-lsm") {
+            o.3 = 995.0;
+        }
+        assert_eq!(floor_multiple(&g, "sockcycle", "lsm"), None);
+        let text = render(&[g], "cargo xtask bench --vm 6.12", "2026-12-03", None);
+        assert!(text.contains("| getppid | -0.5 % (IQR -0.5 % … -0.5 %); no multiple |"));
+        assert!(!text.contains("× the floor |"));
     }
 
     #[test]
     fn a_resumed_guest_says_which_runs_ran_again() {
         let mut g = guest();
         g.resumed.push(("round-1-lsm".into(), "int3 Oops"));
-        let text = render(&[g], "cargo xtask bench --vm 6.12", "2026-12-03");
+        let text = render(&[g], "cargo xtask bench --vm 6.12", "2026-12-03", None);
         assert!(text.contains(
             "died of an emulation fault 1 time(s) (TCG, not sockwatch: see \
              `xtask/src/vm/resume.rs`); each time the guest was booted again from the run it \
