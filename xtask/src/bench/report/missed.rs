@@ -10,13 +10,14 @@ use crate::bench::{
     throughput::Throughput,
 };
 
-/// The next fix for the tracepoint tier's programs: bind, the costliest, runs as a pair.
-const TRACEPOINT_FIX: &str = "bind is the costliest syscall, and runs two programs: the entry \
-    program reads the caller's sockaddr to keep only path binds and stashes the descriptor in \
-    the pending map for the exit program, which takes it back (a map insert and a delete per \
-    bind) before it resolves the socket; take the descriptor from the syscall's saved \
+/// The next fix for the tracepoint tier's programs: bind, the costliest, and connect run as
+/// entry/exit pairs.
+const TRACEPOINT_FIX: &str = "bind (the costliest syscall) and connect each run two programs: \
+    the entry program reads the caller's sockaddr to keep only path sockets and stashes the \
+    call in the pending map for the exit program, which takes it back (a map insert and a \
+    delete per call) before it does the work; read the arguments from the syscall's saved \
     registers at the exit instead (`bpf_task_pt_regs`, 5.15+; `orig_x0` on arm64), one \
-    program per bind, the exit's own socket read doing the filtering";
+    program per call";
 
 /// The next fix for the precise tiers' programs, which have no entry/exit pair to merge.
 pub const PRECISE_FIX: &str = "bind is the costliest program per run on every tier: beside \
