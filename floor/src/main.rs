@@ -15,8 +15,7 @@ use aya::{Btf, Ebpf};
 use clap::Parser;
 use sockwatch::kernel::{
     attach::load_and_attach,
-    features::KernelFeatures,
-    preflight,
+    loader, preflight,
     probes::{Attach, PROBES, ProbeMode, ProgramSpec},
 };
 
@@ -57,10 +56,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // Blocked before anything attaches, so that a signal always ends in the report.
     let signals = block_stop_signals()?;
     preflight::prepare()?;
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-    let flavor = KernelFeatures::read()
-        .context("reading the kernel's BTF")?
-        .flavor();
+    let (btf, features) = loader::kernel_btf()?;
+    let flavor = features.flavor();
     let mut floors = Vec::new();
     for spec in programs_of(args.probe_mode) {
         let program = spec.name(flavor);

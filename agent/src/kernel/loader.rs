@@ -386,7 +386,7 @@ pub fn probe_support(
 }
 
 /// The kernel's BTF, read once: aya relocates against it, and the helper probes search it.
-fn kernel_btf() -> Result<(Btf, KernelFeatures), LoadError> {
+pub fn kernel_btf() -> Result<(Btf, KernelFeatures), LoadError> {
     let raw = std::fs::read(KERNEL_BTF).map_err(|error| {
         LoadError::Btf(aya::BtfError::FileError {
             path: KERNEL_BTF.into(),

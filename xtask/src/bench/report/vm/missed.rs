@@ -9,9 +9,10 @@ use crate::bench::{report::missed::PRECISE_FIX, stats::Spread};
 const SHOWN: usize = 4;
 
 pub fn render(s: &mut String, g: &GuestBench) -> std::fmt::Result {
+    let rows = targets(g);
     let missed: Vec<&str> = PRECISE
         .into_iter()
-        .filter(|tier| targets(g).iter().any(|r| r.tier == *tier && !r.met))
+        .filter(|tier| rows.iter().any(|r| r.tier == *tier && !r.met))
         .collect();
     if missed.is_empty() {
         return Ok(());
