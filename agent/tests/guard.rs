@@ -15,7 +15,7 @@ use agent_common::Tier;
 use common::{
     actor::Actor,
     agent::Agent,
-    go::{go_listen, go_or_skip, go_stop},
+    go::{GoDaemon, go_listen, go_or_skip, go_stop},
     *,
 };
 use serde_json::Value;
@@ -104,20 +104,19 @@ fn assert_nothing_refused(verdicts: &[Value]) {
     );
 }
 
-/// The Multus incident at `dir/multus.sock`: a Go daemon listens, its successor `b` removes
-/// the directory, re-creates it and listens there, then the Go daemon shuts down (its Close
-/// unlinks the path). Returns the Go daemon's pid and the successor's file.
-fn incident(go: &Path, dir: &Path, b: &mut Actor) -> (u32, (u64, u64)) {
+/// The Multus incident at `dir/multus.sock`: a Go daemon listens, its successor (the same Go
+/// daemon, `-rmdir`) removes the directory, re-creates it and listens there, then the old
+/// daemon shuts down (its Close unlinks the path). Returns the old daemon's pid, the
+/// successor's file and the successor, which serves until dropped.
+fn incident(go: &Path, dir: &Path) -> (u32, (u64, u64), GoDaemon) {
     std::fs::create_dir(dir).expect("mkdir");
     let sock = dir.join("multus.sock");
     let (mut old, mut out) = go_listen(go, &[], &sock);
-    b.must(&format!("rmtree {}", s(dir)));
-    b.must(&format!("mkdir {}", s(dir)));
-    b.must(&format!("listen-on {}", s(&sock)));
+    let new = GoDaemon::listen(go, &["-keep", "-rmdir"], &sock);
     let successor = stat_id(&sock);
     let old_pid = old.id();
     go_stop(&mut old, &mut out);
-    (old_pid, successor)
+    (old_pid, successor, new)
 }
 
 /// S1 with the guard on: the old daemon's Close is refused, the successor keeps its path and
@@ -134,10 +133,10 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     let (agent, addr) = start_listening(tmp.path(), &args);
     expect_log(&agent, "guard: on (top level stale_owner");
     assert_eq!(guard_state(addr, "on"), 1.0);
-    let (mut b, mut client) = (Actor::spawn(), Actor::spawn());
+    let mut client = Actor::spawn();
 
     let dir = tmp.path().join("multus");
-    let (old, successor) = incident(&go, &dir, &mut b);
+    let (old, successor, b) = incident(&go, &dir);
     let sock = dir.join("multus.sock");
     assert_eq!(
         stat_id(&sock),
@@ -148,7 +147,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     let d = agent.expect_verdict("the Close's unlink refused", |v| is(v, "unlink_denied"));
     assert_eq!(
         (tgid(&d, "actor"), tgid(&d, "victim")),
-        (u64::from(old), u64::from(b.pid)),
+        (u64::from(old), u64::from(b.pid())),
         "{d}"
     );
     assert_eq!(
@@ -163,7 +162,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     assert_eq!(d["path"], s(&sock), "{d}");
     assert_eq!(d["actor"]["comm"], "golistener", "{d}");
     let t = agent.expect_verdict("the successor's takeover", |v| is(v, "takeover"));
-    assert_eq!(tgid(&t, "remover"), u64::from(b.pid), "{t}");
+    assert_eq!(tgid(&t, "remover"), u64::from(b.pid()), "{t}");
     let denials = [("policy", "stale_owner")];
     assert_eq!(metric(addr, "sockwatch_guard_denials_total", &denials), 1.0);
     let kernel = [("decision", "denied")];
@@ -176,7 +175,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     expect_log(&agent, "guard: paused (signal)");
     assert_eq!(guard_state(addr, "paused"), 1.0);
     let paused_dir = tmp.path().join("paused");
-    let (old2, _) = incident(&go, &paused_dir, &mut b);
+    let (old2, _, _b2) = incident(&go, &paused_dir);
     assert!(
         !paused_dir.join("multus.sock").exists(),
         "paused, the Close unlinks the successor's socket as without the guard"
@@ -188,7 +187,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     signal(&agent, libc::SIGUSR2);
     expect_log(&agent, "guard: on (signal)");
     let resumed_dir = tmp.path().join("resumed");
-    let (old3, successor3) = incident(&go, &resumed_dir, &mut b);
+    let (old3, successor3, b3) = incident(&go, &resumed_dir);
     assert_eq!(stat_id(&resumed_dir.join("multus.sock")), successor3);
     agent.expect_verdict("the resumed guard's refusal", |v| {
         is(v, "unlink_denied") && tgid(v, "actor") == u64::from(old3)
@@ -203,7 +202,9 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     );
     let orphaned: Vec<(u64, u64)> = verdicts
         .iter()
-        .filter(|v| is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid))
+        .filter(|v| {
+            is(v, "orphan_opened") && [b.pid(), b3.pid()].contains(&(tgid(v, "owner") as u32))
+        })
         .map(file_of)
         .collect();
     assert!(
@@ -230,19 +231,19 @@ fn the_text_output_says_the_incident_was_prevented() {
         "text",
     ];
     let agent = Agent::start(tmp.path(), tmp.path(), &args);
-    let (mut b, mut client) = (Actor::spawn(), Actor::spawn());
+    let mut client = Actor::spawn();
     let dir = tmp.path().join("multus");
-    let (old, (dev, ino)) = incident(&go, &dir, &mut b);
+    let (old, (dev, ino), b) = incident(&go, &dir);
     let sock = dir.join("multus.sock");
     assert_eq!(client.must(&format!("connect {}", s(&sock))), "0");
     let want = format!(
         "UNLINK DENIED: golistener (pid {old}) tried to remove {} (inode {dev}:{ino}), the file \
-         of the listening socket of actor (pid {}); the guard refused it with EPERM (policy \
+         of the listening socket of golistener (pid {}); the guard refused it with EPERM (policy \
          stale_owner: the remover's own listener at this path had already been replaced), so \
          the listener stays reachable; fix the remover: call SetUnlinkOnClose(false) or remove \
          only your own inode.",
         s(&sock),
-        b.pid
+        b.pid()
     );
     agent.expect_text("the denial sentence", |l| l.ends_with(&want));
     let lines = agent.stop_text();
@@ -465,9 +466,8 @@ fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
     );
     assert_eq!(guard_state(addr, "unavailable"), 1.0);
     assert_eq!(guard_state(addr, "on"), 0.0);
-    let mut b = Actor::spawn();
     let dir = tmp.path().join("multus");
-    let (old, _) = incident(&go, &dir, &mut b);
+    let (old, _, _b) = incident(&go, &dir);
     assert!(
         !dir.join("multus.sock").exists(),
         "nothing is refused: the incident happens"

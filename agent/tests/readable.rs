@@ -9,7 +9,7 @@ use std::{net::SocketAddr, path::Path, process::Command};
 use common::{
     actor::Actor,
     agent::{Agent, sockwatch_bin},
-    go::{go_listen, go_or_skip, go_stop},
+    go::{GoDaemon, go_listen, go_or_skip, go_stop},
     *,
 };
 use sockwatch::{attribution::Attributor, engine::Proc};
@@ -40,6 +40,7 @@ fn named(pid: u32, comm: &str) -> String {
         comm: comm.into(),
         cgroup_id: 0,
         workload: Attributor::default().workload(pid),
+        exe: None,
     })
 }
 
@@ -138,11 +139,9 @@ fn s1_sentences_and_the_timeline_explain_tells() {
     let old_pid = old.id();
     let old_name = named(old_pid, "golistener");
     let old_file = inode(stat_id(&sock));
-    let mut b = Actor::spawn();
-    let b_name = actor_named(&mut b);
-    b.must(&format!("rmtree {}", s(&dir)));
-    b.must(&format!("mkdir {}", s(&dir)));
-    b.must(&format!("listen-on {}", s(&sock)));
+    // The successor: the same Go daemon, whose start-up removes the socket's directory.
+    let b = GoDaemon::listen(&go, &["-keep", "-rmdir"], &sock);
+    let b_name = named(b.pid(), "golistener");
     let new_file = inode(stat_id(&sock));
     go_stop(&mut old, &mut out);
     let sock = s(&sock);
@@ -153,8 +152,8 @@ fn s1_sentences_and_the_timeline_explain_tells() {
             "TAKEOVER: {b_name} removed {sock} (inode {old_file}), the file of the live socket \
              of {old_name}, and bound a new socket there (inode {new_file}) "
         ),
-        " later: a healthy rollout, nothing to fix; the old listener should close as its \
-         process shuts down.",
+        " later: a healthy rollout of the same workload, nothing to fix; the old listener \
+         should close as its process shuts down.",
     );
     assert!(
         takeover.starts_with(&healthy_start) && takeover.ends_with(healthy_end),
@@ -225,7 +224,7 @@ fn s1_sentences_and_the_timeline_explain_tells() {
         (1, 1),
         "{lines:#?}"
     );
-    assert_explained_by_a_scan(sock, &new_file, b.pid);
+    assert_explained_by_a_scan(sock, &new_file, b.pid());
 }
 
 /// With the agent gone, `explain` scans the node: no history, but the orphaned listener at

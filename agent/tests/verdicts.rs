@@ -127,28 +127,28 @@ fn s1_go_listener_close_unlinks_successor() {
     let sock = dir.join("multus.sock");
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let (mut old, mut out) = go_listen(&go, &[], &sock);
-    let mut b = Actor::spawn();
-    b.must(&format!("rmtree {}", s(&dir)));
-    b.must(&format!("mkdir {}", s(&dir)));
-    b.must(&format!("listen-on {}", s(&sock)));
+    // The successor: the same Go daemon, whose start-up removes the socket's directory.
+    let (mut new, mut new_out) = go_listen(&go, &["-keep", "-rmdir"], &sock);
+    let b_pid = new.id();
     go_stop(&mut old, &mut out);
     assert!(!sock.exists(), "Go's Close unlinked the successor's socket");
 
     let t = agent.expect_verdict("B's takeover", |v| is(v, "takeover"));
     assert_eq!(
         (tgid(&t, "remover"), tgid(&t, "predecessor")),
-        (u64::from(b.pid), u64::from(old.id())),
+        (u64::from(b_pid), u64::from(old.id())),
         "{t}"
     );
     let v = agent.expect_verdict("Go's foreign unlink", |v| {
         is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old.id())
     });
-    assert_eq!(tgid(&v, "victim"), u64::from(b.pid), "{v}");
+    assert_eq!(tgid(&v, "victim"), u64::from(b_pid), "{v}");
     assert_eq!(v["actor"]["comm"], "golistener");
     let orphan = agent.expect_verdict("B orphaned", |v| {
-        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b.pid)
+        is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b_pid)
     });
     assert_eq!(orphan["cause"], "unlinked", "{orphan}");
+    go_stop(&mut new, &mut new_out);
     let verdicts = agent.stop();
     let foreign = verdicts.iter().filter(|v| is(v, "foreign_unlink")).count();
     assert_eq!(

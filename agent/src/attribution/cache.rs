@@ -22,6 +22,8 @@ struct Entry {
     /// Insertion number: the key in `Attributor::order`.
     seq: u64,
     workload: Option<Workload>,
+    /// The executable and the command name it was read under (an exec changes both).
+    exe: Option<(String, Option<String>)>,
 }
 
 /// Attributes processes to workloads, caching one answer per tgid.
@@ -93,6 +95,24 @@ impl Attributor {
         workload
     }
 
+    /// The executable of process `tgid`, whose thread reported `comm`: read once per
+    /// program the process runs (a changed command name means an exec, so it is read again).
+    /// `None` for a vanished process or an unreadable link.
+    pub fn exe(&mut self, tgid: u32, comm: &str) -> Option<String> {
+        if let Some((seen, exe)) = self.entries.get(&tgid).and_then(|e| e.exe.as_ref())
+            && seen == comm
+        {
+            return exe.clone();
+        }
+        let exe = procfs::read_link_bytes(&procfs::pid_path(&self.proc_root, tgid, "exe"))
+            .ok()
+            .map(|b| exe_name(&b));
+        if let Some(entry) = self.entries.get_mut(&tgid) {
+            entry.exe = Some((comm.to_owned(), exe.clone()));
+        }
+        exe
+    }
+
     /// Drops what is known of `tgid` (on its exit).
     pub fn forget(&mut self, tgid: u32) {
         if let Some(entry) = self.entries.remove(&tgid) {
@@ -127,7 +147,14 @@ impl Attributor {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, tgid);
-        self.entries.insert(tgid, Entry { seq, workload });
+        self.entries.insert(
+            tgid,
+            Entry {
+                seq,
+                workload,
+                exe: None,
+            },
+        );
     }
 
     /// Sets namespace, pod name and owner from the pod log root, if the pod is there.
@@ -142,4 +169,11 @@ impl Attributor {
             .then(|| workload_name(&pod.pod_name).map(str::to_owned))
             .flatten();
     }
+}
+
+/// An executable's path as `/proc/PID/exe` reads, without the ` (deleted)` the kernel adds
+/// once the file was replaced (a package upgrade under a running daemon).
+fn exe_name(link: &[u8]) -> String {
+    let link = link.strip_suffix(b" (deleted)").unwrap_or(link);
+    String::from_utf8_lossy(link).into_owned()
 }

@@ -8,8 +8,9 @@
 //! Sockets are known by their file's [`FileId`] (S13, S14); paths are display only, plus an
 //! index of the paths that currently resolve to each file for the path-only tier.
 //!
-//! A foreign unlink waits up to the takeover window for its remover's bind at the same path
-//! (`takeover.rs`); time passes only with the inputs' timestamps ([`Input::Tick`] when nothing
+//! A foreign unlink waits up to the takeover window for a bind at the same path
+//! (`takeover.rs`): the victim's own workload serving it again is a takeover, another
+//! workload a hijack (`workload.rs`); time passes only with the inputs' timestamps ([`Input::Tick`] when nothing
 //! else happens), and [`Engine::flush`] decides what still waits at the end of the input.
 //!
 //! What the engine assumes of its inputs (the adapter's side of the contract):
@@ -35,6 +36,7 @@ pub mod sockets;
 pub mod stats;
 mod takeover;
 pub mod verdict;
+mod workload;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +50,7 @@ pub use model::{
 pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};
 pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts};
 pub use verdict::{CloseReason, DecidedBy, OrphanCause, Relation, StaleKind, Verdict};
+pub use workload::{HandOver, ServedBy, same_workload};
 
 use owners::Owners;
 use removal::Rename;

@@ -16,6 +16,11 @@ pub struct Proc {
     pub cgroup_id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
+    /// The executable, as `/proc/PID/exe` named it when the process bound a socket (in its
+    /// own mount namespace; ` (deleted)` dropped). Known for binders only: it tells a
+    /// successor of the same program from another program (see `engine::workload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
 }
 
 impl Proc {
@@ -31,6 +36,17 @@ impl Proc {
     /// True when nothing but the tgid is known.
     pub fn is_unknown(&self) -> bool {
         self.comm.is_empty() && self.cgroup_id == 0 && self.workload.is_none()
+    }
+
+    /// Whether `sighting` says more than, or otherwise than, `self`: a sighting without an
+    /// executable (any event but a bind) keeps the one known.
+    pub fn differs_from(&self, sighting: &Proc) -> bool {
+        self.tgid != sighting.tgid
+            || self.pid != sighting.pid
+            || self.comm != sighting.comm
+            || self.cgroup_id != sighting.cgroup_id
+            || self.workload != sighting.workload
+            || (sighting.exe.is_some() && self.exe != sighting.exe)
     }
 }
 

@@ -164,8 +164,12 @@ impl Owners {
             self.lru.remove(&key);
             // A known process keeps its details unless this sighting is more informative
             // (compared first: most sightings repeat them, and a clone allocates).
-            if !proc.is_unknown() && e.proc != *proc {
-                e.proc = proc.clone();
+            if !proc.is_unknown() && e.proc.differs_from(proc) {
+                let exe = proc.exe.clone().or_else(|| e.proc.exe.take());
+                e.proc = Proc {
+                    exe,
+                    ..proc.clone()
+                };
             }
             e.exited_ns = None;
             e.touched_ns = e.touched_ns.max(ts_ns);

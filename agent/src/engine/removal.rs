@@ -3,7 +3,9 @@ use super::{
     DecidedBy, Engine, Verdict,
     model::{Fidelity, FileId, LiveAtUnlink, Proc},
     sockets::{HistoryEvent, Orphan, Removal, RemovalHow, SocketState},
+    takeover::Successor,
     verdict::{CloseReason, OrphanCause, Relation},
+    workload::HandOver,
 };
 
 /// Which tracked socket file a path operation named.
@@ -97,10 +99,22 @@ impl Engine {
                 Target::Untracked(_) | Target::NotFound => {}
             }
         }
-        // A socket moved over another (S5's atomic replace) is named by `replaced`.
-        let replaced_one = out[start..]
-            .iter()
-            .any(|v| matches!(v, Verdict::Replaced { .. }));
+        // A socket moved over another (S5's atomic replace, S23's hand-over) is named by the
+        // removal's verdict.
+        let replaced_one = out[start..].iter().any(|v| {
+            matches!(
+                v,
+                Verdict::Replaced { .. }
+                    | Verdict::Takeover {
+                        how: HandOver::Rename,
+                        ..
+                    }
+                    | Verdict::Hijack {
+                        how: HandOver::Rename,
+                        ..
+                    }
+            )
+        });
         if let Some(f) = source {
             let from = self.known_path(f, r.from);
             let report = !replaced_one;
@@ -328,7 +342,12 @@ impl Engine {
             self.mark_removed(file, ts_ns, actor, removal_how, None);
             return;
         }
-        if matches!(how, How::Unlink) && live.and_then(|l| l.links).is_some_and(|n| n > 1) {
+        // Another name of a file whose path is gone already (HAProxy's `.bak` link of the
+        // socket it renamed over): its loss was reported then, and no path leads to it now.
+        // (A scan's finding names no remover: the removal's own event may still follow it.)
+        let gone_already = s.removed.as_ref().is_some_and(|r| r.by.is_some());
+        let more_names = live.and_then(|l| l.links).is_some_and(|n| n > 1);
+        if matches!(how, How::Unlink) && (more_names || gone_already) {
             self.remove_link(ts_ns, actor, path, file);
             return;
         }
@@ -364,8 +383,32 @@ impl Engine {
                 self.hold_removal(facts, out);
             }
             How::Unlink => self.report_foreign_unlink(facts, ts_ns, out),
-            How::Rename { new_file } => self.report_replaced(facts, new_file, foreign, out),
+            How::Rename { new_file } => match self.live_successor(new_file, &facts) {
+                Some((proc, sock_ino, new_file)) => {
+                    let successor = Successor {
+                        ts_ns,
+                        proc: &proc,
+                        path,
+                        file: new_file,
+                        sock_ino,
+                    };
+                    self.serve_again(facts, &successor, HandOver::Rename, out);
+                }
+                None => self.report_replaced(facts, new_file, foreign, out),
+            },
         }
+    }
+
+    /// The live socket a rename moved over a removed one, with its owner: the path is
+    /// served again at once (S23). `None` for a file that is no live socket.
+    fn live_successor(
+        &self,
+        new_file: Option<FileId>,
+        facts: &RemovalFacts,
+    ) -> Option<(Proc, u64, FileId)> {
+        let f = new_file.filter(|f| *f != facts.file)?;
+        let s = self.sockets.get(&f).filter(|s| s.is_live())?;
+        Some((self.victim(s, None), s.sock_ino, f))
     }
 
     /// A rename-over is reported at once: the file moved into place serves the path already.

@@ -109,9 +109,11 @@ pub enum HistoryEvent {
     ForeignUnlink,
     /// A removal the guard refused: the file stayed.
     RemovalDenied,
-    /// Removed by a successor that bound the path again.
+    /// Removed, and the path served again by the owner's workload.
     TakenOver,
-    /// Bound at a path whose previous socket it (or its cgroup or pod) had just removed.
+    /// Removed, and the path served again by another workload.
+    Hijacked,
+    /// Bound (or renamed into place) at a path whose previous socket had just been removed.
     TookOver,
     Replaced,
     Moved,

@@ -1,11 +1,14 @@
 //! A foreign removal of a live socket's file that may be a takeover: a rolling restart's
-//! successor removes its predecessor's socket and binds the path again at once (S1, S22).
+//! successor removes its predecessor's socket and binds the path again at once (S1, S22), or
+//! kubelet empties its plugin directory and each plugin binds its own path again (S24).
 //!
-//! Such a removal waits, at most the takeover window, for a bind at the same path by the
-//! remover, its cgroup or its pod: then it is a [`Verdict::Takeover`] and the predecessor's
-//! listener a `taken_over` orphan. Otherwise it is the foreign unlink it looked like, with its
-//! own time, reported when the window ends (by the time of any later input), when the remover
-//! exits, or when the bounded queue pushes it out.
+//! Such a removal waits, at most the takeover window, for a bind at the same path. Who binds
+//! decides (`workload.rs`): the victim's own workload makes it a [`Verdict::Takeover`] and the
+//! victim's listener a `taken_over` orphan; another workload a [`Verdict::Hijack`]. Nobody
+//! binding makes it the foreign unlink it looked like, with its own time, reported when the
+//! window ends (by the time of any later input), when the remover exits, or when the bounded
+//! queue pushes it out. A rename of a live socket over the file is decided the same way, at
+//! once (S23, `removal.rs`).
 use std::collections::VecDeque;
 
 use super::{
@@ -14,6 +17,7 @@ use super::{
     removal::RemovalFacts,
     sockets::{HistoryEvent, Orphan},
     verdict::OrphanCause,
+    workload::{self, HandOver, Outcome, Parties, ServedBy},
 };
 
 /// One removal waiting for its successor.
@@ -64,23 +68,16 @@ impl PendingRemovals {
     }
 }
 
-/// The root cgroup's id on cgroup v2: every process outside a service or container shares it,
-/// so it says nothing about who belongs together.
-const ROOT_CGROUP: u64 = 1;
-
-/// How a successor relates to the remover, when close enough for a takeover.
+/// How a successor relates to the remover, when close enough to call it the remover's own.
 fn successor_relation(remover: &Proc, successor: &Proc) -> Option<Relation> {
-    if remover.tgid == successor.tgid {
-        return Some(Relation::SameProcess);
+    if !workload::close_to_remover(remover, successor) {
+        return None;
     }
-    if remover.cgroup_id > ROOT_CGROUP && remover.cgroup_id == successor.cgroup_id {
-        return Some(Relation::SameCgroup);
-    }
-    let pod = |p: &Proc| p.workload.as_ref().and_then(|w| w.pod_uid.clone());
-    match (pod(remover), pod(successor)) {
-        (Some(a), Some(b)) if a == b => Some(Relation::SamePod),
-        _ => None,
-    }
+    Some(match Relation::between(remover, successor) {
+        Relation::SameProcess => Relation::SameProcess,
+        r if remover.cgroup_id == successor.cgroup_id && r == Relation::SameCgroup => r,
+        _ => Relation::SamePod,
+    })
 }
 
 /// The new socket a successor bound.
@@ -142,13 +139,12 @@ impl Engine {
         })
     }
 
-    /// A bind at a path whose live socket the binder (or its cgroup or pod) removed within
-    /// the window: the earliest such removal becomes a takeover.
+    /// A bind at a path whose live socket was removed within the window: the earliest such
+    /// removal is served again, by the victim's workload or by another.
     pub(super) fn take_over(&mut self, new: &Successor<'_>, out: &mut Vec<Verdict>) {
         let matches = |p: &Pending| {
             (p.facts.path == new.path || p.facts.victim_path.as_deref() == Some(new.path))
                 && p.facts.file != new.file
-                && successor_relation(&p.facts.actor, new.proc).is_some()
         };
         let Some(at) = self.pending.queue.iter().position(matches) else {
             return;
@@ -156,8 +152,35 @@ impl Engine {
         let Some(p) = self.pending.queue.remove(at) else {
             return;
         };
-        let facts = p.facts;
-        out.push(takeover_verdict(&facts, new));
+        self.serve_again(p.facts, new, HandOver::Rebind, out);
+    }
+
+    /// `new` serves the path of the socket `facts` removed: a takeover when it is the
+    /// victim's own workload, else a hijack; the victim's listener, if still open, is
+    /// orphaned either way.
+    pub(super) fn serve_again(
+        &mut self,
+        facts: RemovalFacts,
+        new: &Successor<'_>,
+        how: HandOver,
+        out: &mut Vec<Verdict>,
+    ) {
+        let parties = Parties {
+            victim: &facts.victim,
+            remover: &facts.actor,
+            successor: new.proc,
+            owns_old: self.owners.is_owner(&facts.file, new.proc.tgid),
+        };
+        let (cause, event) = match workload::outcome(&parties) {
+            Outcome::Served(by) => {
+                out.push(takeover_verdict(&facts, new, by, how));
+                (OrphanCause::TakenOver, HistoryEvent::TakenOver)
+            }
+            Outcome::Hijacked => {
+                out.push(hijack_verdict(&facts, new, how));
+                (OrphanCause::Hijacked, HistoryEvent::Hijacked)
+            }
+        };
         self.sockets
             .record(&new.file, new.ts_ns, new.proc.tgid, HistoryEvent::TookOver);
         if self
@@ -167,16 +190,12 @@ impl Engine {
         {
             return;
         }
-        self.sockets.record(
-            &facts.file,
-            facts.ts_ns,
-            facts.actor.tgid,
-            HistoryEvent::TakenOver,
-        );
+        self.sockets
+            .record(&facts.file, facts.ts_ns, facts.actor.tgid, event);
         let orphan = Orphan {
             since_ns: facts.ts_ns,
             since_exact: true,
-            cause: OrphanCause::TakenOver,
+            cause,
             removed_by: Some(facts.actor),
             successor: Some(new.proc.clone()),
         };
@@ -184,20 +203,60 @@ impl Engine {
     }
 }
 
-fn takeover_verdict(facts: &RemovalFacts, new: &Successor<'_>) -> Verdict {
+fn gap_ns(facts: &RemovalFacts, new: &Successor<'_>, how: HandOver) -> u64 {
+    match how {
+        HandOver::Rebind => new.ts_ns.saturating_sub(facts.ts_ns),
+        HandOver::Rename => 0,
+    }
+}
+
+fn takeover_verdict(
+    facts: &RemovalFacts,
+    new: &Successor<'_>,
+    served_by: ServedBy,
+    how: HandOver,
+) -> Verdict {
     Verdict::Takeover {
         ts_ns: facts.ts_ns,
         remover: facts.actor.clone(),
         predecessor: facts.victim.clone(),
         successor: new.proc.clone(),
         relation: Relation::between(&facts.actor, &facts.victim),
-        successor_relation: successor_relation(&facts.actor, new.proc).unwrap_or(Relation::Unknown),
+        successor_relation: successor_relation(&facts.actor, new.proc).unwrap_or_else(|| {
+            // Descriptive only here: processes of the root cgroup do not belong together.
+            match Relation::between(&facts.actor, new.proc) {
+                Relation::SameCgroup => Relation::Other,
+                r => r,
+            }
+        }),
+        served_by,
+        how,
         path: facts.path.clone(),
         old_file: facts.file,
         new_file: new.file,
         old_sock_ino: facts.sock_ino,
         new_sock_ino: new.sock_ino,
-        gap_ns: new.ts_ns.saturating_sub(facts.ts_ns),
+        gap_ns: gap_ns(facts, new, how),
+        decided_by: facts.decided_by,
+        fidelity: facts.fidelity,
+    }
+}
+
+fn hijack_verdict(facts: &RemovalFacts, new: &Successor<'_>, how: HandOver) -> Verdict {
+    Verdict::Hijack {
+        ts_ns: facts.ts_ns,
+        remover: facts.actor.clone(),
+        victim: facts.victim.clone(),
+        successor: new.proc.clone(),
+        relation: Relation::between(&facts.actor, &facts.victim),
+        how,
+        path: facts.path.clone(),
+        victim_path: facts.victim_path.clone(),
+        old_file: facts.file,
+        new_file: new.file,
+        old_sock_ino: facts.sock_ino,
+        new_sock_ino: new.sock_ino,
+        gap_ns: gap_ns(facts, new, how),
         decided_by: facts.decided_by,
         fidelity: facts.fidelity,
     }

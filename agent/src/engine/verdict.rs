@@ -1,7 +1,10 @@
 //! What the engine reports: each verdict names both parties, the file and the socket.
 use serde::{Deserialize, Serialize};
 
-use super::model::{Fidelity, FileId, GuardPolicy, Proc, RemovalOp};
+use super::{
+    model::{Fidelity, FileId, GuardPolicy, Proc, RemovalOp},
+    workload::{HandOver, ServedBy},
+};
 
 /// How the unlinking (or renaming) process relates to the socket's owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +83,8 @@ pub enum OrphanCause {
     /// Its file was removed by a successor that serves the path again (a [`Verdict::Takeover`]):
     /// the listener of a daemon in its graceful shutdown.
     TakenOver,
+    /// Another workload serves its path now (a [`Verdict::Hijack`]).
+    Hijacked,
 }
 
 /// Why an orphaned listener stopped being one.
@@ -194,9 +199,10 @@ pub enum Verdict {
         exchanged_with: Option<FileId>,
         fidelity: Fidelity,
     },
-    /// A live socket's file was removed by a process outside its owner set that then bound a
-    /// new socket at the same path (itself, or a process of its cgroup or pod): the path is
-    /// served again, a rolling restart's hand-over.
+    /// A live socket's file was removed (or renamed over) by a process outside its owner set,
+    /// and within the takeover window the victim's own workload served the path again: the
+    /// owner re-bound it (a plugin re-registering), or a successor of the same workload did (a
+    /// rolling restart, HAProxy's rename hand-over). Informational.
     Takeover {
         /// When the file was removed.
         ts_ns: u64,
@@ -209,13 +215,45 @@ pub enum Verdict {
         relation: Relation,
         /// How the successor relates to the remover (same process, cgroup or pod).
         successor_relation: Relation,
+        /// Whether the owner itself or another process of its workload serves the path now.
+        served_by: ServedBy,
+        /// A removal then a bind, or a rename of the successor's file over the old one.
+        #[serde(default, skip_serializing_if = "HandOver::is_rebind")]
+        how: HandOver,
         /// The path as the remover named it.
         path: String,
         old_file: FileId,
         new_file: FileId,
         old_sock_ino: u64,
         new_sock_ino: u64,
-        /// From the removal to the successor's bind.
+        /// From the removal to the successor's bind (0 for a rename: served throughout).
+        gap_ns: u64,
+        decided_by: DecidedBy,
+        fidelity: Fidelity,
+    },
+    /// A live socket's file was removed (or renamed over) by a process outside its owner set,
+    /// and within the takeover window another workload served the path: clients of the victim
+    /// now reach a stranger's socket. Warning.
+    Hijack {
+        /// When the file was removed.
+        ts_ns: u64,
+        remover: Proc,
+        /// The owner whose socket lost its path.
+        victim: Proc,
+        /// The process that serves the path now.
+        successor: Proc,
+        /// How the remover relates to the victim.
+        relation: Relation,
+        how: HandOver,
+        /// The path as the remover named it.
+        path: String,
+        /// The path as the victim bound it, when known.
+        victim_path: Option<String>,
+        old_file: FileId,
+        new_file: FileId,
+        old_sock_ino: u64,
+        new_sock_ino: u64,
+        /// From the removal to the successor's bind (0 for a rename).
         gap_ns: u64,
         decided_by: DecidedBy,
         fidelity: Fidelity,
@@ -284,6 +322,7 @@ impl Verdict {
             Verdict::Replaced { .. } => "replaced",
             Verdict::Moved { .. } => "moved",
             Verdict::Takeover { .. } => "takeover",
+            Verdict::Hijack { .. } => "hijack",
             Verdict::OrphanOpened { .. } => "orphan_opened",
             Verdict::OrphanClosed { .. } => "orphan_closed",
             Verdict::StaleConnect { .. } => "stale_connect",
@@ -298,6 +337,7 @@ impl Verdict {
             | Verdict::Replaced { ts_ns, .. }
             | Verdict::Moved { ts_ns, .. }
             | Verdict::Takeover { ts_ns, .. }
+            | Verdict::Hijack { ts_ns, .. }
             | Verdict::OrphanOpened { ts_ns, .. }
             | Verdict::OrphanClosed { ts_ns, .. }
             | Verdict::StaleConnect { ts_ns, .. }
@@ -335,6 +375,9 @@ impl Verdict {
             } => *file == f || *exchanged_with == Some(f),
             Verdict::Takeover {
                 old_file, new_file, ..
+            }
+            | Verdict::Hijack {
+                old_file, new_file, ..
             } => *old_file == f || *new_file == f,
             Verdict::StaleConnect { file, .. } => *file == Some(f),
             Verdict::ForeignUnlink { file, .. }
@@ -352,6 +395,7 @@ impl Verdict {
             | Verdict::UnlinkDenied { path, .. }
             | Verdict::Replaced { path, .. }
             | Verdict::Takeover { path, .. }
+            | Verdict::Hijack { path, .. }
             | Verdict::StaleConnect { path, .. } => Some(path),
             Verdict::OrphanOpened { path, .. }
             | Verdict::Moved { to: path, .. }

@@ -70,17 +70,22 @@ impl Completer {
         if ev.kind == EventKind::Exit {
             self.namespaces.forget(ev.tgid);
         }
-        let workload = self.attributor.as_mut().and_then(|a| {
-            let w = a.workload(ev.tgid);
+        let (mut workload, mut exe) = (None, None);
+        if let Some(a) = self.attributor.as_mut() {
+            workload = a.workload(ev.tgid);
+            // Only a binder's program decides anything (who serves a path again).
+            if ev.kind == EventKind::Bind {
+                exe = a.exe(ev.tgid, &ev.comm);
+            }
             if ev.kind == EventKind::Exit {
                 a.forget(ev.tgid);
             }
-            w
-        });
+        }
         EventLine {
             event: ev,
             workload,
             moved,
+            exe,
         }
     }
 }

@@ -64,6 +64,10 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
         serde_json::to_writer(&mut *out, w)?;
     }
     file(out, b",\"moved\":", line.moved)?;
+    if let Some(exe) = &line.exe {
+        out.write_all(b",\"exe\":")?;
+        string(out, exe)?;
+    }
     out.write_all(b"}")
 }
 
@@ -259,7 +263,7 @@ mod tests {
             workload in of(workload()),
             moved in of(file_id()),
         ) {
-            let line = EventLine { event, workload, moved };
+            let line = EventLine { event, workload, moved , exe: None };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             let reference = serde_json::to_vec(&line).expect("serde");
@@ -274,7 +278,7 @@ mod tests {
             wall_ns in any::<u64>(),
             node in text(),
         ) {
-            let line = EventLine { event, workload, moved };
+            let line = EventLine { event, workload, moved , exe: None };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             stamp(&mut ours, &wall::rfc3339(wall_ns), &node).expect("write to a Vec");

@@ -22,6 +22,10 @@ pub struct EventLine {
     /// own view of the path showed it when the event was completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved: Option<FileId>,
+    /// Bind: the binder's executable (`/proc/PID/exe`), which tells a successor of the same
+    /// program from another program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
 }
 
 /// A line as `run` writes it: an event line or a verdict, then the stream's own fields. The

@@ -5,7 +5,10 @@ use agent_common::{EventKind, Fidelity, FileId, Owner, Tier};
 use serde_json::{Value, json};
 
 use crate::{
-    engine::{CloseReason, DecidedBy, OrphanCause, Proc, Relation, StaleKind, Verdict, Workload},
+    engine::{
+        CloseReason, DecidedBy, HandOver, OrphanCause, Proc, Relation, ServedBy, StaleKind,
+        Verdict, Workload,
+    },
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
     kernel::{loader::HookReport, probes::Hook},
     metrics::Scan,
@@ -92,6 +95,7 @@ fn event_lines() -> Vec<EventLine> {
                 event: e,
                 workload: (kind == EventKind::Bind).then(|| workload.clone()),
                 moved,
+                exe: None,
             }
         })
         .collect()
@@ -104,6 +108,7 @@ fn proc(tgid: u32) -> Proc {
         comm: format!("p{tgid}"),
         cgroup_id: u64::from(tgid),
         workload: None,
+        exe: None,
     }
 }
 
@@ -163,6 +168,8 @@ fn verdicts() -> Vec<Verdict> {
             successor: actor.clone(),
             relation: Relation::SameWorkloadOtherPod,
             successor_relation: Relation::SameProcess,
+            served_by: ServedBy::Workload,
+            how: HandOver::Rebind,
             path: "/run/app/app.sock".into(),
             old_file: file(9),
             new_file: file(10),
@@ -170,6 +177,23 @@ fn verdicts() -> Vec<Verdict> {
             new_sock_ino: 100,
             gap_ns: 2,
             decided_by: DecidedBy::Engine,
+            fidelity: Fidelity::Exact,
+        },
+        Verdict::Hijack {
+            ts_ns: 3,
+            remover: actor.clone(),
+            victim: victim.clone(),
+            successor: actor.clone(),
+            relation: Relation::Other,
+            how: HandOver::Rename,
+            path: "/run/app/app.sock".into(),
+            victim_path: None,
+            old_file: file(9),
+            new_file: file(10),
+            old_sock_ino: 90,
+            new_sock_ino: 100,
+            gap_ns: 0,
+            decided_by: DecidedBy::Kernel,
             fidelity: Fidelity::Exact,
         },
         Verdict::OrphanOpened {

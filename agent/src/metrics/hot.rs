@@ -10,7 +10,7 @@ use super::{
     vecs::{counter, gauge, registered},
 };
 use crate::{
-    engine::{Relation, StaleKind, Verdict, VerdictCounts},
+    engine::{Relation, ServedBy, StaleKind, Verdict, VerdictCounts},
     events::KernelEvent,
 };
 use agent_common::{EventKind, GuardPolicy, Tier};
@@ -40,6 +40,7 @@ pub(super) struct HotCounters {
     withheld: IntCounterVec,
     foreign_unlinks: IntCounterVec,
     takeovers: IntCounterVec,
+    hijacks: IntCounterVec,
     replacements: IntCounterVec,
     stale_connects: IntCounterVec,
     stale_socket_files: IntCounterVec,
@@ -73,6 +74,7 @@ impl HotCounters {
             withheld: counter(registry, &VERDICTS_WITHHELD),
             foreign_unlinks: counter(registry, &FOREIGN_UNLINKS),
             takeovers: counter(registry, &TAKEOVERS),
+            hijacks: counter(registry, &HIJACKS),
             replacements: counter(registry, &REPLACEMENTS),
             stale_connects: counter(registry, &STALE_CONNECTS),
             stale_socket_files: counter(registry, &STALE_SOCKET_FILES_TOTAL),
@@ -125,7 +127,11 @@ impl HotCounters {
         for relation in Relation::ALL {
             self.foreign_unlinks
                 .with_label_values(&[relation.label(), watch]);
-            self.takeovers.with_label_values(&[relation.label(), watch]);
+            for served_by in [ServedBy::Owner, ServedBy::Workload] {
+                self.takeovers
+                    .with_label_values(&[relation.label(), served_by.label(), watch]);
+            }
+            self.hijacks.with_label_values(&[relation.label(), watch]);
             self.replacements
                 .with_label_values(&[relation.label(), watch]);
         }
@@ -205,8 +211,16 @@ impl Metrics {
                 .foreign_unlinks
                 .with_label_values(&[relation.label(), watch])
                 .inc(),
-            Verdict::Takeover { relation, .. } => hot
+            Verdict::Takeover {
+                relation,
+                served_by,
+                ..
+            } => hot
                 .takeovers
+                .with_label_values(&[relation.label(), served_by.label(), watch])
+                .inc(),
+            Verdict::Hijack { relation, .. } => hot
+                .hijacks
                 .with_label_values(&[relation.label(), watch])
                 .inc(),
             Verdict::Replaced { relation, .. } => hot

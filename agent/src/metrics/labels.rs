@@ -51,6 +51,7 @@ labels!(OrphanCause {
     ListenAfterRemoval => "listen_after_removal",
     Scan => "scan",
     TakenOver => "taken_over",
+    Hijacked => "hijacked",
 });
 
 labels!(StaleKind {

@@ -12,6 +12,7 @@ pub fn to_input(line: EventLine) -> Input {
         event: mut ev,
         workload,
         moved,
+        exe,
     } = line;
     let ts_ns = ev.ts_ns;
     let (path, from_path) = (std::mem::take(&mut ev.path), ev.from_path.take());
@@ -21,6 +22,7 @@ pub fn to_input(line: EventLine) -> Input {
         comm: std::mem::take(&mut ev.comm),
         cgroup_id: ev.cgroup_id,
         workload,
+        exe,
     };
     let file = FileId {
         dev: ev.dev,
@@ -156,6 +158,7 @@ mod tests {
             event: e.clone(),
             workload: None,
             moved: None,
+            exe: None,
         })
     }
 

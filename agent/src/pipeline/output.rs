@@ -403,6 +403,7 @@ mod tests {
             event: bind,
             workload: None,
             moved: None,
+            exe: None,
         })
         .expect("buffered");
         let closed = Verdict::OrphanClosed {

@@ -25,6 +25,7 @@ fn holder_proc(h: &crate::scan::procfd::Holder) -> Proc {
         comm: h.comm.clone(),
         cgroup_id: h.cgroup_id.unwrap_or(0),
         workload: None,
+        exe: None,
     }
 }
 

@@ -125,7 +125,7 @@ mod tests {
         (r, text)
     }
 
-    const A_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":1,"tgid":10,"pid":10,"comm":"a","cgroup_id":1,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0}"#;
+    const A_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":1,"tgid":10,"pid":10,"comm":"a","cgroup_id":1,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0,"exe":"/usr/bin/m"}"#;
     const A_LISTENS: &str = r#"{"kind":"listen","tier":"fentry","fidelity":"exact","ts_ns":2,"tgid":10,"pid":10,"comm":"a","cgroup_id":1,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0,"backlog":8,"listening":true}"#;
     const B_UNLINKS: &str = r#"{"kind":"unlink","tier":"fentry","fidelity":"exact","ts_ns":3,"tgid":20,"pid":20,"comm":"b","cgroup_id":2,"dev":5,"ino":7,"sock_ino":70,"nlink":1,"path":"/run/m/m.sock","ret":0,"owner":{"tgid":10,"cgroup_id":1,"bind_ns":1},"live":true,"listening":true}"#;
 
@@ -161,8 +161,9 @@ mod tests {
         assert_eq!(verdicts[0]["victim"]["tgid"], 10);
     }
 
-    /// B re-binds the path it removed (another inode): a takeover, not a foreign unlink.
-    const B_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":5,"tgid":20,"pid":20,"comm":"b","cgroup_id":2,"dev":5,"ino":8,"sock_ino":80,"nlink":1,"path":"/run/m/m.sock","ret":0}"#;
+    /// B, the same program (`exe`), re-binds the path it removed (another inode): a
+    /// takeover, not a foreign unlink.
+    const B_BINDS: &str = r#"{"kind":"bind","tier":"fentry","fidelity":"exact","ts_ns":5,"tgid":20,"pid":20,"comm":"b","cgroup_id":2,"dev":5,"ino":8,"sock_ino":80,"nlink":1,"path":"/run/m/m.sock","ret":0,"exe":"/usr/bin/m"}"#;
 
     #[test]
     fn a_recorded_takeover_replays_as_one() {

@@ -139,6 +139,7 @@ fn tells(v: &Verdict, h: &HistoryEntry, file: FileId) -> bool {
         | (HistoryEvent::Replaced, Verdict::Replaced { file: f, .. })
         | (HistoryEvent::Moved, Verdict::Moved { file: f, .. })
         | (HistoryEvent::TakenOver, Verdict::Takeover { old_file: f, .. })
+        | (HistoryEvent::Hijacked, Verdict::Hijack { old_file: f, .. })
         | (HistoryEvent::OrphanOpened, Verdict::OrphanOpened { file: f, .. })
         | (HistoryEvent::OrphanClosed, Verdict::OrphanClosed { file: f, .. }) => *f == file,
         (HistoryEvent::StaleConnect, Verdict::StaleConnect { file: f, .. }) => *f == Some(file),
@@ -168,6 +169,9 @@ fn plain(h: &HistoryEntry, file: FileId, names: &Names) -> String {
         }
         HistoryEvent::TakenOver => {
             format!("{who} removed inode {f} and bound the path again: a takeover")
+        }
+        HistoryEvent::Hijacked => {
+            format!("{who} removed inode {f}, and another workload serves the path now: a hijack")
         }
         HistoryEvent::TookOver => format!("{who} took the path over with inode {f}"),
         HistoryEvent::Replaced => {
@@ -230,6 +234,7 @@ fn orphan_cause(cause: OrphanCause, removed_by: Option<String>) -> String {
         OrphanCause::ListenAfterRemoval => "it listened after its file was removed".into(),
         OrphanCause::Scan => "a scan found it so".into(),
         OrphanCause::TakenOver => format!("its path was taken over{by}"),
+        OrphanCause::Hijacked => format!("another workload serves its path{by}"),
     }
 }
 
@@ -284,10 +289,16 @@ fn procs_of(v: &Verdict) -> Vec<&Proc> {
         Verdict::Moved { actor, owner, .. } => vec![actor, owner],
         Verdict::Takeover {
             remover,
-            predecessor,
+            predecessor: victim,
             successor,
             ..
-        } => vec![remover, predecessor, successor],
+        }
+        | Verdict::Hijack {
+            remover,
+            victim,
+            successor,
+            ..
+        } => vec![remover, victim, successor],
         Verdict::OrphanOpened {
             owner,
             removed_by,
@@ -394,6 +405,7 @@ mod tests {
             comm: comm.into(),
             cgroup_id: 9,
             workload: None,
+            exe: Some("/usr/bin/multus".into()),
         }
     }
 
@@ -479,7 +491,8 @@ mod tests {
             "2026-12-02T17:20:02.000Z  TAKEOVER: multus (pid 200) removed \
              /run/multus/multus.sock (inode 2049:1), the file of the live socket of golistener \
              (pid 100), and bound a new socket there (inode 2049:2) 5 ms later: a healthy \
-             rollout, nothing to fix; the old listener should close as its process shuts down.",
+             rollout of the same workload, nothing to fix; the old listener should close as \
+             its process shuts down.",
             "2026-12-02T17:20:02.005Z  ORPHANED LISTENER: golistener (pid 100) still listens \
              on inode 2049:1, whose path /run/multus/multus.sock was taken over by multus (pid \
              200): expected while the old process shuts down; if it lingers, its shutdown is \

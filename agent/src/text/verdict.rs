@@ -2,7 +2,8 @@
 //! the verdict tells it, the likely cause and the fix. `run --format text` writes one a line
 //! ([`super::line`]).
 use crate::engine::{
-    CloseReason, FileId, GuardPolicy, OrphanCause, Proc, Relation, RemovalOp, StaleKind, Verdict,
+    CloseReason, FileId, GuardPolicy, HandOver, OrphanCause, Proc, Relation, RemovalOp, ServedBy,
+    StaleKind, Verdict,
 };
 
 use super::words::{duration, inode, inode_or_unknown, relation, who};
@@ -88,18 +89,46 @@ pub fn sentence(v: &Verdict) -> String {
             predecessor,
             successor,
             successor_relation,
+            served_by,
+            how,
             path,
             old_file,
             new_file,
             gap_ns,
             ..
-        } => takeover(
-            (remover, predecessor),
+        } => {
+            let served = ServedAgain {
+                remover,
+                victim: predecessor,
+                successor,
+                path,
+                old_file: *old_file,
+                new_file: *new_file,
+                how: *how,
+                gap_ns: *gap_ns,
+            };
+            takeover(&served, *served_by, *successor_relation)
+        }
+        Verdict::Hijack {
+            remover,
+            victim,
+            successor,
+            how,
             path,
-            *old_file,
-            (successor, *successor_relation, *new_file),
-            *gap_ns,
-        ),
+            old_file,
+            new_file,
+            gap_ns,
+            ..
+        } => hijack(&ServedAgain {
+            remover,
+            victim,
+            successor,
+            path,
+            old_file: *old_file,
+            new_file: *new_file,
+            how: *how,
+            gap_ns: *gap_ns,
+        }),
         Verdict::OrphanOpened {
             cause,
             owner,
@@ -284,26 +313,84 @@ fn moved(
     format!("MOVED: {what} from {from} to {to}{swap}: clients of {from} no longer reach it.")
 }
 
-fn takeover(
-    (remover, predecessor): (&Proc, &Proc),
-    path: &str,
+/// A removed socket's path served again: what a takeover or a hijack sentence tells.
+struct ServedAgain<'a> {
+    remover: &'a Proc,
+    victim: &'a Proc,
+    successor: &'a Proc,
+    path: &'a str,
     old_file: FileId,
-    (successor, successor_relation, new_file): (&Proc, Relation, FileId),
+    new_file: FileId,
+    how: HandOver,
     gap_ns: u64,
-) -> String {
-    let binder = match successor_relation {
-        Relation::SameProcess => "bound".to_string(),
-        r => format!("{} ({}) bound", who(successor), relation(r)),
+}
+
+impl ServedAgain<'_> {
+    /// `{remover} removed P (inode X), the file of the live socket of {victim},` or, for a
+    /// rename, `{remover} renamed inode Y over P (inode X), …`.
+    fn removal(&self) -> String {
+        let (path, old) = (self.path, inode(self.old_file));
+        let victim = who(self.victim);
+        match self.how {
+            HandOver::Rebind => format!(
+                "{} removed {path} (inode {old}), the file of the live socket of {victim},",
+                who(self.remover)
+            ),
+            HandOver::Rename => format!(
+                "{} renamed inode {}, the socket file of {}, over {path} (inode {old}), the \
+                 file of the live socket of {victim}:",
+                who(self.remover),
+                inode(self.new_file),
+                who(self.successor)
+            ),
+        }
+    }
+}
+
+fn takeover(s: &ServedAgain, served_by: ServedBy, successor_relation: Relation) -> String {
+    let removal = s.removal();
+    let (new, gap) = (inode(s.new_file), duration(s.gap_ns));
+    let closing = "the old listener should close as its process shuts down.";
+    match (s.how, served_by) {
+        (HandOver::Rename, _) => format!(
+            "TAKEOVER: {removal} a hand-over by the same workload (as HAProxy's reload does), \
+             the path served throughout: nothing to fix; {closing}"
+        ),
+        (HandOver::Rebind, ServedBy::Owner) => format!(
+            "TAKEOVER: {removal} and its owner {} bound the path again (inode {new}) {gap} \
+             later (as a device plugin re-registers after kubelet empties its directory): \
+             served again, nothing to fix.",
+            who(s.successor)
+        ),
+        (HandOver::Rebind, ServedBy::Workload) => {
+            let binder = match successor_relation {
+                Relation::SameProcess => "bound".to_string(),
+                r => format!("{} ({}) bound", who(s.successor), relation(r)),
+            };
+            format!(
+                "TAKEOVER: {removal} and {binder} a new socket there (inode {new}) {gap} \
+                 later: a healthy rollout of the same workload, nothing to fix; {closing}"
+            )
+        }
+    }
+}
+
+fn hijack(s: &ServedAgain) -> String {
+    let removal = s.removal();
+    let (successor, victim) = (who(s.successor), who(s.victim));
+    let served = match s.how {
+        HandOver::Rebind => format!(
+            " and {successor}, another workload, bound its own socket there (inode {}) {} \
+             later:",
+            inode(s.new_file),
+            duration(s.gap_ns)
+        ),
+        HandOver::Rename => format!(" {successor} is another workload:"),
     };
     format!(
-        "TAKEOVER: {} removed {path} (inode {}), the file of the live socket of {}, and \
-         {binder} a new socket there (inode {}) {} later: a healthy rollout, nothing to fix; \
-         the old listener should close as its process shuts down.",
-        who(remover),
-        inode(old_file),
-        who(predecessor),
-        inode(new_file),
-        duration(gap_ns)
+        "HIJACK: {removal}{served} clients of {victim} now reach another program's socket; \
+         find out why {successor} serves {} and restart {victim} or remove that socket.",
+        s.path
     )
 }
 
@@ -344,6 +431,11 @@ fn orphan_opened(
              taken over{}: expected while the old process shuts down; if it lingers, its \
              shutdown is stuck.",
             by("by")
+        ),
+        OrphanCause::Hijacked => format!(
+            "ORPHANED LISTENER: {owner} listens on inode {file}, whose path {path} is served \
+             by another workload now{}: its clients reach that socket instead.",
+            by(",")
         ),
     }
 }
@@ -441,6 +533,7 @@ mod tests {
                 namespace: Some("kube-system".into()),
                 ..Workload::default()
             }),
+            exe: None,
         }
     }
 
@@ -611,6 +704,8 @@ mod tests {
             successor,
             relation: Relation::SameWorkloadOtherPod,
             successor_relation,
+            served_by: ServedBy::Workload,
+            how: HandOver::Rebind,
             path: P.into(),
             old_file: file(1),
             new_file: file(2),
@@ -629,8 +724,8 @@ mod tests {
             "TAKEOVER: multus (pid 200, pod kube-system/multus-b) removed \
              /run/multus/multus.sock (inode 2049:1), the file of the live socket of golistener \
              (pid 100, pod kube-system/multus-a), and bound a new socket there (inode 2049:2) \
-             1 ms later: a healthy rollout, nothing to fix; the old listener should close as \
-             its process shuts down."
+             1 ms later: a healthy rollout of the same workload, nothing to fix; the old \
+             listener should close as its process shuts down."
         );
         let sidecar = proc(201, "init", Some("multus-b"));
         assert!(sentence(&takeover(sidecar, Relation::SamePod)).contains(

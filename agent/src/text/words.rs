@@ -94,6 +94,7 @@ mod tests {
             comm: comm.into(),
             cgroup_id: 7,
             workload,
+            exe: None,
         }
     }
 

@@ -45,3 +45,27 @@ pub fn go_or_skip(test: &str) -> Option<PathBuf> {
     }
     go
 }
+
+/// A Go listener that is stopped (SIGTERM, then reaped) when dropped: a successor a test
+/// keeps serving until its end.
+pub struct GoDaemon {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl GoDaemon {
+    pub fn listen(go: &Path, flags: &[&str], sock: &Path) -> Self {
+        let (child, out) = go_listen(go, flags, sock);
+        Self { child, out }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for GoDaemon {
+    fn drop(&mut self) {
+        go_stop(&mut self.child, &mut self.out);
+    }
+}

@@ -1,5 +1,6 @@
 //! Engine tests: one per scenario (S1–S14, `scenarios`), property tests (`props`), and the
 //! smaller pieces (`units`). Fixtures and input builders live here.
+mod handover;
 mod props;
 mod scenarios;
 mod takeover;
@@ -34,6 +35,7 @@ pub fn a() -> Proc {
         comm: "multus-daemon".into(),
         cgroup_id: 1001,
         workload: pod("uid-a", "multus-aaaaa", "multus"),
+        exe: None,
     }
 }
 
@@ -45,6 +47,7 @@ pub fn b() -> Proc {
         comm: "multus-daemon".into(),
         cgroup_id: 2001,
         workload: pod("uid-b", "multus-bbbbb", "multus"),
+        exe: None,
     }
 }
 
@@ -56,6 +59,7 @@ pub fn c() -> Proc {
         comm: "kubelet-plugin".into(),
         cgroup_id: 3001,
         workload: pod("uid-c", "client-ccccc", "client"),
+        exe: None,
     }
 }
 
@@ -67,6 +71,7 @@ pub fn host() -> Proc {
         comm: "rm".into(),
         cgroup_id: 1,
         workload: None,
+        exe: None,
     }
 }
 

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::{CloseReason, GuardPolicy, OrphanCause, RemovalOp, model::ScanSnapshot};
+use crate::engine::{
+    CloseReason, GuardPolicy, HandOver, OrphanCause, RemovalOp, model::ScanSnapshot,
+};
 
 const LIMITS: Limits = Limits {
     max_sockets: 4,
@@ -39,6 +41,7 @@ fn proc_(tgid: u32) -> Proc {
         comm: format!("p{tgid}"),
         cgroup_id: u64::from(tgid % 4) + 1,
         workload,
+        exe: None,
     }
 }
 
@@ -203,19 +206,27 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             _ => assert!(deferred(input, *ts_ns, actor.tgid), "{v:?} from {input:?}"),
         },
         Verdict::Takeover {
-            path,
             successor,
             new_file,
             gap_ns,
+            how,
             ..
-        } => match input {
-            Input::Bind { proc, file, .. } => {
+        }
+        | Verdict::Hijack {
+            successor,
+            new_file,
+            gap_ns,
+            how,
+            ..
+        } => match (input, how) {
+            (Input::Bind { proc, file, .. }, HandOver::Rebind) => {
                 assert!(
-                    proc == successor && file == new_file && *gap_ns <= WINDOW,
+                    proc.tgid == successor.tgid && file == new_file && *gap_ns <= WINDOW,
                     "{v:?} from {input:?}"
                 );
-                let _ = path;
             }
+            // A live socket renamed over another: served at once.
+            (Input::Rename { .. }, HandOver::Rename) => assert_eq!(*gap_ns, 0, "{v:?}"),
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::Replaced { file, path, .. } => match input {
@@ -273,7 +284,10 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             let fits = matches!(
                 (cause, input),
                 (OrphanCause::Unlinked, Input::Unlink { .. })
-                    | (OrphanCause::TakenOver, Input::Bind { .. })
+                    | (
+                        OrphanCause::TakenOver | OrphanCause::Hijacked,
+                        Input::Bind { .. } | Input::Rename { .. }
+                    )
                     | (OrphanCause::Replaced, Input::Rename { .. })
                     | (OrphanCause::ListenAfterRemoval, Input::Listen { .. })
                     | (OrphanCause::Scan, Input::Scan(_))
@@ -381,6 +395,7 @@ fn the_generator_reaches_every_verdict_kind() {
         seen.into_iter().collect::<Vec<_>>(),
         vec![
             "foreign_unlink",
+            "hijack",
             "moved",
             "orphan_closed",
             "orphan_opened",

@@ -374,121 +374,6 @@ fn s4_binder_exits_without_unlinking_leaves_a_stale_file() {
 }
 
 #[test]
-fn s5_rename_over_a_live_socket_is_reported_as_replaced() {
-    let new = "/run/multus/multus.sock.new";
-    let mut e = engine();
-    quiet(
-        &mut e,
-        &[
-            bind(1000, &a(), fid(F1), 11, P),
-            listen(1001, &a(), fid(F1), 11),
-            bind(2000, &b(), fid(F2), 22, new),
-            listen(2001, &b(), fid(F2), 22),
-        ],
-    );
-    let rename = Input::Rename {
-        ts_ns: 3000,
-        proc: b(),
-        moved: Some(fid(F2)),
-        from: None,
-        to: P.into(),
-        exchange: false,
-        replaced: Some(fid(F1)),
-        fidelity: Fidelity::Exact,
-        live: live(a().tgid, 11, false),
-    };
-    assert_eq!(
-        e.apply(&rename),
-        vec![
-            Verdict::Replaced {
-                ts_ns: 3000,
-                actor: b(),
-                victim: a(),
-                relation: Relation::SameWorkloadOtherPod,
-                foreign: true,
-                path: P.into(),
-                victim_path: Some(P.into()),
-                file: fid(F1),
-                new_file: Some(fid(F2)),
-                sock_ino: 11,
-                listening: true,
-                victim_bound_ns: 1000,
-                decided_by: DecidedBy::Kernel,
-                fidelity: Fidelity::Exact,
-            },
-            opened(3000, OrphanCause::Replaced, a(), Some(b()), P, fid(F1), 11),
-        ]
-    );
-    // P now resolves to B's socket.
-    let at_p = e.socket_by_path(P);
-    assert_eq!(at_p[0].file, fid(F2));
-    assert_eq!(at_p[0].bind_path.as_deref(), Some(P));
-    assert!(e.socket_by_path(new).is_empty());
-    assert_eq!(
-        e.apply(&release(4000, &a(), fid(F1), 11)),
-        vec![closed(
-            4000,
-            3000,
-            CloseReason::Released,
-            a(),
-            P,
-            fid(F1),
-            11
-        )]
-    );
-}
-
-#[test]
-fn s5_a_daemons_own_hand_over_still_orphans_its_old_listener() {
-    let new = "/run/multus/multus.sock.new";
-    let mut e = engine();
-    quiet(
-        &mut e,
-        &[
-            bind(1000, &a(), fid(F1), 11, P),
-            listen(1001, &a(), fid(F1), 11),
-            bind(2000, &a(), fid(F2), 22, new),
-            listen(2001, &a(), fid(F2), 22),
-        ],
-    );
-    // Tracepoint tier: paths only.
-    let rename = Input::Rename {
-        ts_ns: 3000,
-        proc: a(),
-        moved: Some(fid(F2)),
-        from: None,
-        to: P.into(),
-        exchange: false,
-        replaced: None,
-        fidelity: Fidelity::PathOnly,
-        live: None,
-    };
-    let out = e.apply(&rename);
-    assert_eq!(
-        out,
-        vec![
-            Verdict::Replaced {
-                ts_ns: 3000,
-                actor: a(),
-                victim: a(),
-                relation: Relation::SameProcess,
-                foreign: false,
-                path: P.into(),
-                victim_path: Some(P.into()),
-                file: fid(F1),
-                new_file: Some(fid(F2)),
-                sock_ino: 11,
-                listening: true,
-                victim_bound_ns: 1000,
-                decided_by: DecidedBy::Engine,
-                fidelity: Fidelity::PathOnly,
-            },
-            opened(3000, OrphanCause::Replaced, a(), Some(a()), P, fid(F1), 11),
-        ]
-    );
-}
-
-#[test]
 fn s6_forked_worker_unlinking_is_quiet() {
     for kernel in [true, false] {
         let mut e = engine();
@@ -693,6 +578,7 @@ fn s10_late_start_scan_learns_owners_and_reports_the_preexisting_orphan() {
         comm: "old-daemon".into(),
         cgroup_id: 5001,
         workload: None,
+        exe: None,
     };
     let xp = "/run/x/x.sock";
     let snapshot = || {
@@ -783,6 +669,7 @@ fn s11_a_flood_keeps_state_bounded_and_a_scan_repairs_it() {
             comm: "flood".into(),
             cgroup_id: 7,
             workload: None,
+            exe: None,
         };
         let path = format!("/tmp/flood/{i}.sock");
         for input in [
@@ -816,6 +703,7 @@ fn s11_a_flood_keeps_state_bounded_and_a_scan_repairs_it() {
         comm: "daemon".into(),
         cgroup_id: 77,
         workload: None,
+        exe: None,
     };
     let out = e.apply(&scan(
         100_000,

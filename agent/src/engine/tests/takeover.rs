@@ -1,8 +1,8 @@
-//! Takeovers (S1, S22): a foreign removal waits for its remover's bind at the same path; every
-//! way it ends, event by event.
+//! Takeovers (S1, S22): a foreign removal waits for a bind at the same path; every way it
+//! ends, event by event.
 use super::*;
 use crate::engine::{
-    CloseReason, DecidedBy, HistoryEvent, OrphanCause, Relation, Verdict,
+    CloseReason, DecidedBy, HandOver, HistoryEvent, OrphanCause, Relation, ServedBy, Verdict,
     model::{Fidelity, Workload},
 };
 
@@ -34,6 +34,8 @@ fn takeover(successor: &Proc, successor_relation: Relation, at: u64) -> Verdict 
         successor: successor.clone(),
         relation: Relation::SameWorkloadOtherPod,
         successor_relation,
+        served_by: ServedBy::Workload,
+        how: HandOver::Rebind,
         path: P.into(),
         old_file: fid(F1),
         new_file: fid(F2),
@@ -199,6 +201,7 @@ fn takeover_by_the_removers_cgroup_or_pod() {
             container_id: Some("ctr-sidecar".into()),
             ..b().workload.expect("b runs in a pod")
         }),
+        exe: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
@@ -207,24 +210,30 @@ fn takeover_by_the_removers_cgroup_or_pod() {
         e.apply(&bind(T0 + 5, &sidecar, fid(F2), 22, P))[0],
         takeover(&sidecar, Relation::SamePod, T0 + 5)
     );
-    // Host processes in the root cgroup do not belong together: no takeover by chance.
+    // A host process serving a pod's path is another workload: a hijack, whoever removed it.
     let in_root = |tgid| Proc {
         tgid,
         pid: tgid,
         comm: "host".into(),
         cgroup_id: 1,
         workload: None,
+        exe: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
     quiet(
         &mut e,
-        &[
-            unlink_exact(T0, &in_root(500), P, fid(F1), live(a().tgid, 11, false)),
-            bind(T0 + 5, &in_root(501), fid(F2), 22, P),
-        ],
+        &[unlink_exact(
+            T0,
+            &in_root(500),
+            P,
+            fid(F1),
+            live(a().tgid, 11, false),
+        )],
     );
-    assert_eq!(e.stats().pending_removals, 1);
+    let out = e.apply(&bind(T0 + 5, &in_root(501), fid(F2), 22, P));
+    assert_eq!(out[0].name(), "hijack", "{out:#?}");
+    assert_eq!(e.stats().pending_removals, 0);
 }
 
 /// Nobody binds P again: the foreign unlink is reported with its own time once the window
@@ -273,9 +282,9 @@ fn the_removers_exit_decides_at_once() {
     assert_eq!(e.stats().pending_removals, 0);
 }
 
-/// A bind elsewhere, or at P by an unrelated process, is no takeover.
+/// A bind elsewhere is no takeover; a bind at P by another workload is a hijack.
 #[test]
-fn a_bind_at_another_path_or_by_a_stranger_is_no_takeover() {
+fn a_bind_at_another_path_is_nothing_and_by_a_stranger_a_hijack() {
     let mut e = windowed();
     a_listens(&mut e);
     quiet(
@@ -283,10 +292,12 @@ fn a_bind_at_another_path_or_by_a_stranger_is_no_takeover() {
         &[
             removes_a(&b()),
             bind(T0 + 1, &b(), fid(30), 33, "/run/multus/other.sock"),
-            bind(T0 + 2, &c(), fid(F2), 22, P),
         ],
     );
-    assert_eq!(e.flush(), vec![b_foreign_unlink(), a_unlinked(T0 + WINDOW)]);
+    let out = e.apply(&bind(T0 + 2, &c(), fid(F2), 22, P));
+    let names: Vec<&str> = out.iter().map(Verdict::name).collect();
+    assert_eq!(names, ["hijack", "orphan_opened"], "{out:#?}");
+    assert!(e.flush().is_empty());
 }
 
 /// S1 on the kernel tier: B's removal is a takeover; A's Go Close then unlinks B's socket:

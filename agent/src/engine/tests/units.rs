@@ -31,7 +31,8 @@ fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
                 pid: 1,
                 comm: "rm".into(),
                 cgroup_id: 0,
-                workload: None
+                workload: None,
+                exe: None,
             },
             path: "/x".into(),
             file: None,

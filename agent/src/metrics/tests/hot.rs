@@ -6,7 +6,7 @@ use agent_common::{EventKind, Tier};
 use super::{Scraped, assert_values, foreign_unlink, sock_event, value};
 use crate::{
     config::{NO_WATCH, OTHER_WATCH, WATCH_LABELS},
-    engine::{DecidedBy, Proc, Relation, StaleKind, Verdict},
+    engine::{DecidedBy, HandOver, Proc, Relation, ServedBy, StaleKind, Verdict},
     kernel::{
         loader::HookReport,
         probes::{Hook, PROBES},
@@ -137,6 +137,8 @@ fn takeover(relation: Relation) -> Verdict {
         successor: Proc::unknown(2),
         relation,
         successor_relation: Relation::SameProcess,
+        served_by: ServedBy::Workload,
+        how: HandOver::Rebind,
         path: "/run/multus/m.sock".into(),
         old_file: FileId { dev: 1, ino: 10 },
         new_file: FileId { dev: 1, ino: 20 },
@@ -177,11 +179,11 @@ fn verdicts_by_kind_relation_and_watch() {
                 1.0,
             ),
             (
-                r#"sockwatch_takeovers_total{relation="same_workload_other_pod",watch="multus"}"#,
+                r#"sockwatch_takeovers_total{relation="same_workload_other_pod",served_by="workload",watch="multus"}"#,
                 1.0,
             ),
             (
-                r#"sockwatch_takeovers_total{relation="other",watch="multus"}"#,
+                r#"sockwatch_takeovers_total{relation="other",served_by="workload",watch="multus"}"#,
                 0.0,
             ),
             (
