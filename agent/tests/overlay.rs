@@ -177,20 +177,22 @@ fn rename_over_in_merged_dir(test: &str, node_wide: bool) {
     b.must(&format!("listen-on {new_path}"));
     let st = std::fs::metadata(&sock).expect("stat the merged socket file");
     b.must(&format!("rename {new_path} {path}"));
+    // B runs the same program as A: a rename hand-over, the path served throughout.
     let v = agent.expect_verdict("B's rename over A's socket", |v| {
-        v["verdict"] == "replaced" && tgid(v, "actor") == u64::from(b.pid)
+        v["verdict"] == "takeover" && tgid(v, "remover") == u64::from(b.pid)
     });
-    assert_eq!(tgid(&v, "victim"), u64::from(a.pid), "{v}");
-    assert_eq!(v["file"]["ino"], st.ino(), "{v}");
-    assert_eq!(v["file"]["dev"], st.dev(), "{v}");
+    assert_eq!(v["how"], "rename", "{v}");
+    assert_eq!(tgid(&v, "predecessor"), u64::from(a.pid), "{v}");
+    assert_eq!(v["old_file"]["ino"], st.ino(), "{v}");
+    assert_eq!(v["old_file"]["dev"], st.dev(), "{v}");
     assert_eq!(v["path"], path, "{v}");
     drop((a, b));
     let verdicts = agent.stop();
-    let replaced = verdicts
+    let handovers = verdicts
         .iter()
-        .filter(|v| v["verdict"] == "replaced")
+        .filter(|v| v["verdict"] == "takeover" || v["verdict"] == "replaced")
         .count();
-    assert_eq!(replaced, 1, "exactly one replaced: {verdicts:#?}");
+    assert_eq!(handovers, 1, "exactly one hand-over: {verdicts:#?}");
     drop(overlay);
 }
 

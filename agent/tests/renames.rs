@@ -190,29 +190,38 @@ fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
     assert_none_of(agent, &["replaced"]);
 }
 
-/// S5: a daemon binds its successor at a temporary name and renames it over the live
-/// listener's file: still one `replaced` naming both files, and no `moved` for the socket
-/// moved into place (the `replaced` names it); a later foreign unlink of that socket at its
-/// new path is reported.
+/// S5 by another program: it binds a socket at a temporary name and renames it over the live
+/// listener's file: one `hijack` (by rename) naming both files and all three parties, and no
+/// `moved` for the socket moved into place (the hijack names it); a later foreign unlink of
+/// that socket at its new path is reported.
 #[test]
-fn s5_rename_over_a_live_listener_is_still_replaced() {
+fn s5_rename_over_a_live_listener_by_another_program_is_a_hijack() {
     if !root("s5_rename_over") {
         return;
     }
     let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let (sock, next) = (tmp.path().join("app.sock"), tmp.path().join("app.sock.new"));
-    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+    let watched = tmp.path().join("run");
+    std::fs::create_dir(&watched).expect("mkdir");
+    let agent = Agent::start(tmp.path(), &watched, &[]);
+    let (sock, next) = (watched.join("app.sock"), watched.join("app.sock.new"));
+    // B runs from a link of the test binary elsewhere: another program to the agent.
+    let other = tmp.path().join("other-program");
+    if std::fs::hard_link(std::env::current_exe().expect("test binary"), &other).is_err() {
+        std::fs::copy(std::env::current_exe().expect("test binary"), &other).expect("copy");
+    }
+    let (mut a, mut b) = (Actor::spawn(), Actor::spawn_from(&other));
     a.must(&format!("listen-on {}", s(&sock)));
     b.must(&format!("listen-on {}", s(&next)));
     let (old, new) = (ino(&sock), ino(&next));
 
     b.must(&format!("rename {} {}", s(&next), s(&sock)));
-    let v = agent.expect_verdict("A's file replaced", |v| {
-        v["verdict"] == "replaced" && v["file"]["ino"] == old
+    let v = agent.expect_verdict("A's file hijacked", |v| {
+        v["verdict"] == "hijack" && v["old_file"]["ino"] == old
     });
-    assert_eq!(tgid(&v, "actor"), u64::from(b.pid), "{v}");
+    assert_eq!(v["how"], "rename", "{v}");
+    assert_eq!(tgid(&v, "remover"), u64::from(b.pid), "{v}");
     assert_eq!(tgid(&v, "victim"), u64::from(a.pid), "{v}");
+    assert_eq!(tgid(&v, "successor"), u64::from(b.pid), "{v}");
     assert_eq!(v["new_file"]["ino"], new, "{v}");
     assert_eq!(v["path"], s(&sock), "{v}");
 

@@ -323,9 +323,10 @@ fn s2_s6_owner_and_worker_unlinks_are_quiet() {
     );
 }
 
-/// S5: B renames its fresh socket over A's live one: reported as replaced, A orphaned.
+/// S5 and S23: B, the same program as A, renames its fresh socket over A's live one: a
+/// hand-over (a takeover by rename), A's listener a `taken_over` orphan.
 #[test]
-fn s5_rename_over_is_replaced() {
+fn s5_rename_over_by_the_same_program_is_a_hand_over() {
     if !root("s5") {
         return;
     }
@@ -344,9 +345,10 @@ fn s5_rename_over_is_replaced() {
         s(&tmp.path().join("svc.sock.new")),
         s(&sock)
     ));
-    let v = agent.expect_verdict("replaced", |v| is(v, "replaced"));
+    let v = agent.expect_verdict("the hand-over", |v| is(v, "takeover"));
+    assert_eq!(v["how"], "rename", "{v}");
     assert_eq!(
-        (tgid(&v, "actor"), tgid(&v, "victim")),
+        (tgid(&v, "remover"), tgid(&v, "predecessor")),
         (u64::from(b.pid), u64::from(a.pid)),
         "{v}"
     );

@@ -55,6 +55,7 @@ ALERTS = {
     "SockwatchOrphanedListener",
     "SockwatchTakenOverListenerLingers",
     "SockwatchForeignUnlink",
+    "SockwatchSocketHijacked",
     "SockwatchUnlinkDenied",
     "SockwatchStaleConnects",
     "SockwatchStaleBindMount",

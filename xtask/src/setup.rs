@@ -26,13 +26,17 @@ const BUILD_PACKAGES: &[&str] = &[
 ];
 /// Debian packages the whole test suite needs beyond the build: QEMU and busybox for the VM
 /// layers, Go for S1 with a real `net.Listen("unix", …)` listener, Prometheus (and promtool)
-/// for the end-to-end alert test and the rule tests.
+/// for the end-to-end alert test and the rule tests, and the daemons the production-pattern
+/// tests drive on the host (HAProxy's reload, socat and Python).
 const VM_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "cpio",
     "golang-go",
     "prometheus",
+    "haproxy",
+    "socat",
+    "python3",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

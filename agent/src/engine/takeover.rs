@@ -142,9 +142,11 @@ impl Engine {
     /// A bind at a path whose live socket was removed within the window: the earliest such
     /// removal is served again, by the victim's workload or by another.
     pub(super) fn take_over(&mut self, new: &Successor<'_>, out: &mut Vec<Verdict>) {
+        // A freed inode number can come back at once for the new file (ext4, tmpfs): the
+        // socket tells the two apart then.
         let matches = |p: &Pending| {
             (p.facts.path == new.path || p.facts.victim_path.as_deref() == Some(new.path))
-                && p.facts.file != new.file
+                && (p.facts.file != new.file || p.facts.sock_ino != new.sock_ino)
         };
         let Some(at) = self.pending.queue.iter().position(matches) else {
             return;

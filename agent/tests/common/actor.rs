@@ -382,7 +382,13 @@ pub struct Actor {
 
 impl Actor {
     pub fn spawn() -> Actor {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        Self::spawn_from(&std::env::current_exe().expect("test binary"))
+    }
+
+    /// An actor run from `exe`, a link to the test binary elsewhere: to the agent, whose
+    /// /proc/PID/exe names that path, another program.
+    pub fn spawn_from(exe: &std::path::Path) -> Actor {
+        let mut child = Command::new(exe)
             .args([
                 "--ignored",
                 "--exact",
