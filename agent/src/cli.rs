@@ -51,7 +51,10 @@ pub struct RunArgs {
     /// Which probe tiers may attach: the best available (auto), precise only, or tracepoints.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
-    /// Where to write events, one JSON object per line; `-` is stdout.
+    /// Where to write events, one JSON object per line; `-` is stdout. A file is appended to,
+    /// created if missing, never followed through a symbolic link (one at the path stops the
+    /// start); reopened on SIGHUP (logrotate's `postrotate`) and by itself within a second
+    /// once renamed or removed.
     #[arg(long, default_value = "-", env = "SOCKWATCH_EVENTS")]
     pub events: PathBuf,
     /// The mode of an events file the agent creates (config key `events_file_mode`): `0600`,
