@@ -1152,7 +1152,7 @@ fn a_symbolic_link_at_the_events_path_is_refused_and_never_followed() {
         [format!(
             "sockwatch: cannot open --events {}: the path is a symbolic link, which the agent \
              does not follow (whoever placed it could make root append to any file); give the \
-             file's own path",
+             file's own path, or `-` for stdout",
             s(&events)
         )],
         "{stderr}"

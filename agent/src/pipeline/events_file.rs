@@ -276,7 +276,7 @@ fn explain(path: &Path, e: io::Error) -> io::Error {
         return io::Error::new(
             e.kind(),
             "the path is a symbolic link, which the agent does not follow (whoever placed it \
-             could make root append to any file); give the file's own path",
+             could make root append to any file); give the file's own path, or `-` for stdout",
         );
     }
     e
