@@ -51,9 +51,17 @@ pub struct RunArgs {
     /// Which probe tiers may attach: the best available (auto), precise only, or tracepoints.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
-    /// Where to write events, one JSON object per line; `-` is stdout.
+    /// Where to write events, one JSON object per line; `-` is stdout. A file is appended to,
+    /// created if missing, never followed through a symbolic link (one at the path stops the
+    /// start); reopened on SIGHUP (logrotate's `postrotate`) and by itself within a second
+    /// once renamed or removed.
     #[arg(long, default_value = "-", env = "SOCKWATCH_EVENTS")]
     pub events: PathBuf,
+    /// The mode of an events file the agent creates (config key `events_file_mode`): `0600`,
+    /// or `0640` for a log shipper in the file's group. A file that exists keeps its mode.
+    /// Default 0600.
+    #[arg(long, value_name = "MODE", value_parser = config::parse_events_file_mode, env = "SOCKWATCH_EVENTS_FILE_MODE")]
+    pub events_file_mode: Option<config::EventsFileMode>,
     /// Settings file (TOML): watches, listen address, intervals. Flags override it.
     #[arg(long, value_name = "FILE", env = "SOCKWATCH_CONFIG")]
     pub config: Option<PathBuf>,
@@ -136,6 +144,7 @@ impl From<&RunArgs> for config::Overrides {
             live_capacity: args.live_capacity,
             api_remote: args.api_remote,
             events_filter: args.events_filter,
+            events_file_mode: args.events_file_mode,
             guard: args.guard,
         }
     }
@@ -328,6 +337,25 @@ mod tests {
         assert_eq!(
             config::Overrides::from(&a).events_filter,
             Some(config::EventsFilter::Verdicts)
+        );
+        for (given, want) in [
+            ("0640", config::EventsFileMode::GroupReadable),
+            ("600", config::EventsFileMode::Private),
+        ] {
+            let Command::Run(a) = parse(&["run", "--events-file-mode", given])
+                .expect("parses")
+                .command
+            else {
+                panic!("not run")
+            };
+            assert_eq!(config::Overrides::from(&a).events_file_mode, Some(want));
+        }
+        let e = parse(&["run", "--events-file-mode", "0644"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--events-file-mode") && e.contains("0640"),
+            "{e}"
         );
     }
 

@@ -1,8 +1,9 @@
 //! Faults around the real agent, each with exact expectations: a restart in the middle of S1,
 //! an events output that refuses lines (a full disk, a pipe nobody reads), a socket whose
 //! whole life fits in one drain interval, the kernel's live table at capacity, its ring
-//! buffer overflowing while the agent is stopped, a storm of process exits during sweeps, and
-//! a kernel without `unix_diag`.
+//! buffer overflowing while the agent is stopped, a storm of process exits during sweeps, a
+//! kernel without `unix_diag`, and the events file rotated, removed, replaced by a symbolic
+//! link or created under a hostile umask.
 mod common;
 
 use std::{
@@ -319,10 +320,14 @@ fn a_full_disk_drops_lines_counted_and_writing_resumes() {
     // Full before the agent writes a byte: no line lands in part. The events file (a new
     // inode, no block) on the small disk, the agent's log on a roomy one.
     let filler = disk.fill();
-    std::os::unix::fs::symlink(disk_dir.join("events.jsonl"), run.join("events.jsonl"))
-        .expect("symlink");
     let addr = free_addr();
-    let agent = Agent::start(&run, &watch, &["--listen", &addr.to_string()]);
+    let agent = Agent::start_writing(
+        &run,
+        &disk_dir.join("events.jsonl"),
+        &watch,
+        &["--listen", &addr.to_string()],
+        |_| {},
+    );
 
     let (lost, kept) = (watch.join("lost.sock"), watch.join("kept.sock"));
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
@@ -979,4 +984,279 @@ fn without_unix_diag_the_agent_runs_on_kernel_events_and_adopts_once_it_returns(
         ],
         "B and C still listen on their unlinked files: {verdicts:#?}"
     );
+}
+
+const REOPEN_FAILED: &str = "sockwatch_events_file_reopen_failures_total";
+
+/// The whole lines of a JSON-lines file (none while it is missing).
+fn whole_lines(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    whole
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// The permission bits of `path` (not followed).
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = path.symlink_metadata().expect("lstat");
+    m.mode() & 0o7777
+}
+
+/// `listen-on` at each of `socks`, by `actor`.
+fn listen_on(actor: &mut Actor, socks: &[&Path]) {
+    for sock in socks {
+        actor.must(&format!("listen-on {}", s(sock)));
+    }
+}
+
+/// logrotate's rotation: the events file renamed, an event, then `kill -HUP` and an event.
+/// The agent runs on (SIGHUP never stops it); the lines after the signal go to a new file at
+/// the path (the agent's: 0600); every line is in exactly one of the two files. SIGTERM
+/// right after two more events, which sit in the ring (it is drained once a second), exits
+/// 0 with them written.
+#[test]
+fn a_renamed_events_file_is_reopened_on_sighup_and_sigterm_flushes_the_last_events() {
+    if !root("events_file_rotated") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let args = ["--listen", &listen, "--drain-interval", "1s"];
+    let mut agent = Agent::start(&run, &watch, &args);
+    let (events, rotated) = (agent.events.clone(), run.join("events.jsonl.1"));
+    let [one, two, three, last] =
+        ["one", "two", "three", "last"].map(|n| watch.join(format!("{n}.sock")));
+    let mut a = Actor::spawn();
+    let listened = |l: &Value, sock: &Path| l["kind"] == "listen" && l["path"] == s(sock);
+
+    listen_on(&mut a, &[&one]);
+    agent.expect_line("A's listen on one", |l| listened(l, &one));
+    let first = stat_id(&events);
+    std::fs::rename(&events, &rotated).expect("rotate");
+    listen_on(&mut a, &[&two]);
+    agent.signal(libc::SIGHUP);
+    // The once-a-second check may have reopened the file already; the signal reopens it
+    // regardless, and the next event comes after that.
+    wait_until("the signal's reopen in the log", || {
+        agent.log_text().contains("reopened (on SIGHUP)")
+    });
+    assert!(
+        agent.is_running(),
+        "SIGHUP stopped it: {}",
+        agent.log_text()
+    );
+    listen_on(&mut a, &[&three]);
+    agent.expect_line("A's listen on three, in a new file", |l| {
+        listened(l, &three)
+    });
+    assert_ne!(stat_id(&events), first, "a new file at the path");
+    assert_eq!(mode_of(&events), 0o600, "created by the agent");
+    let (old, new) = (whole_lines(&rotated), whole_lines(&events));
+    let both: Vec<Value> = old.iter().chain(&new).cloned().collect();
+    let bound = life(&[("bind", a.pid), ("listen", a.pid)]);
+    assert_eq!(life_of(&old, &one), bound, "{old:#?}");
+    assert!(
+        life_of(&old, &three).is_empty(),
+        "after the signal: {old:#?}"
+    );
+    for sock in [&one, &two, &three] {
+        assert_eq!(life_of(&both, sock), bound, "once each: {both:#?}");
+    }
+    assert_eq!(scrape(addr).value(REOPEN_FAILED), Some(0.0));
+
+    listen_on(&mut a, &[&last]);
+    let log = agent.log.clone();
+    let status = agent.stop_by(libc::SIGTERM);
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(status.success(), "exit {status}: {log}");
+    let new = whole_lines(&events);
+    assert_eq!(
+        life_of(&new, &last),
+        bound,
+        "drained at the exit: {new:#?}\n{log}"
+    );
+    drop(a);
+}
+
+/// The events file removed, no signal: within a second the agent sees its path lead nowhere,
+/// creates the file again (0600) and writes the next lines there.
+#[test]
+fn a_removed_events_file_is_created_again_by_itself() {
+    if !root("events_file_removed") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let addr = free_addr();
+    let agent = Agent::start(&run, &watch, &["--listen", &addr.to_string()]);
+    let events = agent.events.clone();
+    let [one, two] = ["one", "two"].map(|n| watch.join(format!("{n}.sock")));
+    let mut a = Actor::spawn();
+    listen_on(&mut a, &[&one]);
+    agent.expect_line("A's listen on one", |l| {
+        l["kind"] == "listen" && l["path"] == s(&one)
+    });
+    let first = stat_id(&events);
+    std::fs::remove_file(&events).expect("rm");
+    let removed = Instant::now();
+    wait_until("a new events file at the path", || events.exists());
+    eprintln!("created again {:?} after the removal", removed.elapsed());
+    assert_ne!(stat_id(&events), first);
+    assert_eq!(mode_of(&events), 0o600);
+    listen_on(&mut a, &[&two]);
+    agent.expect_line("A's listen on two, in the new file", |l| {
+        l["kind"] == "listen" && l["path"] == s(&two)
+    });
+    let log = agent.log_text();
+    assert!(
+        log.contains("reopened (the file was renamed or removed)"),
+        "{log}"
+    );
+    assert_eq!(scrape(addr).value(REOPEN_FAILED), Some(0.0));
+    drop(a);
+    agent.stop();
+}
+
+/// A symbolic link at the events path, to a root-only file: at the start the agent refuses
+/// it, one line naming the path, exit 1, the file untouched. Running, the events file
+/// renamed and such a link put in its place: the agent does not follow it; every check
+/// fails, counted, logged once; the lines go on to the renamed file; once the link is gone
+/// the next check creates the file again.
+#[test]
+fn a_symbolic_link_at_the_events_path_is_refused_and_never_followed() {
+    if !root("events_file_symlink") {
+        return;
+    }
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "root only\n").expect("secret");
+    let untouched = || std::fs::read_to_string(&secret).expect("secret") == "root only\n";
+    let events = run.join("events.jsonl");
+    std::os::unix::fs::symlink(&secret, &events).expect("symlink");
+    let out = Command::new(sockwatch_bin())
+        .args(["run", "--scan-interval", "0s", "--events", s(&events)])
+        .args(["--watch", s(&watch)])
+        .output()
+        .expect("run sockwatch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| !l.starts_with('[')).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "sockwatch: cannot open --events {}: the path is a symbolic link, which the agent \
+             does not follow (whoever placed it could make root append to any file); give the \
+             file's own path, or `-` for stdout",
+            s(&events)
+        )],
+        "{stderr}"
+    );
+    assert!(!stderr.contains("running;"), "{stderr}");
+    assert!(untouched());
+
+    std::fs::remove_file(&events).expect("rm the link");
+    let addr = free_addr();
+    let agent = Agent::start(&run, &watch, &["--listen", &addr.to_string()]);
+    let rotated = run.join("events.jsonl.1");
+    let [one, two, three] = ["one", "two", "three"].map(|n| watch.join(format!("{n}.sock")));
+    let mut a = Actor::spawn();
+    listen_on(&mut a, &[&one]);
+    agent.expect_line("A's listen on one", |l| {
+        l["kind"] == "listen" && l["path"] == s(&one)
+    });
+    std::fs::rename(&events, &rotated).expect("rotate");
+    std::os::unix::fs::symlink(&secret, &events).expect("a link in its place");
+    wait_until("two failed reopens", || {
+        scrape(addr).value(REOPEN_FAILED).unwrap_or_default() >= 2.0
+    });
+    listen_on(&mut a, &[&two]);
+    wait_until("A's listen on two, in the renamed file", || {
+        !life_of(&whole_lines(&rotated), &two).is_empty()
+    });
+    assert!(untouched());
+    let log = agent.log_text();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cannot reopen it"))
+        .collect();
+    assert_eq!(refused.len(), 1, "once per outage: {log}");
+    assert!(refused[0].contains("symbolic link"), "{}", refused[0]);
+
+    std::fs::remove_file(&events).expect("rm the link");
+    wait_until("the events file created again", || {
+        events.symlink_metadata().is_ok_and(|m| m.is_file())
+    });
+    listen_on(&mut a, &[&three]);
+    agent.expect_line("A's listen on three, in the new file", |l| {
+        l["kind"] == "listen" && l["path"] == s(&three)
+    });
+    let failed = scrape(addr).value(REOPEN_FAILED).unwrap_or_default();
+    let recovered = format!("after {failed} failed attempts");
+    assert!(
+        agent.log_text().contains(&recovered),
+        "{}",
+        agent.log_text()
+    );
+    assert!(untouched());
+    drop(a);
+    agent.stop();
+}
+
+/// Under a umask that would leave 0400 (0277), the events file the agent creates is 0600, or
+/// 0640 with `--events-file-mode 0640`, and so is the one it creates after a rename. A file
+/// that exists keeps its mode (here 0666, with a warning: anyone can add lines to it).
+#[test]
+fn the_events_file_is_created_0600_or_0640_whatever_the_umask() {
+    if !root("events_file_mode") {
+        return;
+    }
+    let umask = |cmd: &mut Command| {
+        // SAFETY: umask(2) is async-signal-safe and takes no pointers.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o277);
+                Ok(())
+            })
+        };
+    };
+    for (extra, want) in [
+        (&[][..], 0o600),
+        (&["--events-file-mode", "0640"][..], 0o640),
+    ] {
+        let tmp = tempdir();
+        let [run, watch] = dirs(&tmp, ["run", "w"]);
+        let events = run.join("events.jsonl");
+        let agent = Agent::start_writing(&run, &events, &watch, extra, umask);
+        assert_eq!(mode_of(&events), want, "{extra:?}");
+        let first = stat_id(&events);
+        std::fs::rename(&events, run.join("events.jsonl.1")).expect("rotate");
+        wait_until("a new events file", || events.exists());
+        assert_ne!(stat_id(&events), first);
+        assert_eq!(mode_of(&events), want, "{extra:?}, after the rename");
+        agent.stop();
+    }
+
+    let tmp = tempdir();
+    let [run, watch] = dirs(&tmp, ["run", "w"]);
+    let events = run.join("events.jsonl");
+    std::fs::write(&events, "").expect("an events file");
+    std::fs::set_permissions(&events, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod");
+    let agent = Agent::start(&run, &watch, &[]);
+    assert_eq!(mode_of(&events), 0o666, "left as it was");
+    let log = agent.log_text();
+    assert!(
+        log.contains(&format!(
+            "events file {}: is writable by others (mode 0666)",
+            s(&events)
+        )),
+        "{log}"
+    );
+    agent.stop();
 }

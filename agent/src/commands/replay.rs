@@ -20,7 +20,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         Engine::new(Limits::default())?.with_takeover_window(
             u64::try_from(args.takeover_window.as_nanos()).unwrap_or(u64::MAX),
         ),
-        JsonLines::open(std::path::Path::new("-"))?,
+        JsonLines::new(Box::new(std::io::stdout())),
     );
     let stats = replay::replay(input, &mut pipeline)
         .with_context(|| format!("replay {}", args.file.display()))?;

@@ -18,6 +18,7 @@ use crate::{
     metrics::{EngineSnapshot, EngineSource, KernelSource, MapFill, Metrics, Scan},
     pipeline::{
         Pipeline,
+        events_file::Trigger,
         notice::{Notice, ScanHealth},
         output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
@@ -43,8 +44,12 @@ fn window_ns(config: &Config) -> u64 {
     u64::try_from(config.takeover_window.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs the agent until SIGTERM or SIGINT.
+/// Runs the agent until SIGTERM or SIGINT; SIGHUP reopens the events file.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Until the handler that reopens the events file is installed: a logrotate's SIGHUP
+    // during the start-up must not kill the agent (the default action).
+    // SAFETY: signal(2) with SIG_IGN takes no pointers; the handler installed later replaces it.
+    unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
     let config = Arc::new(settle(&args)?);
     let watches: Vec<WatchedDir> = config
         .watches
@@ -59,7 +64,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     crate::kernel::preflight::prepare()?;
-    let out = JsonLines::open(&args.events)
+    let out = JsonLines::open(&args.events, config.events_file_mode)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?
         .stamped(Stamp::new(output::node_name()))
         .formatted(args.format);
@@ -108,6 +113,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()?;
     let stats = rt.block_on(async {
         let shutdown = shutdown_signal()?;
+        let hangup = signal(SignalKind::hangup())?;
         let guard_signals = guard::Signals::register()?;
         if let Some(addr) = config.listen {
             let access = match config.api_remote {
@@ -126,7 +132,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 sweep_tx,
             ));
         }
-        log::info!("running; stop with SIGINT or SIGTERM");
+        log::info!("running; stop with SIGINT or SIGTERM (SIGHUP reopens the events file)");
         let pump = pump::pump(
             reader,
             &shared.pipeline,
@@ -142,6 +148,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             _ = guard_signals.follow(&shared.probes, &shared.metrics, guard_state) => {
                 unreachable!("the guard's signals never end")
+            }
+            _ = follow_events_file(&shared.pipeline, hangup) => {
+                unreachable!("following the events file never ends")
             }
         }
     })?;
@@ -165,6 +174,24 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+/// Reopens the events file on SIGHUP, and checks once a second that its path still leads to
+/// the open file (renamed or removed, it is reopened: see `pipeline::events_file`).
+async fn follow_events_file(pipeline: &Mutex<Pipeline>, mut hangup: tokio::signal::unix::Signal) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // just opened
+    loop {
+        let trigger = tokio::select! {
+            Some(()) = hangup.recv() => Trigger::Hangup,
+            _ = tick.tick() => Trigger::Check,
+        };
+        pipeline
+            .lock()
+            .expect("pipeline lock")
+            .follow_events_file(trigger);
+    }
 }
 
 /// Loads and attaches the probes, saying what each hook got and what a missing one costs.

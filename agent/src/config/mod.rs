@@ -10,6 +10,8 @@
 //! live_capacity = 65536          # live sockets the kernel tracks (16 to 1048576)
 //! api_remote = false             # true: /api (pids, paths) answers clients beyond loopback
 //! events_filter = "all"          # lines written to --events: "all", or "verdicts" (and notices)
+//! events_file_mode = "0600"      # mode of an events file the agent creates: "0600", or "0640"
+//!                                # (group-readable, for a log shipper in the file's group)
 //! guard = "off"                  # "off", "stale_owner" or "foreign" (BPF LSM only): refuse
 //!                                # removals of a live listener's file (docs/guard.md)
 //! guard_allow_comms = []         # foreign: these commands (comm, up to 15 bytes) pass
@@ -98,6 +100,56 @@ pub enum EventsFilter {
     All,
 }
 
+/// The mode an events file the agent creates gets (`--events-file-mode`, config key
+/// `events_file_mode`): set exactly, whatever the umask. A file that already exists keeps its
+/// own (logrotate's `create MODE OWNER GROUP` made it so).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EventsFileMode {
+    /// `0600`: the agent's user alone reads it.
+    #[default]
+    Private,
+    /// `0640`: its group too (a log shipper in the file's group: the directory's, when the
+    /// directory is set-group-ID, else the agent's).
+    GroupReadable,
+}
+
+impl EventsFileMode {
+    pub const ALL: [EventsFileMode; 2] = [EventsFileMode::Private, EventsFileMode::GroupReadable];
+
+    /// The permission bits.
+    pub fn bits(self) -> u32 {
+        match self {
+            EventsFileMode::Private => 0o600,
+            EventsFileMode::GroupReadable => 0o640,
+        }
+    }
+
+    /// As the flag and the config file write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventsFileMode::Private => "0600",
+            EventsFileMode::GroupReadable => "0640",
+        }
+    }
+}
+
+impl fmt::Display for EventsFileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `0600` or `0640` (the leading zero may be left out).
+pub fn parse_events_file_mode(s: &str) -> Result<EventsFileMode, String> {
+    let s = s.trim();
+    EventsFileMode::ALL
+        .into_iter()
+        .find(|m| m.name() == s || &m.name()[1..] == s)
+        .ok_or_else(|| {
+            format!("`{s}` is no events file mode: 0600 (owner only) or 0640 (and its group)")
+        })
+}
+
 /// The agent's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -119,6 +171,8 @@ pub struct Config {
     pub api_remote: bool,
     /// The lines written to the events output.
     pub events_filter: EventsFilter,
+    /// The mode of an events file the agent creates.
+    pub events_file_mode: EventsFileMode,
     /// Guard mode outside every watch, and every watch's default.
     pub guard: GuardConfig,
 }
@@ -135,6 +189,7 @@ impl Default for Config {
             live_capacity: agent_common::maps::LIVE_CAPACITY,
             api_remote: false,
             events_filter: EventsFilter::All,
+            events_file_mode: EventsFileMode::Private,
             guard: GuardConfig::default(),
         }
     }
@@ -155,6 +210,7 @@ pub struct Overrides {
     /// `--api-remote`: only ever turns the setting on.
     pub api_remote: bool,
     pub events_filter: Option<EventsFilter>,
+    pub events_file_mode: Option<EventsFileMode>,
     /// `--guard`: the top-level policy.
     pub guard: Option<GuardPolicy>,
 }
@@ -250,6 +306,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     config.require_all_hooks = raw.require_all_hooks.unwrap_or(false);
     config.api_remote = raw.api_remote.unwrap_or(false);
     config.events_filter = raw.events_filter.unwrap_or_default();
+    if let Some(m) = raw.events_file_mode {
+        config.events_file_mode =
+            parse_events_file_mode(&m).map_err(|p| invalid("events_file_mode".into(), p))?;
+    }
     let top = RawGuard::new(raw.guard, raw.guard_allow_comms, raw.guard_allow_cgroups)
         .check("")
         .map_err(|(f, p)| invalid(f, p))?;
@@ -274,6 +334,7 @@ impl Config {
         self.require_all_hooks |= o.require_all_hooks;
         self.api_remote |= o.api_remote;
         self.events_filter = o.events_filter.unwrap_or(self.events_filter);
+        self.events_file_mode = o.events_file_mode.unwrap_or(self.events_file_mode);
         self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
         self.guard.policy = o.guard.unwrap_or(self.guard.policy);
         self.validate("flags")?;
@@ -565,6 +626,7 @@ struct RawConfig {
     live_capacity: Option<u32>,
     api_remote: Option<bool>,
     events_filter: Option<EventsFilter>,
+    events_file_mode: Option<String>,
     guard: Option<GuardPolicy>,
     guard_allow_comms: Option<Vec<String>>,
     guard_allow_cgroups: Option<Vec<String>>,

@@ -16,6 +16,7 @@ require_all_hooks = true
 live_capacity = 4096
 api_remote = true
 events_filter = "verdicts"
+events_file_mode = "0640"
 
 [[watches]]
 name = "multus"
@@ -34,6 +35,7 @@ path = "/var/run/crio"
     assert_eq!(c.live_capacity, 4096);
     assert!(c.api_remote);
     assert_eq!(c.events_filter, EventsFilter::Verdicts);
+    assert_eq!(c.events_file_mode, EventsFileMode::GroupReadable);
     assert_eq!(
         c.watches,
         vec![
@@ -104,6 +106,14 @@ fn errors_name_the_field_and_the_problem() {
             "config /etc/sockwatch.toml: events_filter: unknown variant `events`, expected `verdicts` or `all`",
         ),
         (
+            "events_file_mode = \"0644\"\n",
+            "config /etc/sockwatch.toml: events_file_mode: `0644` is no events file mode: 0600 (owner only) or 0640 (and its group)",
+        ),
+        (
+            "events_file_mode = 0o640\n",
+            "config /etc/sockwatch.toml: events_file_mode: invalid type: integer `416`, expected a string",
+        ),
+        (
             "takeover_window = \"2m\"\n",
             "config /etc/sockwatch.toml: takeover_window: 120s is out of range: must be between 0ns and 60s",
         ),
@@ -167,6 +177,7 @@ fn flags_override_the_file() {
             live_capacity: Some(16),
             api_remote: true,
             events_filter: Some(EventsFilter::Verdicts),
+            events_file_mode: Some(EventsFileMode::GroupReadable),
             guard: Some(GuardPolicy::Foreign),
         })
         .expect("valid");
@@ -180,6 +191,7 @@ fn flags_override_the_file() {
     assert_eq!(merged.live_capacity, 16);
     assert!(merged.api_remote && !file.api_remote);
     assert_eq!(merged.events_filter, EventsFilter::Verdicts);
+    assert_eq!(merged.events_file_mode, EventsFileMode::GroupReadable);
     // Nothing set: the file stands.
     assert_eq!(
         file.clone().merge(Overrides::default()).expect("valid"),
@@ -394,4 +406,28 @@ fn bad_guard_settings_name_the_field() {
         e.contains("guard_allow_cgroups[0]: `system.slice/../x` must be a cgroup path"),
         "{e}"
     );
+}
+
+#[test]
+fn an_events_file_is_created_owner_only_unless_told_group_readable() {
+    assert_eq!(Config::default().events_file_mode, EventsFileMode::Private);
+    assert_eq!(EventsFileMode::Private.bits(), 0o600);
+    assert_eq!(EventsFileMode::GroupReadable.bits(), 0o640);
+    let c = parse_str("events_file_mode = \"640\"\n").expect("parses");
+    assert_eq!(c.events_file_mode, EventsFileMode::GroupReadable);
+    let back = c
+        .merge(Overrides {
+            events_file_mode: Some(EventsFileMode::Private),
+            ..Overrides::default()
+        })
+        .expect("valid");
+    assert_eq!(
+        back.events_file_mode,
+        EventsFileMode::Private,
+        "the flag wins"
+    );
+    for m in EventsFileMode::ALL {
+        assert_eq!(parse_events_file_mode(m.name()), Ok(m));
+    }
+    assert!(parse_events_file_mode("0666").is_err());
 }

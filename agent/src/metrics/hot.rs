@@ -35,6 +35,7 @@ pub(super) struct HotCounters {
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
     output_dropped: IntCounterVec,
+    events_file_reopen_failures: IntCounterVec,
     kernel_pruned: IntCounterVec,
     verdicts: IntCounterVec,
     withheld: IntCounterVec,
@@ -69,6 +70,7 @@ impl HotCounters {
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
             output_dropped: counter(registry, &OUTPUT_DROPPED),
+            events_file_reopen_failures: counter(registry, &EVENTS_FILE_REOPEN_FAILURES),
             kernel_pruned: counter(registry, &KERNEL_PRUNED),
             verdicts: counter(registry, &VERDICTS),
             withheld: counter(registry, &VERDICTS_WITHHELD),
@@ -105,6 +107,8 @@ impl HotCounters {
         }
         self.decode_errors.with_label_values::<&str>(&[]);
         self.output_dropped.with_label_values::<&str>(&[]);
+        self.events_file_reopen_failures
+            .with_label_values::<&str>(&[]);
         for table in PRUNED_TABLES {
             self.kernel_pruned.with_label_values(&[table]);
         }
@@ -185,6 +189,14 @@ impl Metrics {
             .output_dropped
             .with_label_values::<&str>(&[])
             .inc_by(lines);
+    }
+
+    /// A reopen of the events file failed.
+    pub fn events_file_reopen_failed(&self) {
+        self.hot
+            .events_file_reopen_failures
+            .with_label_values::<&str>(&[])
+            .inc();
     }
 
     /// Entries a sweep removed from the kernel map `table` (one of [`PRUNED_TABLES`]).

@@ -98,6 +98,7 @@ specs! {
     CONNECT_ERRORS: Counter "sockwatch_connect_errors_total" ["errno"] "Failed connects (and sendtos) by path, by errno name.";
     DECODE_ERRORS: Counter "sockwatch_decode_errors_total" [] "Ring-buffer records that could not be decoded and were dropped.";
     OUTPUT_DROPPED: Counter "sockwatch_output_lines_dropped_total" [] "Event and verdict lines the events output (--events) refused and the agent dropped: a full disk, a pipe nobody reads. The agent runs on; its log says when the output fails and when it recovers.";
+    EVENTS_FILE_REOPEN_FAILURES: Counter "sockwatch_events_file_reopen_failures_total" [] "Failed reopens of the events file (--events FILE), on SIGHUP or because its path no longer leads to the open file (renamed, removed, replaced), tried at most once a second. The lines go on to the file already open; the log says when reopening begins to fail and when it succeeds again.";
     KERNEL_PRUNED: Counter "sockwatch_kernel_pruned_total" ["table"] "Kernel map entries a sweep removed as stale: live (a socket closed unseen: close_range, close-on-exec on the tracepoint tier), tracked (a process gone without its exit seen), pending (a hook entry's record no exit took within 10 s).";
     VERDICTS: Counter "sockwatch_verdicts_total" ["verdict", "watch"] "Verdicts reported, by verdict and watch.";
     VERDICTS_WITHHELD: Counter "sockwatch_verdicts_withheld_total" ["verdict"] "Verdicts not reported because a missing hook left them unconfirmed (without the release hook: the socket they call open was found closed).";

@@ -1,6 +1,7 @@
 //! What happens to each kernel event: completed, written, and run through the engine, whose
 //! verdicts are written as their own lines.
 pub mod adapter;
+pub mod events_file;
 pub mod notice;
 pub mod output;
 pub mod pump;
@@ -308,6 +309,20 @@ impl Pipeline {
             .collect();
         let at = (path, self.out.node());
         PathAnswer::new(at, output::boot_to_wall_ns(), sockets, &self.recent)
+    }
+
+    /// Reopens the events file when `trigger` asks for it (a no-op on stdout); a failed
+    /// reopen is counted, the lines go on to the file already open.
+    pub fn follow_events_file(&mut self, trigger: events_file::Trigger) {
+        let followed = self.out.follow(trigger);
+        if let Some((m, _)) = &self.observer
+            && let Some(events_file::Followed::Failed { .. }) = followed
+        {
+            m.events_file_reopen_failed();
+        }
+        if followed.is_none() && trigger == events_file::Trigger::Hangup {
+            log::info!("SIGHUP: the events go to stdout, there is no file to reopen");
+        }
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

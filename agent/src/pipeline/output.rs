@@ -4,11 +4,13 @@
 //! lines (a full disk, a pipe nobody reads) drops them, counted, and writes again once the sink
 //! takes lines again. A strict one (a replay's) fails with the sink's first error.
 //!
+//! A file is opened and followed through renames, removals and SIGHUP by
+//! [`events_file::EventsFile`]; [`JsonLines::follow`] hands it the buffered lines' turn.
+//!
 //! `run`'s writer stamps every line ([`Stamp`]); a replay's writes the engine's verdicts
 //! bare, as it has neither the recording's clocks nor its node. With `--format text` it writes
 //! a sentence per verdict instead (`text::verdict::line`), and no event lines.
 use std::{
-    fs::OpenOptions,
     io::{self, Write},
     path::Path,
     time::{SystemTime, UNIX_EPOCH},
@@ -17,9 +19,14 @@ use std::{
 use serde::Serialize;
 
 use crate::{
+    config::EventsFileMode,
     engine::Verdict,
     events::{EventLine, json, wall::Rfc3339Cache},
-    pipeline::{notice::Notice, reconcile},
+    pipeline::{
+        events_file::{EventsFile, Followed, Trigger},
+        notice::Notice,
+        reconcile,
+    },
     text::{self, Format},
 };
 
@@ -93,9 +100,31 @@ pub fn node_name() -> String {
         })
 }
 
+/// Where the lines go: the events file, which can be reopened, or any writer (stdout, a test's).
+enum Sink {
+    File(EventsFile),
+    Writer(Box<dyn Write + Send>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::File(f) => f.write(buf),
+            Sink::Writer(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File(f) => f.flush(),
+            Sink::Writer(w) => w.flush(),
+        }
+    }
+}
+
 /// A JSON-lines writer; flushed after each drained batch, not per line.
 pub struct JsonLines {
-    sink: Box<dyn Write + Send>,
+    sink: Sink,
     /// Lines not yet handed to the sink.
     buf: Vec<u8>,
     /// `buf` starts in the middle of a line: the sink holds that line's beginning.
@@ -113,20 +142,24 @@ pub struct JsonLines {
 }
 
 impl JsonLines {
-    /// `-` is stdout; anything else is a file, appended to.
-    pub fn open(target: &Path) -> io::Result<Self> {
-        let w: Box<dyn Write + Send> = if target == Path::new("-") {
-            Box::new(io::stdout())
-        } else {
-            Box::new(OpenOptions::new().create(true).append(true).open(target)?)
-        };
-        Ok(Self::new(w))
+    /// `-` is stdout; anything else is a file, appended to, created with `mode` when missing,
+    /// never through a symbolic link ([`EventsFile::open`]).
+    pub fn open(target: &Path, mode: EventsFileMode) -> io::Result<Self> {
+        if target == Path::new("-") {
+            return Ok(Self::new(Box::new(io::stdout())));
+        }
+        let file = EventsFile::open(target, mode)?;
+        Ok(Self::with_sink(Sink::File(file)))
     }
 
     /// A strict writer: a flush fails with the sink's error, and keeps the lines.
     pub fn new(w: Box<dyn Write + Send>) -> Self {
+        Self::with_sink(Sink::Writer(w))
+    }
+
+    fn with_sink(sink: Sink) -> Self {
         Self {
-            sink: w,
+            sink,
             buf: Vec::with_capacity(FLUSH_AT),
             torn: false,
             lossy: false,
@@ -242,6 +275,31 @@ impl JsonLines {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Reopens the events file when `trigger` asks for it ([`EventsFile::follow`]); `None`
+    /// when the lines go elsewhere (stdout). The lines not yet written go to the file reopened:
+    /// a removed file's inode would swallow them. The rest of a line the old file took in part
+    /// (a full disk) is dropped, counted: the old file can no longer complete it.
+    pub fn follow(&mut self, trigger: Trigger) -> Option<Followed> {
+        let Sink::File(file) = &mut self.sink else {
+            return None;
+        };
+        let followed = file.follow(trigger);
+        if matches!(followed, Followed::Reopened { .. }) && self.torn {
+            let end = self
+                .buf
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            self.buf.drain(..end);
+            self.torn = false;
+            self.dropped += 1;
+            if let Some(n) = &mut self.outage {
+                *n += 1;
+            }
+        }
+        Some(followed)
     }
 
     /// Lines dropped since the last call.
@@ -422,6 +480,37 @@ mod tests {
             disk.text(),
             "2026-12-02T17:20:01.123Z node-1 ORPHAN CLOSED: the orphaned listener of pid 7 on \
              inode 1:2 (once /run/a) ended after 1.0 s: its last owner exited.\n"
+        );
+    }
+
+    #[test]
+    fn lines_buffered_when_the_file_is_reopened_go_to_the_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, gone) = (dir.path().join("events.jsonl"), dir.path().join("gone"));
+        let mut out = JsonLines::open(&path, EventsFileMode::Private).expect("created");
+        out.write(&"before", 0).expect("buffered");
+        out.flush().expect("written");
+        out.write(&"buffered", 0).expect("buffered");
+        std::fs::rename(&path, &gone).expect("renamed");
+        let followed = out.follow(Trigger::Check).expect("a file");
+        assert!(
+            matches!(followed, Followed::Reopened { .. }),
+            "{followed:?}"
+        );
+        out.flush().expect("written");
+        assert_eq!(
+            std::fs::read_to_string(&gone).expect("read"),
+            "\"before\"\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "\"buffered\"\n"
+        );
+        assert!(matches!(out.follow(Trigger::Check), Some(Followed::Kept)));
+        let mut stdout = JsonLines::new(Box::new(io::sink()));
+        assert!(
+            stdout.follow(Trigger::Hangup).is_none(),
+            "nothing to reopen"
         );
     }
 

@@ -50,8 +50,31 @@ impl Agent {
         Self::spawn(dir, extra, &[])
     }
 
+    /// As [`Agent::start`], writing its events to `events` (its log still in `dir`), its
+    /// command first given to `configure`.
+    pub fn start_writing(
+        dir: &Path,
+        events: &Path,
+        watch: &Path,
+        extra: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Agent {
+        let watch = ["--watch", watch.to_str().expect("utf-8 watch path")];
+        Self::spawn_with(dir, events, &[&watch, extra].concat(), &[], configure)
+    }
+
     fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
-        let events = dir.join("events.jsonl");
+        Self::spawn_with(dir, &dir.join("events.jsonl"), args, env, |_| {})
+    }
+
+    fn spawn_with(
+        dir: &Path,
+        events: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        configure: impl FnOnce(&mut Command),
+    ) -> Agent {
+        let events = events.to_owned();
         let log = dir.join("agent.log");
         // No sweeps unless the test asks for them: the events alone must give the verdicts.
         let sweeps: &[&str] = if args.contains(&"--scan-interval") {
@@ -59,16 +82,16 @@ impl Agent {
         } else {
             &["--scan-interval", "0s"]
         };
-        let child = Command::new(sockwatch_bin())
-            .arg("run")
+        let mut cmd = Command::new(sockwatch_bin());
+        cmd.arg("run")
             .args(sweeps)
             .arg("--events")
             .arg(&events)
             .args(args)
             .envs(env.iter().copied())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn sockwatch");
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        configure(&mut cmd);
+        let child = cmd.spawn().expect("spawn sockwatch");
         let mut agent = Agent { child, events, log };
         let deadline = Instant::now() + patience();
         while !agent.log_text().contains("running;") {
@@ -172,6 +195,24 @@ impl Agent {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Sends `signal` to the agent.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
+        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+    }
+
+    /// Whether the agent still runs (not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
+    /// Stops the agent with `signal` and returns how it exited.
+    pub fn stop_by(mut self, signal: i32) -> std::process::ExitStatus {
+        self.signal(signal);
+        self.child.wait().expect("wait")
     }
 
     /// Stops the agent with SIGINT; it must exit cleanly.
