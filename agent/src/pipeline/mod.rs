@@ -12,7 +12,7 @@ use std::{collections::VecDeque, io, sync::Arc};
 
 use crate::{
     config::{Config, EventsFilter},
-    engine::{Engine, Input, Verdict},
+    engine::{Engine, HandOver, Input, Verdict},
     events::{EventLine, KernelEvent, complete::Completer},
     kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
@@ -169,6 +169,19 @@ impl Pipeline {
                 Verdict::Replaced {
                     new_file: Some(file),
                     path,
+                    ..
+                } => (file, path),
+                // A socket renamed over another (a hand-over or a hijack) bears its name now.
+                Verdict::Takeover {
+                    new_file: file,
+                    path,
+                    how: HandOver::Rename,
+                    ..
+                }
+                | Verdict::Hijack {
+                    new_file: file,
+                    path,
+                    how: HandOver::Rename,
                     ..
                 } => (file, path),
                 _ => continue,
