@@ -115,16 +115,6 @@ fn s24_kubelet_restart_with_plugins_re_registering_pages_nothing() {
     assert_eq!(takeovers.count(), 2, "{verdicts:#?}");
 }
 
-/// A link to the test binary elsewhere: actors run from it are another program.
-fn other_program(dir: &Path) -> PathBuf {
-    let me = std::env::current_exe().expect("test binary");
-    let other = dir.join("intruder");
-    if std::fs::hard_link(&me, &other).is_err() {
-        std::fs::copy(&me, &other).expect("copy the test binary");
-    }
-    other
-}
-
 /// Another program removes A's live socket's file and binds its own there: a hijack naming
 /// the intruder as remover and successor and A as victim, A's listener a `hijacked` orphan.
 /// The same program doing so (a rolling restart) stays a takeover.

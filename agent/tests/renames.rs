@@ -205,10 +205,7 @@ fn s5_rename_over_a_live_listener_by_another_program_is_a_hijack() {
     let agent = Agent::start(tmp.path(), &watched, &[]);
     let (sock, next) = (watched.join("app.sock"), watched.join("app.sock.new"));
     // B runs from a link of the test binary elsewhere: another program to the agent.
-    let other = tmp.path().join("other-program");
-    if std::fs::hard_link(std::env::current_exe().expect("test binary"), &other).is_err() {
-        std::fs::copy(std::env::current_exe().expect("test binary"), &other).expect("copy");
-    }
+    let other = other_program(tmp.path());
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn_from(&other));
     a.must(&format!("listen-on {}", s(&sock)));
     b.must(&format!("listen-on {}", s(&next)));

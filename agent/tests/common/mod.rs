@@ -329,3 +329,14 @@ pub fn free_addr() -> std::net::SocketAddr {
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("utf-8")
 }
+
+/// A link to the test binary in `dir` (a copy across file systems): actors run from it
+/// (`Actor::spawn_from`) are another program to the agent, whose /proc/PID/exe differs.
+pub fn other_program(dir: &Path) -> std::path::PathBuf {
+    let me = std::env::current_exe().expect("test binary");
+    let other = dir.join("other-program");
+    if std::fs::hard_link(&me, &other).is_err() {
+        std::fs::copy(&me, &other).expect("copy the test binary");
+    }
+    other
+}
