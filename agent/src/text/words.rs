@@ -14,7 +14,11 @@ pub fn who(p: &Proc) -> String {
     }
 }
 
-/// `, pod ns/name`, else `, workload ns/name`, else `, container ID` (12 hex digits).
+/// How many characters of a container id name it, as `docker ps` and `crictl ps` show it.
+const SHORT_ID: usize = 12;
+
+/// `, pod ns/name`, else `, workload ns/name`, else `, container ID` (its first 12
+/// characters: 12 hex digits for a runtime's id, but nothing checked that it is one).
 fn place(w: &Workload) -> Option<String> {
     let in_ns = |name: &str| match &w.namespace {
         Some(ns) => format!("{ns}/{name}"),
@@ -27,7 +31,8 @@ fn place(w: &Workload) -> Option<String> {
         return Some(format!(", workload {}", in_ns(workload)));
     }
     let id = w.container_id.as_deref()?;
-    Some(format!(", container {}", &id[..id.len().min(12)]))
+    let short: String = id.chars().take(SHORT_ID).collect();
+    Some(format!(", container {short}"))
 }
 
 /// `dev:ino`, as the JSON lines' `file` and `stat -c %d:%i` give it.
@@ -126,6 +131,19 @@ mod tests {
         assert_eq!(
             who(&proc("sh", Some(container))),
             "sh (pid 42, container 0123456789ab)"
+        );
+    }
+
+    #[test]
+    fn a_container_id_is_cut_by_characters() {
+        // Byte 12 falls inside the sixth `é`: slicing by byte index panicked here.
+        let container = Workload {
+            container_id: Some("aéééééééééééé".into()),
+            ..Workload::default()
+        };
+        assert_eq!(
+            who(&proc("sh", Some(container))),
+            "sh (pid 42, container aééééééééééé)"
         );
     }
 
