@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
+    quote::quote,
     verdict::sentence,
     words::{inode, inode_or_unknown, wall_of, who},
 };
@@ -80,9 +81,9 @@ pub fn timeline(a: &PathAnswer) -> Vec<String> {
     let names = Names::of(a);
     let on = match a.node.as_str() {
         "" => String::new(),
-        node => format!(" on {node}"),
+        node => format!(" on {}", quote(node)),
     };
-    let mut lines = vec![format!("{}, as the agent{on} saw it:", a.path)];
+    let mut lines = vec![format!("{}, as the agent{on} saw it:", quote(&a.path))];
     if a.sockets_omitted > 0 {
         lines.push(format!(
             "({} older socket files bound at this path are left out)",
@@ -322,7 +323,8 @@ fn procs_of(v: &Verdict) -> Vec<&Proc> {
 /// no history (only a running agent keeps one).
 pub fn scanned(path: &str, report: &ScanReport) -> Vec<String> {
     let mut lines = vec![format!(
-        "{path}, as a scan of this node shows it now (no agent answered: no history):"
+        "{}, as a scan of this node shows it now (no agent answered: no history):",
+        quote(path)
     )];
     let here: Vec<String> = report
         .sockets
@@ -368,7 +370,7 @@ fn holders(h: &[Holder]) -> String {
         [] => "no known process".into(),
         h => h
             .iter()
-            .map(|h| format!("{} (pid {})", h.comm, h.tgid))
+            .map(|h| format!("{} (pid {})", quote(&h.comm), h.tgid))
             .collect::<Vec<_>>()
             .join(", "),
     }

@@ -5,7 +5,10 @@ use crate::engine::{
     CloseReason, FileId, GuardPolicy, OrphanCause, Proc, Relation, RemovalOp, StaleKind, Verdict,
 };
 
-use super::words::{duration, inode, inode_or_unknown, relation, who};
+use super::{
+    quote::quote,
+    words::{duration, inode, inode_or_unknown, relation, who},
+};
 
 /// `LABEL: sentence.` for one verdict.
 pub fn sentence(v: &Verdict) -> String {
@@ -179,7 +182,7 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
         "FOREIGN UNLINK: {} removed {} (inode {}), the file of {}, so clients can no longer \
          reach it by path",
         who(r.actor),
-        r.path,
+        quote(r.path),
         inode(r.file),
         r.socket_of_owner()
     );
@@ -215,6 +218,7 @@ fn unlink_denied(
             "",
         ),
     };
+    let path = quote(path);
     format!(
         "UNLINK DENIED: {} {tried} {path} (inode {}), the file of the listening socket of {}; \
          the guard refused it with EPERM ({why}), so the listener stays reachable{fix}.",
@@ -231,7 +235,7 @@ fn replaced(r: &Removal, rel: Relation, foreign: bool, new_file: Option<FileId>)
             "REPLACED: {} renamed {new} over {}, displacing inode {}, the file of {} ({}), so \
              clients can no longer reach it by path.",
             who(r.actor),
-            r.path,
+            quote(r.path),
             inode(r.file),
             r.socket_of_owner(),
             relation(rel)
@@ -240,7 +244,7 @@ fn replaced(r: &Removal, rel: Relation, foreign: bool, new_file: Option<FileId>)
             "REPLACED: {}, an owner, renamed {new} over its own socket's path {}, displacing \
              inode {}: its old {} can no longer be reached by path and should be closed.",
             who(r.actor),
-            r.path,
+            quote(r.path),
             inode(r.file),
             socket(r.listening)
         ),
@@ -262,8 +266,9 @@ fn moved(
     listening: bool,
     names: &Renamed,
 ) -> String {
-    let from = names.from.unwrap_or("an unknown path");
-    let to = names.to.unwrap_or("an unknown path");
+    let known =
+        |p: Option<&str>| p.map_or_else(|| "an unknown path".into(), |p| quote(p).to_string());
+    let (from, to) = (known(names.from), known(names.to));
     let swap = names.swapped_with.map_or_else(String::new, |f| {
         format!(", swapping it with inode {}", inode(f))
     });
@@ -295,6 +300,7 @@ fn takeover(
         Relation::SameProcess => "bound".to_string(),
         r => format!("{} ({}) bound", who(successor), relation(r)),
     };
+    let path = quote(path);
     format!(
         "TAKEOVER: {} removed {path} (inode {}), the file of the live socket of {}, and \
          {binder} a new socket there (inode {}) {} later: a healthy rollout, nothing to fix; \
@@ -315,7 +321,8 @@ fn orphan_opened(
     path: Option<&str>,
     file: FileId,
 ) -> String {
-    let (owner, path, file) = (who(owner), path.unwrap_or("its path"), inode(file));
+    let path = path.map_or_else(|| "its path".into(), |p| quote(p).to_string());
+    let (owner, file) = (who(owner), inode(file));
     let by = |verb: &str| by.map_or_else(String::new, |p| format!(" {verb} {}", who(p)));
     const UNREACHABLE: &str = "no client can reach it by path";
     match cause {
@@ -355,7 +362,7 @@ fn orphan_closed(
     path: Option<&str>,
     file: FileId,
 ) -> String {
-    let once = path.map_or_else(String::new, |p| format!(" (once {p})"));
+    let once = path.map_or_else(String::new, |p| format!(" (once {})", quote(p)));
     let why = match reason {
         CloseReason::Released => "it was closed",
         CloseReason::Rebound => "its owner bound a new socket at the path",
@@ -379,8 +386,9 @@ fn stale_connect(
     (binder, removed_by): (Option<&Proc>, Option<&Proc>),
 ) -> String {
     let refused = format!(
-        "STALE CONNECT: {} was refused (ECONNREFUSED) connecting to {path}",
-        who(actor)
+        "STALE CONNECT: {} was refused (ECONNREFUSED) connecting to {}",
+        who(actor),
+        quote(path)
     );
     let bound_by = binder.map_or_else(String::new, |p| format!(" (last bound by {})", who(p)));
     let file = inode_or_unknown(file);
@@ -417,7 +425,7 @@ fn stale_socket_file(
          the socket without removing the file: clients connecting get ECONNREFUSED; fix: \
          remove the file, and have the daemon remove its socket file on shutdown (or before \
          it binds).",
-        path.unwrap_or("a socket file"),
+        path.map_or_else(|| "a socket file".into(), |p| quote(p).to_string()),
         inode(file),
         who(binder)
     )
