@@ -2,6 +2,7 @@
 //! or one JSON object (findings, counts, warnings, for machines). In the table, every name a
 //! process or a mount chose (a path, a command, a cgroup, a pod) is quoted
 //! ([`crate::text::quote`]): a finding stays one line.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::io::{self, Write};
 
 use serde::Serialize;
@@ -219,6 +220,10 @@ pub fn summary(r: &ScanReport) -> String {
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the tests index the JSON they built; a panic fails the test"
+)]
 mod tests {
     use super::*;
     use crate::scan::{OrphanedListener, SocketFileMount, StaleSocketFile};

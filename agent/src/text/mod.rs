@@ -3,6 +3,7 @@
 //! string that comes from outside the agent (a path, a command name, a pod's name) is written
 //! through [`quote`], so that a line stays one line and cannot drive the reader's terminal;
 //! none of it is sliced by byte index (a name may be any UTF-8).
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 pub mod quote;
 pub mod timeline;
 pub mod verdict;

@@ -113,10 +113,11 @@ fn happenings(a: &PathAnswer, names: &Names) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     for s in &a.sockets {
         for h in &s.state.history {
-            let what = match a.verdicts.iter().position(|v| tells(v, h, s.state.file)) {
-                Some(i) => {
-                    told[i] = true;
-                    sentence(&a.verdicts[i])
+            let mut kept = a.verdicts.iter().zip(told.iter_mut());
+            let what = match kept.find(|(v, _)| tells(v, h, s.state.file)) {
+                Some((v, told)) => {
+                    *told = true;
+                    sentence(v)
                 }
                 None => plain(h, s.state.file, names),
             };
@@ -377,6 +378,10 @@ fn holders(h: &[Holder]) -> String {
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the tests index the lines they expect; a panic fails the test"
+)]
 mod tests {
     use super::*;
     use crate::{
