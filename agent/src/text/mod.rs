@@ -4,6 +4,8 @@
 //! through [`quote`], so that a line stays one line and cannot drive the reader's terminal;
 //! none of it is sliced by byte index (a name may be any UTF-8).
 #![deny(clippy::string_slice, clippy::indexing_slicing)]
+#[cfg(test)]
+mod proptests;
 pub mod quote;
 pub mod timeline;
 pub mod verdict;
