@@ -95,9 +95,8 @@ fn escaped(c: char, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 /// What every quoted string is: no byte below 0x20, no DEL, no C1 control, nothing that
-/// reorders or breaks a line. The tests hold whole output lines to it.
-#[cfg(test)]
-pub(crate) fn inert(s: &str) -> bool {
+/// reorders or breaks a line. The tests and the fuzz targets hold whole output lines to it.
+pub fn inert(s: &str) -> bool {
     s.bytes().all(|b| b >= 0x20 && b != 0x7f) && !s.chars().any(escapes)
 }
 
