@@ -17,7 +17,7 @@ use common::{
 use sockwatch::{
     attribution::Attributor,
     engine::Proc,
-    text::quote::{inert, quote},
+    quote::{inert, quote},
 };
 
 #[test]

@@ -14,8 +14,9 @@ use sockwatch::{
     events,
     http::{self, Api, HttpLimits, Served},
     pipeline::{Pipeline, output::JsonLines, replay as replay_log},
+    quote,
     scan::{diag, mounts, procfd, procfs},
-    text::{self, quote, timeline::PathAnswer},
+    text::{self, timeline::PathAnswer},
 };
 
 /// A target's body: libFuzzer's bytes in, a panic on a finding.

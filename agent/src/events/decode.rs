@@ -1,7 +1,7 @@
 //! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
 //! Paths and command names are bytes in the record; they become `String`s here, lossily: a
 //! byte sequence that is no UTF-8 is U+FFFD from then on (JSON wants text; the text outputs
-//! quote what is left, `text::quote`).
+//! quote what is left, `crate::quote`).
 #![deny(clippy::string_slice, clippy::indexing_slicing)]
 use agent_common::{
     Event, EventKind, Fidelity, FileId, GuardPolicy, Owner, RENAME_FROM_AT, Tier, flags,

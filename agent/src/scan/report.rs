@@ -1,7 +1,7 @@
 //! How `sockwatch scan` prints a [`ScanReport`]: a table (one line per finding, for people)
 //! or one JSON object (findings, counts, warnings, for machines). In the table, every name a
 //! process or a mount chose (a path, a command, a cgroup, a pod) is quoted
-//! ([`crate::text::quote`]): a finding stays one line.
+//! ([`crate::quote`]): a finding stays one line.
 #![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::io::{self, Write};
 
@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use agent_common::FileId;
 
-use crate::text::quote::quote;
+use crate::quote::quote;
 
 use super::{
     findings::{

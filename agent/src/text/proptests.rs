@@ -11,7 +11,6 @@ use proptest::prelude::*;
 
 use super::{
     line,
-    quote::inert,
     timeline::{PathAnswer, SocketView, scanned, timeline},
     verdict::sentence,
 };
@@ -21,6 +20,7 @@ use crate::{
         OrphanCause, Proc, Relation, Released, Removal, RemovalHow, RemovalOp, SocketState,
         StaleKind, Verdict, Workload,
     },
+    quote::inert,
     scan::{
         Counts, Findings, Holder, OrphanCause as ScanCause, OrphanedListener, ScanReport,
         ScannedSocket, SocketFileMount, StaleBindMount, StaleCause, StaleSocketFile,

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    quote::quote,
     verdict::sentence,
     words::{inode, inode_or_unknown, wall_of, who},
 };
 use crate::{
     engine::{FileId, HistoryEntry, HistoryEvent, OrphanCause, Proc, SocketState, Verdict},
+    quote::quote,
     scan::{Holder, ScanReport, report::finding_lines},
 };
 

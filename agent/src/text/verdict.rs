@@ -5,10 +5,8 @@ use crate::engine::{
     CloseReason, FileId, GuardPolicy, OrphanCause, Proc, Relation, RemovalOp, StaleKind, Verdict,
 };
 
-use super::{
-    quote::quote,
-    words::{duration, inode, inode_or_unknown, relation, who},
-};
+use super::words::{duration, inode, inode_or_unknown, relation, who};
+use crate::quote::quote;
 
 /// `LABEL: sentence.` for one verdict.
 pub fn sentence(v: &Verdict) -> String {

@@ -1,8 +1,8 @@
 //! The words every sentence shares: processes, files, relations, times.
-use super::quote::quote;
 use crate::{
     engine::{FileId, Proc, Relation, Workload},
     events::wall,
+    quote::quote,
 };
 
 /// `comm (pid N, pod ns/name)`: the process as a person finds it in `ps` and `kubectl`;

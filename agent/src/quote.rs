@@ -14,7 +14,9 @@
 //!   separators (U+2028, U+2029).
 //!
 //! What comes out holds none of those: no byte below 0x20, no 0x7f, no C1 control, so it
-//! stays on its line and cannot drive the terminal. Pure, no allocation of its own.
+//! stays on its line and cannot drive the terminal. Pure, no allocation of its own, and
+//! imports nothing of the agent: `text` and the `scan` table below it both write through it.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::fmt::{self, Display, Write as _};
 
 /// `s` as the text outputs write it: as it is, or in `$'…'` form (see the module docs).
