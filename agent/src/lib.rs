@@ -2,7 +2,8 @@
 //!
 //! Layers, top to bottom; a module imports only from the layers below it:
 //! `commands` → `pipeline` → `metrics`, `cli` → `text` → `kernel` → `events` → `attribution`
-//! → `scan`, `engine` → `http`, `config` → `agent_common`. docs/ARCHITECTURE.md draws the map.
+//! → `scan`, `engine` → `http`, `config` → `quote`, `agent_common`. docs/ARCHITECTURE.md draws
+//! the map.
 pub mod attribution;
 pub mod cli;
 pub mod commands;
@@ -13,5 +14,6 @@ pub mod http;
 pub mod kernel;
 pub mod metrics;
 pub mod pipeline;
+pub mod quote;
 pub mod scan;
 pub mod text;

@@ -1,18 +1,24 @@
 //! The real agent as a person reads it: `run --format text` writes each verdict as one exact
 //! sentence naming both processes, the path and the inode, and `explain PATH` tells the path's
 //! timeline from the running agent's API. S1 (the Go listener's Close) and S3 (a stale
-//! connect through a bind-mounted socket file), on whichever tier this kernel gives `run`.
+//! connect through a bind-mounted socket file), on whichever tier this kernel gives `run`;
+//! and names made to fool a reader (a newline and a forged verdict line, escape sequences),
+//! quoted in every text output.
 mod common;
 
-use std::{net::SocketAddr, path::Path, process::Command};
+use std::{net::SocketAddr, os::unix::ffi::OsStrExt as _, path::Path, process::Command};
 
 use common::{
-    actor::Actor,
+    actor::{Actor, hex},
     agent::{Agent, sockwatch_bin},
     go::{GoDaemon, go_listen, go_or_skip, go_stop},
     *,
 };
-use sockwatch::{attribution::Attributor, engine::Proc};
+use sockwatch::{
+    attribution::Attributor,
+    engine::Proc,
+    quote::{inert, quote},
+};
 
 #[test]
 #[ignore = "helper process for the other tests, started by them"]
@@ -79,7 +85,21 @@ fn expect_sentence(agent: &Agent, what: &str, want: impl Fn(&str) -> bool) -> St
     after_stamp(&line, Some(NODE)).to_owned()
 }
 
-/// `sockwatch explain PATH` against the agent at `addr`: its lines.
+/// `text`, what a text output wrote, is whole lines, none holding a control character or
+/// anything else that breaks or reorders a line.
+fn assert_inert_lines(what: &str, text: &str) {
+    let body = text
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{what}: no final newline: {text:?}"));
+    for line in body.split('\n') {
+        assert!(
+            inert(line),
+            "{what} wrote a line that is not inert: {line:?}"
+        );
+    }
+}
+
+/// `sockwatch explain PATH` against the agent at `addr`: its lines, each checked inert.
 fn explain(path: &Path, addr: SocketAddr) -> Vec<String> {
     let out = Command::new(sockwatch_bin())
         .arg("explain")
@@ -93,6 +113,7 @@ fn explain(path: &Path, addr: SocketAddr) -> Vec<String> {
         "explain: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_inert_lines("explain", &stdout);
     stdout.lines().map(str::to_owned).collect()
 }
 
@@ -313,4 +334,133 @@ fn s3_stale_connect_sentence_says_mount_the_directory() {
     let lines = agent.stop_text();
     eprintln!("run --format text wrote:\n{}\n", lines.join("\n"));
     eprintln!("explain printed:\n{}", timeline.join("\n"));
+}
+
+/// A file name made to fool a reader: after a newline, a line shaped like a verdict of this
+/// node; then escape sequences that retitle the terminal and clear the screen.
+const FORGED: &str =
+    "x\n2026-12-02T21:35:27.906Z readable-node FOREIGN UNLINK: forged\x1b]0;title\x07\x1b[2J";
+
+/// The remover's command name, as hostile (the kernel keeps 15 bytes of it).
+const HOSTILE_COMM: &str = "rm\n\x1b[2Jx";
+
+/// A socket whose file name is [`FORGED`], listened on by A and removed by B, whose command
+/// name holds a newline and an escape too: `run --format text`, `explain` (from the agent, then
+/// from a scan) and `scan` write every name quoted, each verdict and finding on one line, and
+/// no control byte anywhere; the forged line never becomes a line of its own.
+#[test]
+fn names_with_a_newline_or_an_escape_are_quoted_on_one_line() {
+    if !root("readable_quoted") {
+        return;
+    }
+    let tmp = tempdir();
+    let sock = tmp.path().join(FORGED);
+    let addr = free_addr();
+    let listen = addr.to_string();
+    // Reported at once: no takeover window to wait out.
+    let args = [
+        "--format",
+        "text",
+        "--listen",
+        listen.as_str(),
+        "--takeover-window",
+        "0s",
+    ];
+    let agent = Agent::start_with_env(tmp.path(), tmp.path(), &args, &[("NODE_NAME", NODE)]);
+    let written = agent.events.clone();
+    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
+    let a_name = actor_named(&mut a);
+    b.must(&format!("set-comm-hex {}", hex(HOSTILE_COMM.as_bytes())));
+    let b_name = named(b.pid, HOSTILE_COMM);
+    assert!(b_name.starts_with(r"$'rm\n\e[2Jx' (pid "), "{b_name}");
+    let sock_hex = hex(sock.as_os_str().as_bytes());
+    a.must(&format!("listen-on-hex {sock_hex}"));
+    let file = inode(stat_id(&sock));
+    b.must(&format!("unlink-hex {sock_hex}"));
+    let quoted = quote(s(&sock)).to_string();
+    assert!(
+        quoted.ends_with(
+            r"/x\n2026-12-02T21:35:27.906Z readable-node FOREIGN UNLINK: forged\e]0;title\a\e[2J'"
+        ),
+        "{quoted}"
+    );
+
+    let foreign = expect_sentence(&agent, "B's foreign unlink", |l| {
+        l.starts_with("FOREIGN UNLINK: ")
+    });
+    let removed = format!(
+        "FOREIGN UNLINK: {b_name} removed {quoted} (inode {file}), the file of the listening \
+         socket of {a_name}, so clients can no longer reach it by path"
+    );
+    assert!(foreign.starts_with(&removed), "{foreign}\nnot {removed}");
+    let orphan = format!(
+        "ORPHANED LISTENER: {a_name} listens on inode {file}, whose path {quoted} was removed \
+         by {b_name}: no client can reach it by path until its owner binds again or exits."
+    );
+    assert_eq!(
+        expect_sentence(&agent, "A's orphan", |l| l
+            .starts_with("ORPHANED LISTENER: ")),
+        orphan
+    );
+
+    let timeline = explain(&sock, addr);
+    assert_eq!(
+        timeline[0],
+        format!("{quoted}, as the agent on {NODE} saw it:")
+    );
+    in_order(
+        &timeline,
+        &[
+            ("the foreign unlink", &|l| l == foreign),
+            ("the orphan", &|l| l == orphan),
+        ],
+    );
+    for line in timeline.iter().skip(1).filter(|l| !l.starts_with("now:")) {
+        after_stamp(line, None);
+    }
+
+    let scan = Command::new(sockwatch_bin())
+        .arg("scan")
+        .arg("--watch")
+        .arg(tmp.path())
+        .output()
+        .expect("run sockwatch scan");
+    let table = String::from_utf8(scan.stdout).expect("utf-8");
+    eprintln!("scan printed:\n{table}");
+    assert_eq!(
+        scan.status.code(),
+        Some(1),
+        "a finding: {table}\n{}",
+        String::from_utf8_lossy(&scan.stderr)
+    );
+    assert_inert_lines("scan", &table);
+    let orphaned = format!("orphaned-listener  {quoted}  unlinked; ");
+    assert!(table.lines().any(|l| l.starts_with(&orphaned)), "{table}");
+
+    let lines = agent.stop_text();
+    let text = std::fs::read_to_string(&written).expect("the text output");
+    eprintln!("run --format text wrote:\n{text}");
+    eprintln!("explain printed:\n{}", timeline.join("\n"));
+    assert_inert_lines("run --format text", &text);
+    // Every line is the agent's own: its time and node, then a verdict; one removal.
+    let whats: Vec<&str> = lines.iter().map(|l| after_stamp(l, Some(NODE))).collect();
+    let removals = whats.iter().filter(|w| w.starts_with("FOREIGN UNLINK: "));
+    assert_eq!(removals.count(), 1, "{lines:#?}");
+    let forged = lines
+        .iter()
+        .any(|l| l.starts_with("2026-12-02T21:35:27.906Z "));
+    assert!(!forged, "a forged line: {lines:#?}");
+
+    let scanned = explain(&sock, free_addr());
+    eprintln!("explain without an agent printed:\n{}", scanned.join("\n"));
+    assert_eq!(
+        scanned[0],
+        format!("{quoted}, as a scan of this node shows it now (no agent answered: no history):")
+    );
+    assert!(
+        scanned
+            .iter()
+            .any(|l| l.starts_with("now: ORPHANED LISTENER: socket:[")),
+        "{scanned:#?}"
+    );
 }

@@ -1,6 +1,7 @@
 //! The bodies of the fuzz targets: each takes libFuzzer's bytes to one of the agent's parsers
 //! of untrusted input (kernel records, config and flags, HTTP, /proc files, netlink replies,
-//! replayed logs). A panic is a finding. `tests/corpus.rs` runs every committed input through
+//! replayed logs) or to a writer of what such input names (the text outputs). A panic is a
+//! finding. `tests/corpus.rs` runs every committed input through
 //! the same bodies on stable, so each crash found stays a regression test.
 use std::{io::Cursor, path::Path};
 
@@ -9,11 +10,13 @@ use clap::Parser as _;
 use sockwatch::{
     attribution, cli,
     config::{self, Overrides},
-    engine::{Engine, Limits},
+    engine::{Engine, Limits, Verdict},
     events,
     http::{self, Api, HttpLimits, Served},
     pipeline::{Pipeline, output::JsonLines, replay as replay_log},
+    quote,
     scan::{diag, mounts, procfd, procfs},
+    text::{self, timeline::PathAnswer},
 };
 
 /// A target's body: libFuzzer's bytes in, a panic on a finding.
@@ -28,6 +31,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("procfs", procfs),
     ("sock_diag", sock_diag),
     ("replay", replay),
+    ("text", text),
 ];
 
 /// A ring-buffer record as the kernel would submit it.
@@ -122,6 +126,79 @@ pub fn replay(data: &[u8]) {
     let engine = Engine::new(Limits::default()).expect("the default limits are valid");
     let mut pipeline = Pipeline::replay(engine, JsonLines::new(Box::new(std::io::sink())));
     let _ = replay_log::replay(Cursor::new(data), &mut pipeline);
+}
+
+/// A verdict as the agent writes it in JSON (or `explain`'s answer from `/api/sockets`), then,
+/// after a NUL, a name: every name the JSON holds (paths, commands, pods, namespaces,
+/// workloads, container ids, the node) is replaced by it. The verdict's sentence, after its
+/// time and node, as `run --format text` writes it, and each line of the answer's timeline,
+/// as `explain` prints it, must be one line with no control character.
+pub fn text(data: &[u8]) {
+    let mut parts = data.splitn(2, |&b| b == 0);
+    let json = parts.next().unwrap_or_default();
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(json) else {
+        return;
+    };
+    if let Some(name) = parts.next() {
+        renamed(&mut value, &String::from_utf8_lossy(name));
+    }
+    if let Ok(v) = serde_json::from_value::<Verdict>(value.clone()) {
+        let node = value["actor"]["comm"].as_str().unwrap_or("node-1");
+        let line = text::line(v.ts_ns(), node, &text::verdict::sentence(&v));
+        assert_one_inert_line(&line);
+    }
+    if let Ok(answer) = serde_json::from_value::<PathAnswer>(value) {
+        for line in text::timeline::timeline(&answer) {
+            assert_one_inert_line(&line);
+        }
+    }
+}
+
+/// The keys whose strings someone other than the agent chose.
+const NAMES: &[&str] = &[
+    "path",
+    "victim_path",
+    "bind_path",
+    "paths",
+    "from",
+    "to",
+    "comm",
+    "container_id",
+    "pod_uid",
+    "pod_name",
+    "namespace",
+    "workload",
+    "node",
+];
+
+/// Every string under a key of [`NAMES`] in `v`, at any depth, made `name`.
+fn renamed(v: &mut serde_json::Value, name: &str) {
+    use serde_json::Value;
+    let named = |v: &mut Value| {
+        if let Value::String(s) = v {
+            name.clone_into(s);
+        }
+    };
+    match v {
+        Value::Object(fields) => {
+            for (key, v) in fields.iter_mut() {
+                match v {
+                    Value::String(_) if NAMES.contains(&key.as_str()) => named(v),
+                    Value::Array(items) if key == "paths" => items.iter_mut().for_each(named),
+                    v => renamed(v, name),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| renamed(v, name)),
+        _ => {}
+    }
+}
+
+fn assert_one_inert_line(line: &str) {
+    assert!(
+        quote::inert(line) && line.lines().count() == 1,
+        "not one inert line: {line:?}"
+    );
 }
 
 /// An agent state that answers every route with something fixed.

@@ -23,6 +23,7 @@ pub const TARGETS: &[&str] = &[
     "procfs",
     "sock_diag",
     "replay",
+    "text",
 ];
 
 /// What cargo-fuzz passes to rustc: edge coverage with inline counters and comparison tracing

@@ -1,4 +1,5 @@
 //! `sockwatch explain PATH`: the running agent's view of one path, else a scan's.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::io::Write as _;
 
 use anyhow::Context as _;

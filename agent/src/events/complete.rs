@@ -11,6 +11,7 @@
 //! absolute paths resolve that way; a relative one needs the client's own working directory.
 //! A pinned stale inode stays pinned, so this is reliable for the persistent failure that
 //! matters.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::{
     fs::Metadata,
     os::unix::fs::{FileTypeExt, MetadataExt},

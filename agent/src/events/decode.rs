@@ -1,6 +1,10 @@
 //! Decoding ring-buffer records into typed kernel events: pure, length-checked, never panics.
+//! Paths and command names are bytes in the record; they become `String`s here, lossily: a
+//! byte sequence that is no UTF-8 is U+FFFD from then on (JSON wants text; the text outputs
+//! quote what is left, `crate::quote`).
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use agent_common::{
-    Event, EventKind, Fidelity, FileId, GuardPolicy, Owner, PATH_CAP, RENAME_FROM_AT, Tier, flags,
+    Event, EventKind, Fidelity, FileId, GuardPolicy, Owner, RENAME_FROM_AT, Tier, flags,
 };
 use serde::{Deserialize, Serialize};
 
@@ -220,19 +224,24 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
     })
 }
 
-/// A rename's old name, in the back half of the path (`FROM_PATH`).
+/// A rename's old name, in the back half of the path (`FROM_PATH`), at most `aux` bytes.
 fn old_name(raw: &Event) -> String {
-    let len = (raw.aux as usize).min(PATH_CAP - RENAME_FROM_AT);
-    c_string(&raw.path[RENAME_FROM_AT..RENAME_FROM_AT + len])
+    let back = raw.path.get(RENAME_FROM_AT..).unwrap_or_default();
+    let len = (raw.aux as usize).min(back.len());
+    c_string(back.get(..len).unwrap_or_default())
 }
 
 /// Bytes up to the first NUL, lossily as UTF-8 (paths are bytes; JSON wants text).
 fn c_string(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the tests cut the records they built; a panic fails the test"
+)]
 mod tests {
     use agent_common::PATH_CAP;
 

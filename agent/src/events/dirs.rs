@@ -3,6 +3,7 @@
 //! directory). Learned from absolute binds and from every scan (so an agent started after a
 //! socket was bound knows its directory too); binds through a descriptor
 //! (`/proc/self/fd/N/name`, conmon's) are made absolute here as well.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::{collections::HashMap, os::unix::fs::MetadataExt as _, path::Path};
 
 use agent_common::{EventKind, Fidelity, FileId};

@@ -1,10 +1,15 @@
 //! How `sockwatch scan` prints a [`ScanReport`]: a table (one line per finding, for people)
-//! or one JSON object (findings, counts, warnings, for machines).
+//! or one JSON object (findings, counts, warnings, for machines). In the table, every name a
+//! process or a mount chose (a path, a command, a cgroup, a pod) is quoted
+//! ([`crate::quote`]): a finding stays one line.
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::io::{self, Write};
 
 use serde::Serialize;
 
 use agent_common::FileId;
+
+use crate::quote::quote;
 
 use super::{
     findings::{
@@ -70,7 +75,7 @@ fn holders(h: &[Holder]) -> String {
     }
     let list: Vec<String> = h
         .iter()
-        .map(|h| format!("{} {} ({})", h.tgid, h.comm, h.cgroup))
+        .map(|h| format!("{} {} ({})", h.tgid, quote(&h.comm), quote(&h.cgroup)))
         .collect();
     list.join(", ")
 }
@@ -88,9 +93,9 @@ fn bind_mount_line(m: &StaleBindMount) -> String {
     format!(
         "stale-bind-mount   {}  source {} on {} was deleted; {}; {serving}; mount ns {} \
          ({} processes: {}{more})",
-        m.mount_point,
-        m.source,
-        m.source_dev,
+        quote(&m.mount_point),
+        quote(&m.source),
+        quote(&m.source_dev),
         file(&m.file, false),
         m.mntns,
         m.process_count,
@@ -105,8 +110,8 @@ fn socket_file_mount_line(m: &SocketFileMount) -> String {
         .and_then(|w| {
             Some(format!(
                 " pod {}/{}",
-                w.namespace.as_deref()?,
-                w.pod_name.as_deref()?
+                quote(w.namespace.as_deref()?),
+                quote(w.pod_name.as_deref()?)
             ))
         })
         .unwrap_or_default();
@@ -117,9 +122,9 @@ fn socket_file_mount_line(m: &SocketFileMount) -> String {
     format!(
         "socket-file-mount  {}  live socket file {} on {} is bind-mounted here; {}; {serving}; \
          mount ns {} (pid {}{pod}); at the daemon's next restart connects here are refused: {}",
-        m.mount_point,
-        m.source,
-        m.source_dev,
+        quote(&m.mount_point),
+        quote(&m.source),
+        quote(&m.source_dev),
         file(&m.file, false),
         m.mntns,
         m.pid,
@@ -155,7 +160,7 @@ fn orphan_line(o: &OrphanedListener) -> String {
     };
     format!(
         "orphaned-listener  {}  {how}; socket:[{}] on {}{queue}; held by {}",
-        o.path,
+        quote(&o.path),
         o.sock_ino,
         file(&o.file, o.ino_low32),
         holders(&o.holders),
@@ -176,7 +181,7 @@ fn stale_file_line(s: &StaleSocketFile) -> String {
     };
     format!(
         "stale-socket-file  {}  {why}; {}",
-        s.path,
+        quote(&s.path),
         file(&s.file, false)
     )
 }
@@ -215,6 +220,10 @@ pub fn summary(r: &ScanReport) -> String {
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the tests index the JSON they built; a panic fails the test"
+)]
 mod tests {
     use super::*;
     use crate::scan::{OrphanedListener, SocketFileMount, StaleSocketFile};
@@ -327,6 +336,23 @@ mod tests {
         assert!(summary(&report()).contains("; risks: 1 live socket files bind-mounted"));
         assert!(summary(&report()).starts_with("3 findings (1 orphaned listeners"));
         assert!(summary(&report()).ends_with("incomplete (see warnings)"));
+    }
+
+    #[test]
+    fn a_name_with_a_newline_or_an_escape_stays_quoted_on_its_line() {
+        let mut r = report();
+        r.findings.stale_socket_files[0].path = "/run/x\nforged line\x1b[2J.sock".into();
+        r.findings.orphaned_listeners[0].holders[0].comm = "evil\rcomm".into();
+        let lines = finding_lines(&r.findings);
+        assert_eq!(
+            lines[1],
+            r"stale-socket-file  $'/run/x\nforged line\e[2J.sock'  no socket is bound to it; dev 0:45 ino 9"
+        );
+        assert!(
+            lines[0].ends_with(r"held by 42 $'evil\rcomm' (/kubepods/pod1)"),
+            "{}",
+            lines[0]
+        );
     }
 
     #[test]

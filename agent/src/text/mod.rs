@@ -1,5 +1,11 @@
 //! What a person reads: a verdict as one sentence (`run --format text`, [`verdict`]) and a
-//! socket path's timeline (`explain`, [`timeline`]). Pure: data in, strings out.
+//! socket path's timeline (`explain`, [`timeline`]). Pure: data in, strings out. Every
+//! string that comes from outside the agent (a path, a command name, a pod's name) is written
+//! through [`crate::quote`], so that a line stays one line and cannot drive the reader's terminal;
+//! none of it is sliced by byte index (a name may be any UTF-8).
+#![deny(clippy::string_slice, clippy::indexing_slicing)]
+#[cfg(test)]
+mod proptests;
 pub mod timeline;
 pub mod verdict;
 mod words;
@@ -11,7 +17,11 @@ pub use words::who;
 pub fn line(wall_ns: u64, node: &str, what: &str) -> String {
     match node {
         "" => format!("{} {what}", words::wall_ms(wall_ns)),
-        node => format!("{} {node} {what}", words::wall_ms(wall_ns)),
+        node => format!(
+            "{} {} {what}",
+            words::wall_ms(wall_ns),
+            crate::quote::quote(node)
+        ),
     }
 }
 

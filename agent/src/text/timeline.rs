@@ -12,6 +12,7 @@ use super::{
 };
 use crate::{
     engine::{FileId, HistoryEntry, HistoryEvent, OrphanCause, Proc, SocketState, Verdict},
+    quote::quote,
     scan::{Holder, ScanReport, report::finding_lines},
 };
 
@@ -80,9 +81,9 @@ pub fn timeline(a: &PathAnswer) -> Vec<String> {
     let names = Names::of(a);
     let on = match a.node.as_str() {
         "" => String::new(),
-        node => format!(" on {node}"),
+        node => format!(" on {}", quote(node)),
     };
-    let mut lines = vec![format!("{}, as the agent{on} saw it:", a.path)];
+    let mut lines = vec![format!("{}, as the agent{on} saw it:", quote(&a.path))];
     if a.sockets_omitted > 0 {
         lines.push(format!(
             "({} older socket files bound at this path are left out)",
@@ -112,10 +113,11 @@ fn happenings(a: &PathAnswer, names: &Names) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     for s in &a.sockets {
         for h in &s.state.history {
-            let what = match a.verdicts.iter().position(|v| tells(v, h, s.state.file)) {
-                Some(i) => {
-                    told[i] = true;
-                    sentence(&a.verdicts[i])
+            let mut kept = a.verdicts.iter().zip(told.iter_mut());
+            let what = match kept.find(|(v, _)| tells(v, h, s.state.file)) {
+                Some((v, told)) => {
+                    *told = true;
+                    sentence(v)
                 }
                 None => plain(h, s.state.file, names),
             };
@@ -333,7 +335,8 @@ fn procs_of(v: &Verdict) -> Vec<&Proc> {
 /// no history (only a running agent keeps one).
 pub fn scanned(path: &str, report: &ScanReport) -> Vec<String> {
     let mut lines = vec![format!(
-        "{path}, as a scan of this node shows it now (no agent answered: no history):"
+        "{}, as a scan of this node shows it now (no agent answered: no history):",
+        quote(path)
     )];
     let here: Vec<String> = report
         .sockets
@@ -379,13 +382,17 @@ fn holders(h: &[Holder]) -> String {
         [] => "no known process".into(),
         h => h
             .iter()
-            .map(|h| format!("{} (pid {})", h.comm, h.tgid))
+            .map(|h| format!("{} (pid {})", quote(&h.comm), h.tgid))
             .collect::<Vec<_>>()
             .join(", "),
     }
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the tests index the lines they expect; a panic fails the test"
+)]
 mod tests {
     use super::*;
     use crate::{

@@ -7,6 +7,7 @@ use crate::engine::{
 };
 
 use super::words::{duration, inode, inode_or_unknown, relation, who};
+use crate::quote::quote;
 
 /// `LABEL: sentence.` for one verdict.
 pub fn sentence(v: &Verdict) -> String {
@@ -85,50 +86,11 @@ pub fn sentence(v: &Verdict) -> String {
             )
         }
         Verdict::Takeover {
-            remover,
-            predecessor,
-            successor,
-            successor_relation,
             served_by,
-            how,
-            path,
-            old_file,
-            new_file,
-            gap_ns,
+            successor_relation,
             ..
-        } => {
-            let served = ServedAgain {
-                remover,
-                victim: predecessor,
-                successor,
-                path,
-                old_file: *old_file,
-                new_file: *new_file,
-                how: *how,
-                gap_ns: *gap_ns,
-            };
-            takeover(&served, *served_by, *successor_relation)
-        }
-        Verdict::Hijack {
-            remover,
-            victim,
-            successor,
-            how,
-            path,
-            old_file,
-            new_file,
-            gap_ns,
-            ..
-        } => hijack(&ServedAgain {
-            remover,
-            victim,
-            successor,
-            path,
-            old_file: *old_file,
-            new_file: *new_file,
-            how: *how,
-            gap_ns: *gap_ns,
-        }),
+        } => takeover(&ServedAgain::of(v), *served_by, *successor_relation),
+        Verdict::Hijack { .. } => hijack(&ServedAgain::of(v)),
         Verdict::OrphanOpened {
             cause,
             owner,
@@ -208,7 +170,7 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
         "FOREIGN UNLINK: {} removed {} (inode {}), the file of {}, so clients can no longer \
          reach it by path",
         who(r.actor),
-        r.path,
+        quote(r.path),
         inode(r.file),
         r.socket_of_owner()
     );
@@ -244,6 +206,7 @@ fn unlink_denied(
             "",
         ),
     };
+    let path = quote(path);
     format!(
         "UNLINK DENIED: {} {tried} {path} (inode {}), the file of the listening socket of {}; \
          the guard refused it with EPERM ({why}), so the listener stays reachable{fix}.",
@@ -260,7 +223,7 @@ fn replaced(r: &Removal, rel: Relation, foreign: bool, new_file: Option<FileId>)
             "REPLACED: {} renamed {new} over {}, displacing inode {}, the file of {} ({}), so \
              clients can no longer reach it by path.",
             who(r.actor),
-            r.path,
+            quote(r.path),
             inode(r.file),
             r.socket_of_owner(),
             relation(rel)
@@ -269,7 +232,7 @@ fn replaced(r: &Removal, rel: Relation, foreign: bool, new_file: Option<FileId>)
             "REPLACED: {}, an owner, renamed {new} over its own socket's path {}, displacing \
              inode {}: its old {} can no longer be reached by path and should be closed.",
             who(r.actor),
-            r.path,
+            quote(r.path),
             inode(r.file),
             socket(r.listening)
         ),
@@ -291,8 +254,9 @@ fn moved(
     listening: bool,
     names: &Renamed,
 ) -> String {
-    let from = names.from.unwrap_or("an unknown path");
-    let to = names.to.unwrap_or("an unknown path");
+    let known =
+        |p: Option<&str>| p.map_or_else(|| "an unknown path".into(), |p| quote(p).to_string());
+    let (from, to) = (known(names.from), known(names.to));
     let swap = names.swapped_with.map_or_else(String::new, |f| {
         format!(", swapping it with inode {}", inode(f))
     });
@@ -325,11 +289,49 @@ struct ServedAgain<'a> {
     gap_ns: u64,
 }
 
-impl ServedAgain<'_> {
+impl<'a> ServedAgain<'a> {
+    /// The facts a takeover and a hijack share; `sentence` calls it for those two only.
+    fn of(v: &'a Verdict) -> Self {
+        match v {
+            Verdict::Takeover {
+                remover,
+                predecessor: victim,
+                successor,
+                how,
+                path,
+                old_file,
+                new_file,
+                gap_ns,
+                ..
+            }
+            | Verdict::Hijack {
+                remover,
+                victim,
+                successor,
+                how,
+                path,
+                old_file,
+                new_file,
+                gap_ns,
+                ..
+            } => ServedAgain {
+                remover,
+                victim,
+                successor,
+                path,
+                old_file: *old_file,
+                new_file: *new_file,
+                how: *how,
+                gap_ns: *gap_ns,
+            },
+            _ => unreachable!("only a takeover or a hijack is served again"),
+        }
+    }
+
     /// `{remover} removed P (inode X), the file of the live socket of {victim},` or, for a
     /// rename, `{remover} renamed inode Y over P (inode X), …`.
     fn removal(&self) -> String {
-        let (path, old) = (self.path, inode(self.old_file));
+        let (path, old) = (quote(self.path), inode(self.old_file));
         let victim = who(self.victim);
         match self.how {
             HandOver::Rebind => format!(
@@ -390,7 +392,7 @@ fn hijack(s: &ServedAgain) -> String {
     format!(
         "HIJACK: {removal}{served} clients of {victim} now reach another program's socket; \
          find out why {successor} serves {} and restart {victim} or remove that socket.",
-        s.path
+        quote(s.path)
     )
 }
 
@@ -402,7 +404,8 @@ fn orphan_opened(
     path: Option<&str>,
     file: FileId,
 ) -> String {
-    let (owner, path, file) = (who(owner), path.unwrap_or("its path"), inode(file));
+    let path = path.map_or_else(|| "its path".into(), |p| quote(p).to_string());
+    let (owner, file) = (who(owner), inode(file));
     let by = |verb: &str| by.map_or_else(String::new, |p| format!(" {verb} {}", who(p)));
     const UNREACHABLE: &str = "no client can reach it by path";
     match cause {
@@ -447,7 +450,7 @@ fn orphan_closed(
     path: Option<&str>,
     file: FileId,
 ) -> String {
-    let once = path.map_or_else(String::new, |p| format!(" (once {p})"));
+    let once = path.map_or_else(String::new, |p| format!(" (once {})", quote(p)));
     let why = match reason {
         CloseReason::Released => "it was closed",
         CloseReason::Rebound => "its owner bound a new socket at the path",
@@ -471,8 +474,9 @@ fn stale_connect(
     (binder, removed_by): (Option<&Proc>, Option<&Proc>),
 ) -> String {
     let refused = format!(
-        "STALE CONNECT: {} was refused (ECONNREFUSED) connecting to {path}",
-        who(actor)
+        "STALE CONNECT: {} was refused (ECONNREFUSED) connecting to {}",
+        who(actor),
+        quote(path)
     );
     let bound_by = binder.map_or_else(String::new, |p| format!(" (last bound by {})", who(p)));
     let file = inode_or_unknown(file);
@@ -509,7 +513,7 @@ fn stale_socket_file(
          the socket without removing the file: clients connecting get ECONNREFUSED; fix: \
          remove the file, and have the daemon remove its socket file on shutdown (or before \
          it binds).",
-        path.unwrap_or("a socket file"),
+        path.map_or_else(|| "a socket file".into(), |p| quote(p).to_string()),
         inode(file),
         who(binder)
     )

@@ -2,23 +2,28 @@
 use crate::{
     engine::{FileId, Proc, Relation, Workload},
     events::wall,
+    quote::quote,
 };
 
 /// `comm (pid N, pod ns/name)`: the process as a person finds it in `ps` and `kubectl`;
-/// `pid N` alone when only its tgid is known.
+/// `pid N` alone when only its tgid is known. Every name quoted ([`quote`]).
 pub fn who(p: &Proc) -> String {
     let place = p.workload.as_ref().and_then(place).unwrap_or_default();
     match p.comm.as_str() {
         "" => format!("pid {}{place}", p.tgid),
-        comm => format!("{comm} (pid {}{place})", p.tgid),
+        comm => format!("{} (pid {}{place})", quote(comm), p.tgid),
     }
 }
 
-/// `, pod ns/name`, else `, workload ns/name`, else `, container ID` (12 hex digits).
+/// How many characters of a container id name it, as `docker ps` and `crictl ps` show it.
+const SHORT_ID: usize = 12;
+
+/// `, pod ns/name`, else `, workload ns/name`, else `, container ID` (its first 12
+/// characters: 12 hex digits for a runtime's id, but nothing checked that it is one).
 fn place(w: &Workload) -> Option<String> {
     let in_ns = |name: &str| match &w.namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_owned(),
+        Some(ns) => format!("{}/{}", quote(ns), quote(name)),
+        None => quote(name).to_string(),
     };
     if let Some(pod) = &w.pod_name {
         return Some(format!(", pod {}", in_ns(pod)));
@@ -27,7 +32,8 @@ fn place(w: &Workload) -> Option<String> {
         return Some(format!(", workload {}", in_ns(workload)));
     }
     let id = w.container_id.as_deref()?;
-    Some(format!(", container {}", &id[..id.len().min(12)]))
+    let short: String = id.chars().take(SHORT_ID).collect();
+    Some(format!(", container {}", quote(&short)))
 }
 
 /// `dev:ino`, as the JSON lines' `file` and `stat -c %d:%i` give it.
@@ -127,6 +133,32 @@ mod tests {
         assert_eq!(
             who(&proc("sh", Some(container))),
             "sh (pid 42, container 0123456789ab)"
+        );
+    }
+
+    #[test]
+    fn a_name_is_quoted_and_a_container_id_cut_by_characters() {
+        // Byte 12 falls inside the sixth `é`: slicing by byte index panicked here.
+        let container = |id: &str| Workload {
+            container_id: Some(id.into()),
+            ..Workload::default()
+        };
+        assert_eq!(
+            who(&proc("sh", Some(container("aéééééééééééé")))),
+            "sh (pid 42, container aééééééééééé)"
+        );
+        assert_eq!(
+            who(&proc("sh", Some(container("0123456789a\n\x1b[2J")))),
+            r"sh (pid 42, container $'0123456789a\n')"
+        );
+        let pod = Workload {
+            pod_name: Some("web\n0".into()),
+            namespace: Some("ns\x1b]0;t\x07".into()),
+            ..Workload::default()
+        };
+        assert_eq!(
+            who(&proc("evil\ncomm", Some(pod))),
+            r"$'evil\ncomm' (pid 42, pod $'ns\e]0;t\a'/$'web\n0')"
         );
     }
 

@@ -1,7 +1,8 @@
 //! A scriptable helper process: the test binary re-run as an "actor" that performs socket
 //! and file operations on command, so each step of a scenario comes from a real, distinct
 //! process with its own tgid. Commands on stdin, one per line; replies on stdout as
-//! `ACTOR ok <value>` or `ACTOR err <errno>`.
+//! `ACTOR ok <value>` or `ACTOR err <errno>`. Words are split at whitespace: a name that holds
+//! whitespace or any other byte goes as hex ([`hex`]) to the `-hex` commands.
 use std::{
     ffi::CString,
     io::{BufRead, BufReader, Write},
@@ -49,6 +50,23 @@ fn exec_sleep(secs: &str) -> ! {
 
 fn cstr(s: &str) -> CString {
     CString::new(s).expect("no NUL")
+}
+
+/// `bytes` as the `-hex` commands take them: two lowercase hex digits a byte.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn hex_path(hex: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt as _;
+    std::ffi::OsString::from_vec(unhex(hex)).into()
 }
 
 fn check(rc: i32) -> std::io::Result<()> {
@@ -101,6 +119,19 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
             let l = UnixListener::bind(path)?;
             held.push(Some(l.into()));
             Ok((held.len() - 1).to_string())
+        }
+        // listen-on-hex HEX: listen-on for a path of any bytes (a newline, an escape, ...).
+        ["listen-on-hex", path] => {
+            let l = UnixListener::bind(hex_path(path))?;
+            held.push(Some(l.into()));
+            Ok((held.len() - 1).to_string())
+        }
+        ["unlink-hex", path] => std::fs::remove_file(hex_path(path)).map(|_| String::new()),
+        // set-comm-hex HEX: set-comm for a name of any bytes but NUL.
+        ["set-comm-hex", name] => {
+            let name = CString::new(unhex(name)).expect("no NUL");
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string that outlives the call.
+            check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) }).map(|_| String::new())
         }
         ["close", h] => {
             held[h.parse::<usize>().expect("handle")] = None;
