@@ -68,16 +68,13 @@ impl PendingRemovals {
     }
 }
 
-/// How a successor relates to the remover, when close enough to call it the remover's own.
-fn successor_relation(remover: &Proc, successor: &Proc) -> Option<Relation> {
-    if !workload::close_to_remover(remover, successor) {
-        return None;
+/// How the successor relates to the remover. Processes of the root cgroup do not belong
+/// together: that cgroup says nothing of them.
+fn successor_relation(remover: &Proc, successor: &Proc) -> Relation {
+    match Relation::between(remover, successor) {
+        Relation::SameCgroup if !workload::close_to_remover(remover, successor) => Relation::Other,
+        r => r,
     }
-    Some(match Relation::between(remover, successor) {
-        Relation::SameProcess => Relation::SameProcess,
-        r if remover.cgroup_id == successor.cgroup_id && r == Relation::SameCgroup => r,
-        _ => Relation::SamePod,
-    })
 }
 
 /// The new socket a successor bound.
@@ -224,13 +221,7 @@ fn takeover_verdict(
         predecessor: facts.victim.clone(),
         successor: new.proc.clone(),
         relation: Relation::between(&facts.actor, &facts.victim),
-        successor_relation: successor_relation(&facts.actor, new.proc).unwrap_or_else(|| {
-            // Descriptive only here: processes of the root cgroup do not belong together.
-            match Relation::between(&facts.actor, new.proc) {
-                Relation::SameCgroup => Relation::Other,
-                r => r,
-            }
-        }),
+        successor_relation: successor_relation(&facts.actor, new.proc),
         served_by,
         how,
         path: facts.path.clone(),
