@@ -4,11 +4,11 @@
 //! third process's unlink is a foreign unlink naming B.
 //!
 //! The precise tiers see the receipt (`security_file_receive`). The tracepoint tier has no
-//! hook for it: a sweep finds B holding the socket in `/proc/B/fd`, so those runs sweep every
-//! second and wait for two sweeps after the receipt before A exits.
+//! hook for it: when A exits, the agent finds B holding the socket in `/proc/B/fd` and writes
+//! a `receive` line seen in /proc. No agent here sweeps, so nothing else could teach it B.
 mod common;
 
-use std::{net::TcpListener, path::Path, time::Instant};
+use std::path::Path;
 
 use agent_common::{EventKind, Tier};
 use common::{actor::Actor, agent::Agent, *};
@@ -89,9 +89,9 @@ fn receipt_program_reports_the_receiver_and_the_socket() {
     }
 }
 
-/// Runs `sockwatch run` under `mode` (skips, saying why, when this kernel refuses the tier);
-/// the tracepoint tier sweeps every second.
-fn start_agent(test: &str, dir: &Path, mode: ProbeMode, tier: Tier) -> Option<(Agent, u16)> {
+/// Runs `sockwatch run` under `mode`, with no sweeps (skips, saying why, when this kernel
+/// refuses the tier).
+fn start_agent(test: &str, dir: &Path, mode: ProbeMode, tier: Tier) -> Option<Agent> {
     if tier != Tier::Tracepoint {
         // The same check the kernel tests make: skips with the reason where the tier is refused.
         if !tier_loads(test, mode, tier) {
@@ -101,38 +101,28 @@ fn start_agent(test: &str, dir: &Path, mode: ProbeMode, tier: Tier) -> Option<(A
         eprintln!("SKIP {test}: needs root");
         return None;
     }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let sweep = u64::from(tier == Tier::Tracepoint);
-    let args = ["--probe-mode", mode.name(), "--listen", &listen];
-    Some((Agent::start_sweeping(dir, dir, sweep, &args, &[]), port))
+    let args = ["--probe-mode", mode.name()];
+    Some(Agent::start_sweeping(dir, dir, 0, &args, &[]))
 }
 
-/// Periodic sweeps finished so far, from the agent's metrics.
-fn sweeps(port: u16) -> f64 {
-    let m = Agent::metrics(([127, 0, 0, 1], port).into());
-    sockwatch_bench::prom::Exposition::parse(&m)
-        .value(r#"sockwatch_scan_duration_seconds_count{scan="periodic"}"#)
-        .unwrap_or(0.0)
-}
-
-/// On the tracepoint tier only: waits until two sweeps have run since now (the first may have
-/// begun before the receipt), so the owner sets know the receiver.
-fn await_sweep(tier: Tier, port: u16) {
-    if tier != Tier::Tracepoint {
-        return;
-    }
-    let (before, deadline) = (sweeps(port), Instant::now() + patience());
-    while sweeps(port) < before + 2.0 {
-        assert!(
-            Instant::now() < deadline,
-            "no sweep within {:?}",
-            patience()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
+/// The receipt line for B: the kernel's on the exact tiers; on the tracepoint tier the one
+/// the agent wrote from `/proc/B/fd` when A exited, just before A's exit line.
+fn expect_receipt(agent: &Agent, tier: Tier, b: u32, a: u32, file: (u64, u64), test: &str) {
+    let rx = agent.expect_line("B's receipt", |l| l["kind"] == "receive" && l["tgid"] == b);
+    assert_eq!(
+        (rx["dev"].as_u64(), rx["ino"].as_u64()),
+        (Some(file.0), Some(file.1)),
+        "{test}: {rx}"
+    );
+    if tier == Tier::Tracepoint {
+        assert_eq!(rx["seen_in"], "proc", "{test}: {rx}");
+        let lines = agent.lines();
+        let at = |want: &dyn Fn(&Value) -> bool| lines.iter().position(want);
+        let rx_at = at(&|l| l["kind"] == "receive" && l["tgid"] == b);
+        let exit_at = at(&|l| l["kind"] == "exit" && l["tgid"] == a);
+        assert!(rx_at < exit_at, "{test}: the receipt comes before A's exit");
+    } else {
+        assert_eq!(rx.get("seen_in"), None, "{test}: {rx}");
     }
 }
 
@@ -158,7 +148,7 @@ fn handover_receiver_unlink_is_quiet() {
     for (mode, tier) in agent_modes() {
         let test = format!("handover_quiet_{}", tier.name());
         let tmp = tempdir();
-        let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {
+        let Some(agent) = start_agent(&test, tmp.path(), mode, tier) else {
             continue;
         };
         let sock = tmp.path().join("served.sock");
@@ -166,10 +156,10 @@ fn handover_receiver_unlink_is_quiet() {
         let h = a.must(&format!("listen-on {}", s(&sock)));
         let file = stat_id(&sock);
         hand_over(&mut a, &mut b, &h, "quiet");
-        await_sweep(tier, port);
         let a_pid = a.pid;
         drop(a);
         agent.expect_line("A's exit", |l| l["kind"] == "exit" && l["tgid"] == a_pid);
+        expect_receipt(&agent, tier, b.pid, a_pid, file, &test);
         b.must(&format!("unlink {}", s(&sock)));
         agent.expect_line("B's unlink", |l| {
             l["kind"] == "unlink" && l["tgid"] == b.pid && l["path"] == s(&sock)
@@ -189,7 +179,7 @@ fn handover_third_party_unlink_names_the_receiver() {
     for (mode, tier) in agent_modes() {
         let test = format!("handover_foreign_{}", tier.name());
         let tmp = tempdir();
-        let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {
+        let Some(agent) = start_agent(&test, tmp.path(), mode, tier) else {
             continue;
         };
         let sock = tmp.path().join("served.sock");
@@ -197,10 +187,10 @@ fn handover_third_party_unlink_names_the_receiver() {
         let h = a.must(&format!("listen-on {}", s(&sock)));
         let file = stat_id(&sock);
         hand_over(&mut a, &mut b, &h, "foreign");
-        await_sweep(tier, port);
         let a_pid = a.pid;
         drop(a);
         agent.expect_line("A's exit", |l| l["kind"] == "exit" && l["tgid"] == a_pid);
+        expect_receipt(&agent, tier, b.pid, a_pid, file, &test);
         c.must(&format!("unlink {}", s(&sock)));
         let v = agent.expect_verdict("C's foreign unlink", |v| {
             v["verdict"] == "foreign_unlink" && tgid(v, "actor") == c.pid
@@ -224,7 +214,7 @@ fn socket_activation_child_is_the_owner() {
     for (mode, tier) in agent_modes() {
         let test = format!("activation_{}", tier.name());
         let tmp = tempdir();
-        let Some((agent, port)) = start_agent(&test, tmp.path(), mode, tier) else {
+        let Some(agent) = start_agent(&test, tmp.path(), mode, tier) else {
             continue;
         };
         let sock = tmp.path().join("activated.sock");
@@ -238,7 +228,6 @@ fn socket_activation_child_is_the_owner() {
         agent.expect_line("the fork", |l| {
             l["kind"] == "fork" && l["tgid"] == parent.pid && l["child_tgid"] == child
         });
-        await_sweep(tier, port);
         let parent_pid = parent.pid;
         drop(parent);
         agent.expect_line("the parent's exit", |l| {

@@ -83,6 +83,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if probes.coverage.missing().contains(&Hook::Release) {
         pipeline.without_release_hook();
     }
+    // The tracepoint tier of the receive hook is the sweeps: no program sees a receipt.
+    let receipts_seen = probes.report.iter().any(|r| {
+        r.hook == Hook::Receive
+            && r.attached
+                .is_some_and(|t| t != agent_common::Tier::Tracepoint)
+    });
+    if !receipts_seen {
+        pipeline.without_receive_hook();
+    }
     pipeline.observe(metrics.clone(), config.clone());
     let now = reconcile::boot_ns();
     let missing: Vec<Notice> = probes

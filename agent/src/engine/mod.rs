@@ -346,6 +346,19 @@ impl Engine {
         found
     }
 
+    /// Live sockets `tgid` alone holds, with their socket inodes: what its exit would
+    /// release. A tier with no receive hook asks before the exit whether someone else has
+    /// come to hold them.
+    pub fn held_only_by(&self, tgid: u32) -> Vec<(FileId, u64)> {
+        self.owners
+            .files_of(tgid)
+            .into_iter()
+            .filter(|f| self.owners.of(f) == [tgid])
+            .filter_map(|f| self.sockets.get(&f).filter(|s| s.is_live()))
+            .map(|s| (s.file, s.sock_ino))
+            .collect()
+    }
+
     /// The processes in a socket's owner set, lowest tgid first.
     pub fn owners(&self, file: FileId) -> Vec<Proc> {
         self.owners

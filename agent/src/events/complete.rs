@@ -87,6 +87,7 @@ impl Completer {
             workload,
             moved,
             exe,
+            seen_in: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use agent_common::{FileId, Owner};
 
-use crate::events::{EventLine, decode::EventFlags, line::SCHEMA, wall};
+use crate::events::{EventLine, SeenIn, decode::EventFlags, line::SCHEMA, wall};
 
 /// Writes `line` as serde would (`serde_json::to_writer`), without the newline. Never
 /// inlined: one call per event costs nothing, and a profile of the agent (`cargo xtask
@@ -67,6 +67,9 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
     if let Some(exe) = &line.exe {
         out.write_all(b",\"exe\":")?;
         string(out, exe)?;
+    }
+    if let Some(SeenIn::Proc) = line.seen_in {
+        out.write_all(b",\"seen_in\":\"proc\"")?;
     }
     out.write_all(b"}")
 }
@@ -262,8 +265,10 @@ mod tests {
             event in event(),
             workload in of(workload()),
             moved in of(file_id()),
+            exe in of(text()),
+            seen_in in of(Just(SeenIn::Proc)),
         ) {
-            let line = EventLine { event, workload, moved , exe: None };
+            let line = EventLine { event, workload, moved, exe, seen_in };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             let reference = serde_json::to_vec(&line).expect("serde");
@@ -275,10 +280,12 @@ mod tests {
             event in event(),
             workload in of(workload()),
             moved in of(file_id()),
+            exe in of(text()),
+            seen_in in of(Just(SeenIn::Proc)),
             wall_ns in any::<u64>(),
             node in text(),
         ) {
-            let line = EventLine { event, workload, moved , exe: None };
+            let line = EventLine { event, workload, moved, exe, seen_in };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             stamp(&mut ours, &wall::rfc3339(wall_ns), &node).expect("write to a Vec");

@@ -26,6 +26,18 @@ pub struct EventLine {
     /// program from another program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exe: Option<String>,
+    /// Where the agent saw an event no kernel hook reported: a receive found in `/proc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_in: Option<SeenIn>,
+}
+
+/// The source of an event line the kernel did not write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeenIn {
+    /// `/proc/PID/fd`: a process holding a socket when its known owner exited (SCM_RIGHTS
+    /// on a tier with no receive hook).
+    Proc,
 }
 
 /// A line as `run` writes it: an event line or a verdict, then the stream's own fields. The

@@ -14,4 +14,4 @@ mod schema_validator;
 pub mod wall;
 
 pub use decode::{DecodeError, EventFlags, KernelEvent, decode};
-pub use line::{EventLine, SCHEMA, Stamped};
+pub use line::{EventLine, SCHEMA, SeenIn, Stamped};

@@ -96,6 +96,7 @@ fn event_lines() -> Vec<EventLine> {
                 workload: (kind == EventKind::Bind).then(|| workload.clone()),
                 moved,
                 exe: None,
+                seen_in: (kind == EventKind::Receive).then_some(crate::events::SeenIn::Proc),
             }
         })
         .collect()

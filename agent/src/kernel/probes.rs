@@ -36,9 +36,9 @@ impl Missed for Hook {
                  scan interval late"
             }
             Hook::Receive => {
-                "listener hand-overs (SCM_RIGHTS) are learned at the next sweep: until then the \
-                 sender's exit reports the receiver's socket file stale, and an unlink names the \
-                 sender as victim"
+                "listener hand-overs (SCM_RIGHTS) are learned at the next sweep, or when the \
+                 sender exits (its sockets are looked for in /proc/PID/fd): until then an unlink \
+                 names the sender as victim"
             }
         }
     }

@@ -13,6 +13,7 @@ pub fn to_input(line: EventLine) -> Input {
         workload,
         moved,
         exe,
+        seen_in: _,
     } = line;
     let ts_ns = ev.ts_ns;
     let (path, from_path) = (std::mem::take(&mut ev.path), ev.from_path.take());
@@ -159,6 +160,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            seen_in: None,
         })
     }
 

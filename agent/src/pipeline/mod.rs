@@ -8,15 +8,17 @@ pub mod pump;
 pub mod reconcile;
 pub mod replay;
 
-use std::{collections::VecDeque, io, sync::Arc};
+use std::{collections::VecDeque, io, path::Path, sync::Arc};
+
+use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
     config::{Config, EventsFilter},
     engine::{Engine, HandOver, Input, Verdict},
-    events::{EventLine, KernelEvent, complete::Completer},
+    events::{EventLine, KernelEvent, SeenIn, complete::Completer},
     kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
-    scan::ScanReport,
+    scan::{ScanReport, procfd},
     text::timeline::{PathAnswer, SocketView},
 };
 use notice::Notice;
@@ -39,6 +41,9 @@ pub struct Pipeline {
     /// The release hook is missing: a socket closed since the last sweep still looks live, so
     /// verdicts that say a socket is open are checked against its holder's descriptors.
     releases_unseen: bool,
+    /// The receive hook is missing: a listener passed by SCM_RIGHTS is looked for in
+    /// `/proc/*/fd` before its sender's exit would release it.
+    receipts_unseen: bool,
 }
 
 impl Pipeline {
@@ -55,6 +60,7 @@ impl Pipeline {
             completer: Completer::attributing(),
             observer: None,
             releases_unseen: false,
+            receipts_unseen: false,
         }
     }
 
@@ -69,11 +75,15 @@ impl Pipeline {
             completer: Completer::default(),
             observer: None,
             releases_unseen: false,
+            receipts_unseen: false,
         }
     }
 
     /// Completes, writes and correlates one kernel event.
     pub fn event(&mut self, ev: KernelEvent) -> io::Result<()> {
+        if ev.kind == EventKind::Exit && self.receipts_unseen {
+            self.receipts_before_exit(&ev)?;
+        }
         let line = match &self.live {
             Some(live) => self.completer.complete(ev, Some(&|id| live.get(id))),
             None => self.completer.complete(ev, None),
@@ -85,6 +95,33 @@ impl Pipeline {
             self.out.write_event(&line)?;
         }
         self.line(line)
+    }
+
+    /// The sockets an exiting process alone holds, as far as the engine knows, that another
+    /// process holds now: each becomes a receive line (`seen_in: proc`), written and
+    /// correlated before the exit, so the exit releases nothing the receiver still serves
+    /// and `replay` decides the same.
+    fn receipts_before_exit(&mut self, exit: &KernelEvent) -> io::Result<()> {
+        let held = self.engine.held_only_by(exit.tgid);
+        if held.is_empty() {
+            return Ok(());
+        }
+        let inos: Vec<u64> = held.iter().map(|&(_, ino)| ino).collect();
+        for (sock_ino, tgid) in procfd::holders_of(Path::new("/proc"), &inos, exit.tgid) {
+            let Some(&(file, _)) = held.iter().find(|&&(_, ino)| ino == sock_ino) else {
+                continue;
+            };
+            let Some(receipt) = receipt_seen_in_proc(exit, tgid, file, sock_ino) else {
+                continue;
+            };
+            let mut line = self.completer.complete(receipt, None);
+            line.seen_in = Some(SeenIn::Proc);
+            if self.echo_events {
+                self.out.write_event(&line)?;
+            }
+            self.line(line)?;
+        }
+        Ok(())
     }
 
     /// Correlates one completed line (a live event's, or a recorded one).
@@ -120,6 +157,11 @@ impl Pipeline {
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
     pub fn without_release_hook(&mut self) {
         self.releases_unseen = true;
+    }
+
+    /// The kernel gives no receive events: see `receipts_unseen`.
+    pub fn without_receive_hook(&mut self) {
+        self.receipts_unseen = true;
     }
 
     /// Counts every event and verdict in `metrics`, labelled with `config`'s watch names.
@@ -349,6 +391,33 @@ impl Pipeline {
 }
 
 /// Is `tgid` a process of this node (its `/proc` entry exists)?
+/// A receive event for `tgid`, found holding `sock_ino` as `exit`'s process leaves: at the
+/// exit's time, on its tier. None when `tgid` is gone already.
+fn receipt_seen_in_proc(
+    exit: &KernelEvent,
+    tgid: u32,
+    file: FileId,
+    sock_ino: u64,
+) -> Option<KernelEvent> {
+    let holder = procfd::read_holder(Path::new("/proc"), tgid, None)?;
+    Some(KernelEvent {
+        kind: EventKind::Receive,
+        fidelity: Fidelity::Exact,
+        tgid,
+        pid: tgid,
+        comm: holder.comm,
+        cgroup_id: 0,
+        dev: file.dev,
+        ino: file.ino,
+        sock_ino,
+        nlink: 0,
+        path: String::new(),
+        ret: 0,
+        owner: None,
+        ..exit.clone()
+    })
+}
+
 fn process_exists(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }

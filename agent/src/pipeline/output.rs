@@ -462,6 +462,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            seen_in: None,
         })
         .expect("buffered");
         let closed = Verdict::OrphanClosed {

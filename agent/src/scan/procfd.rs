@@ -102,6 +102,42 @@ pub fn holds_socket(proc_root: &Path, tgid: u32, sock_ino: u64) -> bool {
         .any(|target| parse_socket_link(&target).map(u64::from) == Some(sock_ino))
 }
 
+/// The first process other than `except` found holding each of `sock_inos`: who has come to
+/// hold a socket its known owner is leaving (a descriptor passed by SCM_RIGHTS, which the
+/// tracepoint tier does not see). Stops once each socket has a holder.
+pub fn holders_of(proc_root: &Path, sock_inos: &[u64], except: u32) -> Vec<(u64, u32)> {
+    let Ok(dir) = fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, u32)> = Vec::new();
+    let tgids = dir.filter_map(Result::ok).filter_map(|e| {
+        std::str::from_utf8(e.file_name().as_bytes())
+            .ok()?
+            .parse::<u32>()
+            .ok()
+    });
+    for tgid in tgids.filter(|&t| t != except) {
+        let Ok(fds) = fs::read_dir(pid_path(proc_root, tgid, "fd")) else {
+            continue;
+        };
+        for target in fds
+            .filter_map(Result::ok)
+            .filter_map(|fd| read_link_bytes(&fd.path()).ok())
+        {
+            let Some(ino) = parse_socket_link(&target).map(u64::from) else {
+                continue;
+            };
+            if sock_inos.contains(&ino) && !found.iter().any(|&(s, _)| s == ino) {
+                found.push((ino, tgid));
+            }
+        }
+        if found.len() == sock_inos.len() {
+            break;
+        }
+    }
+    found
+}
+
 /// Walk `proc_root` (normally `/proc`): every process's socket fds and namespaces.
 pub fn scan_processes(proc_root: &Path, limits: &ProcLimits) -> io::Result<ProcTable> {
     let mut table = ProcTable::default();
@@ -219,6 +255,25 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
+
+    #[test]
+    fn holders_of_skips_the_leaving_owner_and_stops_at_the_first_holder() {
+        let root = tempfile::tempdir().expect("tempdir");
+        for (tgid, target) in [
+            (10, "socket:[77]"),
+            (20, "socket:[77]"),
+            (30, "socket:[88]"),
+        ] {
+            let fd = root.path().join(format!("{tgid}/fd"));
+            std::fs::create_dir_all(&fd).expect("fd dir");
+            symlink(target, fd.join("3")).expect("link");
+        }
+        std::fs::create_dir_all(root.path().join("self")).expect("not a pid");
+        let mut found = holders_of(root.path(), &[77, 88, 99], 10);
+        found.sort_unstable();
+        assert_eq!(found, [(77, 20), (88, 30)]);
+        assert_eq!(holders_of(root.path(), &[88], 30), []);
+    }
 
     #[test]
     fn socket_and_ns_links() {
