@@ -16,16 +16,21 @@ mod common;
 use std::{
     io::{BufRead, BufReader},
     os::unix::net::UnixStream,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    path::PathBuf,
+    process::{Command, Stdio},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use common::{actor::Actor, agent::Agent, *};
+use common::{
+    actor::Actor,
+    agent::Agent,
+    daemons::{Running, assert_nothing_pages, haproxy_config, program, start_haproxy, wait_for},
+    *,
+};
 use serde_json::Value;
 
 #[test]
@@ -38,20 +43,6 @@ fn tgid(v: &Value, who: &str) -> u64 {
     v[who]["tgid"]
         .as_u64()
         .unwrap_or_else(|| panic!("no {who}.tgid in {v}"))
-}
-
-/// The verdicts that page: an on-call engineer would be woken by any of them.
-fn alerting(v: &Value) -> bool {
-    match v["verdict"].as_str() {
-        Some("foreign_unlink" | "replaced" | "hijack" | "stale_connect") => true,
-        Some("orphan_opened") => v["cause"] != "taken_over",
-        _ => false,
-    }
-}
-
-fn assert_nothing_pages(verdicts: &[Value]) {
-    let paging: Vec<&Value> = verdicts.iter().filter(|v| alerting(v)).collect();
-    assert!(paging.is_empty(), "alerting verdicts: {paging:#?}");
 }
 
 /// S24: kubelet restarts; both plugins re-register. Two takeovers served by their owners,
@@ -171,45 +162,6 @@ fn another_program_serving_a_removed_path_is_a_hijack() {
     assert_eq!(hijacks, 1, "{verdicts:#?}");
 }
 
-/// A Debian program the host-only tests drive, or why they cannot run here (the guests have
-/// none; on the host it is a failure when tiers are required, as in CI).
-fn program(name: &str, test: &str) -> Option<PathBuf> {
-    if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
-        eprintln!("SKIP {test}: the guest has no {name} (host tier only)");
-        return None;
-    }
-    let found = ["/usr/sbin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
-            "{test}: {name} is missing (cargo xtask setup --vm installs it)"
-        );
-        eprintln!("SKIP {test}: {name} is not installed");
-    }
-    found
-}
-
-/// A child process killed and reaped when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience();
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Debian's socat (`unlink-early`) replaces a Python listener's socket with its own: a
 /// hijack naming socat and python3.
 #[test]
@@ -266,28 +218,6 @@ fn socat_unlink_early_over_a_python_listener_is_a_hijack() {
     );
     drop((socat, py));
     agent.stop();
-}
-
-/// HAProxy's configuration: an HTTP frontend on a UNIX socket and the stats socket.
-fn haproxy_config(dir: &Path) -> PathBuf {
-    let cfg = dir.join("haproxy.cfg");
-    let text = format!(
-        "global\n  stats socket {dir}/stats.sock mode 600 level admin\n\
-         defaults\n  mode http\n  timeout client 5s\n  timeout server 5s\n  timeout connect 1s\n\
-         frontend web\n  bind unix@{dir}/web.sock\n  http-request return status 200\n",
-        dir = s(dir)
-    );
-    std::fs::write(&cfg, text).expect("write haproxy.cfg");
-    cfg
-}
-
-fn start_haproxy(haproxy: &Path, cfg: &Path, old: Option<u32>) -> Running {
-    let mut c = Command::new(haproxy);
-    c.args(["-db", "-f", s(cfg)]);
-    if let Some(old) = old {
-        c.args(["-sf", &old.to_string()]);
-    }
-    Running(c.stdin(Stdio::null()).spawn().expect("haproxy"))
 }
 
 /// S23: `haproxy -sf OLD` reloads while a client connects in a loop: no connect refused,

@@ -5,6 +5,7 @@ mod bench;
 mod cmd;
 mod fuzz;
 mod headroom;
+mod healthy;
 mod initramfs;
 mod kernels;
 mod setup;

@@ -7,7 +7,7 @@ use std::{
 
 use crate::{
     arch::Arch,
-    cmd, fuzz, headroom,
+    cmd, fuzz, headroom, healthy,
     setup::{self, Ready},
     soak,
     testrun::{self, Counts},
@@ -91,6 +91,14 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         &mut || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
     );
     step("clippy (eBPF crate)", &mut clippy_ebpf);
+    let mut healthy = None;
+    step(
+        "healthy node: build and start (runs beside fuzz and soak)",
+        &mut || {
+            healthy = Some(healthy::start()?);
+            Ok(())
+        },
+    );
     step("fuzz (each parser 20 s, committed corpus)", &mut || {
         anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
         Ok(())
@@ -105,6 +113,21 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             Ok(())
         },
     );
+    step("healthy node: ten minutes, collected", &mut || {
+        let Some(run) = healthy.take() else {
+            results.layers.push(Layer::new(
+                "healthy node".into(),
+                Counts::default(),
+                Some("it did not start".into()),
+            ));
+            anyhow::bail!("the healthy-node run did not start");
+        };
+        let (counts, failure) = run.finish();
+        results
+            .layers
+            .push(Layer::new("healthy node".into(), counts, failure.clone()));
+        failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
+    });
     step("host tests (root, host kernel)", &mut || {
         host_tests(&mut results)
     });

@@ -8,7 +8,9 @@
 
 pub mod actor;
 pub mod agent;
+pub mod daemons;
 pub mod go;
+pub mod prom;
 
 use std::{
     path::Path,
