@@ -2,7 +2,7 @@
 use agent_common::EventKind;
 
 use crate::{
-    engine::{Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
+    engine::{Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
     events::{EventLine, KernelEvent},
 };
 
@@ -106,6 +106,32 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
     })
 }
 
+/// The guard's audit of a removal it would have refused (`would_deny`), for the engine
+/// before the removal itself; `None` for every other event.
+pub fn would_deny_input(line: &EventLine) -> Option<Input> {
+    let ev = &line.event;
+    if !ev.flags.would_deny || !matches!(ev.kind, EventKind::Unlink | EventKind::Rename) {
+        return None;
+    }
+    let proc = Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: ev.comm.clone(),
+        cgroup_id: ev.cgroup_id,
+        workload: line.workload.clone(),
+        exe: line.exe.clone(),
+    };
+    let file = FileId {
+        dev: ev.dev,
+        ino: ev.ino,
+    };
+    let mut input = denied_input(ev, proc, ev.path.clone(), file);
+    if let Input::Denied { decision, .. } = &mut input {
+        *decision = GuardDecision::WouldDeny;
+    }
+    Some(input)
+}
+
 /// A removal the guard refused: the kernel saw the listener it kept, so `live` is set.
 fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Input {
     let operation = match ev.kind {
@@ -119,6 +145,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Inp
         file,
         operation,
         policy: ev.guard_policy.unwrap_or(GuardPolicy::StaleOwner),
+        decision: GuardDecision::Denied,
         live: kernel_decision(ev).unwrap_or(LiveAtUnlink {
             owner_tgid: ev.owner.map_or(0, |o| o.tgid),
             sock_ino: ev.sock_ino,
