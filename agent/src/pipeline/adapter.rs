@@ -289,6 +289,45 @@ mod tests {
     }
 
     #[test]
+    fn an_audited_removal_is_its_would_deny_then_the_removal() {
+        let mut e = live_listener_removed();
+        e.tier = Tier::Lsm;
+        e.flags.would_deny = true;
+        e.guard_policy = Some(GuardPolicy::StaleOwner);
+        let line = EventLine {
+            event: e.clone(),
+            workload: None,
+            moved: None,
+            exe: None,
+        };
+        let Some(Input::Denied {
+            decision,
+            policy,
+            live,
+            ..
+        }) = would_deny_input(&line)
+        else {
+            panic!("an audit")
+        };
+        assert_eq!(
+            (decision, policy, live.owner_tgid),
+            (GuardDecision::WouldDeny, GuardPolicy::StaleOwner, 977)
+        );
+        assert!(
+            matches!(input(&e), Input::Unlink { .. }),
+            "then the removal"
+        );
+        e.flags.would_deny = false;
+        let plain = EventLine {
+            event: e,
+            workload: None,
+            moved: None,
+            exe: None,
+        };
+        assert!(would_deny_input(&plain).is_none());
+    }
+
+    #[test]
     fn a_partial_owner_check_leaves_ownership_to_the_engine() {
         let mut e = ev(EventKind::Unlink);
         e.flags.live = true;
