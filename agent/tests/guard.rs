@@ -543,9 +543,11 @@ fn the_default_probe_mode_guards_where_bpf_lsm_loads() {
         assert_eq!(guard_state(addr, "unavailable"), 1.0);
         return;
     }
+    // The agent's own watch (the test's directory) takes the top level's policy.
+    expect_log(&agent, "guard: on (top level stale_owner, ");
     expect_log(
         &agent,
-        "guard: on (top level stale_owner; lsm (unlink, rename)); SIGUSR1 pauses it",
+        " stale_owner; lsm (unlink, rename)); SIGUSR1 pauses it",
     );
     let dir = tmp.path().join("multus");
     let (old, successor, b) = incident(&go, &dir);
@@ -592,10 +594,11 @@ fn audit_mode_lets_s1_through_and_says_it_would_have_refused() {
     let tmp = tempdir();
     let args = ["--guard", "stale_owner", "--guard-mode", "audit"];
     let (agent, addr) = start_listening(tmp.path(), &args);
+    expect_log(&agent, "guard: audit (top level stale_owner, ");
     expect_log(
         &agent,
-        "guard: audit (top level stale_owner; lsm (unlink, rename)): removals it would refuse \
-         are let through and reported",
+        " stale_owner; lsm (unlink, rename)): removals it would refuse are let through and \
+         reported; SIGUSR1 pauses it",
     );
     assert_eq!(guard_state(addr, "audit"), 1.0);
     let dir = tmp.path().join("multus");
