@@ -25,6 +25,8 @@ named_enum! {
         /// A socket file removed while the guard was on whose socket `LIVE` did not hold
         /// (unbound, or lost to a full table): let through, as every missing fact is.
         GuardUnknown = 6 => "guard_unknown",
+        /// Guard mode, in audit, would have refused a removal, and let it through.
+        GuardWouldDeny = 7 => "guard_would_deny",
     }
 }
 

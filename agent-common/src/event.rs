@@ -97,6 +97,9 @@ pub mod flags {
     /// Unlink/rename: the owner check saw only part of the acting task's descriptors, so
     /// `HOLDS_FD` unset says nothing.
     pub const OWNERS_PARTIAL: u16 = 1 << 14;
+    /// Unlink/rename (LSM tier): the guard, in audit mode, would have refused it; `aux`
+    /// holds the [`crate::GuardPolicy`] that would have, and the removal went ahead.
+    pub const WOULD_DENY: u16 = 1 << 15;
 }
 
 /// Where a rename's old name starts in [`Event::path`] (see [`flags::FROM_PATH`]).

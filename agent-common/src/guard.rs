@@ -30,6 +30,9 @@ named_enum! {
         On = 1 => "on",
         /// Refuses nothing, but keeps the record of removed listeners for when it resumes.
         Paused = 2 => "paused",
+        /// Decides as `On` and counts, but lets every removal through: each one it would
+        /// have refused is reported as such (audit mode).
+        Audit = 3 => "audit",
     }
 }
 

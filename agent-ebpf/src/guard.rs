@@ -1,5 +1,6 @@
 //! Guard mode (LSM tier): refuses the removal of a live listener's file by a process outside
-//! its owner set, as the watch's policy says. Every missing fact lets the removal through.
+//! its owner set, as the watch's policy says, or in audit mode reports that it would have.
+//! Every missing fact lets the removal through.
 use agent_common::{
     Counter, FileId, GuardPolicy, GuardSwitch, flags,
     guard::{GuardAllowKey, Orphan, OrphanKey, place_hash},
@@ -18,40 +19,59 @@ use crate::{
 /// What an LSM hook returns to refuse: `-EPERM`.
 pub const REFUSE: i32 = -1;
 
-/// The policy that refuses removing `victim` (whose record `p` is `live::inspect_victim`'s),
-/// or `None` to let it through. A listener that loses its file is remembered for the stale
-/// owner check, whoever removes it.
+/// What the guard makes of one removal.
+pub enum Decision {
+    /// Let it through: no policy refuses it, or a fact is missing.
+    Pass,
+    /// Refuse it (`-EPERM`) under this policy.
+    Refuse(GuardPolicy),
+    /// Audit mode: this policy would refuse it; it goes ahead, reported as such.
+    WouldRefuse(GuardPolicy),
+}
+
+/// The guard's decision on removing `victim` (whose record `p` is `live::inspect_victim`'s).
+/// Enforcing and auditing share every step; only the switch's value tells the two apart at
+/// the end, so moving between them is a map write. A listener that loses its file is
+/// remembered for the stale owner check, whoever removes it.
 #[inline(always)]
-pub fn refusal(p: &Pending, victim: Dentry) -> Option<GuardPolicy> {
+pub fn decide(p: &Pending, victim: Dentry) -> Decision {
     let switch = switch();
     if switch == GuardSwitch::Unused as u32 {
-        return None;
+        return Decision::Pass;
     }
+    let deciding = switch != GuardSwitch::Paused as u32;
     if p.flags & flags::LIVE == 0 {
-        if switch == GuardSwitch::On as u32 {
+        if deciding {
             count(Counter::GuardUnknown);
         }
-        return None;
+        return Decision::Pass;
     }
     if p.flags & flags::LISTENING == 0 {
-        return None;
+        return Decision::Pass;
     }
-    let live = live::lookup(&p.file)?;
+    let Some(live) = live::lookup(&p.file) else {
+        return Decision::Pass;
+    };
     let dir_hash = shim::dentry_name_hash(shim::dentry_parent(victim));
     let place = place_hash(live.name_hash, dir_hash);
     let tgid = current::tgid();
     // Owners, and tasks whose descriptors were not all seen, are never refused.
     let outsider = p.owner.tgid != tgid && p.flags & (flags::HOLDS_FD | flags::OWNERS_PARTIAL) == 0;
-    if switch == GuardSwitch::On as u32 && outsider {
+    if deciding && outsider {
         let slot = watch::slot_of(victim);
         let policy = policy(slot);
         if refuses(policy, slot, tgid, place, &p.file) {
-            count(Counter::GuardDenied);
-            return Some(policy);
+            if switch == GuardSwitch::On as u32 {
+                count(Counter::GuardDenied);
+                return Decision::Refuse(policy);
+            }
+            count(Counter::GuardWouldDeny);
+            remember(p, place);
+            return Decision::WouldRefuse(policy);
         }
     }
     remember(p, place);
-    None
+    Decision::Pass
 }
 
 #[inline(always)]

@@ -124,6 +124,11 @@ pub struct RunArgs {
     /// SIGUSR1 pauses it, SIGUSR2 resumes it.
     #[arg(long, value_name = "POLICY", value_parser = parse_guard, env = "SOCKWATCH_GUARD")]
     pub guard: Option<config::GuardPolicy>,
+    /// What the guard does with a removal its policy refuses (config key `guard_mode`):
+    /// `enforce` (default) refuses it with EPERM; `audit` lets it through, counts it and
+    /// reports an `unlink_would_deny` verdict, to try a policy before it refuses anything.
+    #[arg(long, value_enum, value_name = "MODE", env = "SOCKWATCH_GUARD_MODE")]
+    pub guard_mode: Option<config::GuardMode>,
     /// How --events is written: `json`, a JSON object per line, or `text`, one sentence per
     /// verdict for people (its time, the node, who did what to which socket file, the likely
     /// cause and the fix) and no kernel event lines, whatever --events-filter says.
@@ -146,6 +151,7 @@ impl From<&RunArgs> for config::Overrides {
             events_filter: args.events_filter,
             events_file_mode: args.events_file_mode,
             guard: args.guard,
+            guard_mode: args.guard_mode,
         }
     }
 }

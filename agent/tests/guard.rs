@@ -480,31 +480,162 @@ fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
     assert_nothing_refused(&agent.stop());
 }
 
-/// `sockwatch check` says whether the guard could refuse under a probe mode.
+/// `sockwatch check` names the tier the guard gets under a probe mode: BPF LSM where it
+/// loads (under the default mode too), else why not.
 #[test]
-fn check_says_whether_the_guard_is_available() {
+fn check_names_the_guards_tier() {
     let test = "guard_check";
     if !root(test) {
         return;
     }
-    let check = |mode: &str| {
-        let out = std::process::Command::new(agent::sockwatch_bin())
-            .args(["check", "--probe-mode", mode])
-            .output()
-            .expect("sockwatch check");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    let check = |mode: Option<&str>| {
+        let mut cmd = std::process::Command::new(agent::sockwatch_bin());
+        cmd.arg("check").env_remove("SOCKWATCH_PROBE_MODE");
+        if let Some(mode) = mode {
+            cmd.args(["--probe-mode", mode]);
+        }
+        let out = cmd.output().expect("sockwatch check");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("guard: ").map(str::to_owned))
+            .unwrap_or_else(|| panic!("no guard line in:\n{stdout}"))
     };
-    let tracepoint = check("tracepoint");
-    assert!(
-        tracepoint
-            .contains("guard: unavailable: the unlink hook would run on tracepoint, not BPF LSM"),
-        "{tracepoint}"
+    assert_eq!(
+        check(Some("tracepoint")),
+        "unavailable: the unlink hook runs on tracepoint, not BPF LSM (--probe-mode tracepoint \
+         attaches no LSM program)"
     );
-    if lsm_loads(test) {
-        let lsm = check("lsm");
-        assert!(
-            lsm.contains("guard: available (the unlink hook runs on BPF LSM)"),
-            "{lsm}"
-        );
+    match lsm_loads(test) {
+        true => {
+            assert_eq!(check(Some("lsm")), "lsm (unlink, rename)");
+            assert_eq!(check(None), "lsm (unlink, rename)", "the default mode");
+        }
+        false => assert_eq!(check(None), HOST_UNAVAILABLE),
     }
+}
+
+/// Why the guard is unavailable on a kernel that refuses LSM programs (the host: fentry and
+/// LSM loads are EPERM there, there are no kprobes, so the unlink hook runs on tracepoints).
+const HOST_UNAVAILABLE: &str = "unavailable: the unlink hook runs on tracepoint, not BPF LSM \
+     (lsm refused: unlink_lsm: BPF_PROG_LOAD failed: Operation not permitted (os error 1))";
+
+/// The documented command, `run --guard stale_owner` under the default probe mode: where BPF
+/// LSM loads, the removal hooks go on it and S1's stale owner is refused (the successor's
+/// file keeps its inode); elsewhere the guard says exactly why it cannot refuse.
+#[test]
+fn the_default_probe_mode_guards_where_bpf_lsm_loads() {
+    let test = "guard_default_mode";
+    if !root(test) {
+        return;
+    }
+    let Some(go) = go_or_skip(test) else {
+        return;
+    };
+    let lsm = lsm_loads(test);
+    let tmp = tempdir();
+    let (agent, addr) = start_listening(tmp.path(), &["--guard", "stale_owner"]);
+    if !lsm {
+        expect_log(
+            &agent,
+            &format!("guard: {HOST_UNAVAILABLE}; observing only"),
+        );
+        assert_eq!(guard_state(addr, "unavailable"), 1.0);
+        return;
+    }
+    // The agent's own watch (the test's directory) takes the top level's policy.
+    expect_log(&agent, "guard: on (top level stale_owner, ");
+    expect_log(
+        &agent,
+        " stale_owner; lsm (unlink, rename)); SIGUSR1 pauses it",
+    );
+    let dir = tmp.path().join("multus");
+    let (old, successor, b) = incident(&go, &dir);
+    assert_eq!(
+        stat_id(&dir.join("multus.sock")),
+        successor,
+        "the successor's socket file survives"
+    );
+    let d = agent.expect_verdict("the Close's unlink refused", |v| is(v, "unlink_denied"));
+    assert_eq!(
+        (tgid(&d, "actor"), tgid(&d, "victim"), file_of(&d)),
+        (u64::from(old), u64::from(b.pid()), successor),
+        "{d}"
+    );
+    let kernel = |decision| {
+        metric(
+            addr,
+            "sockwatch_guard_kernel_decisions_total",
+            &[("decision", decision)],
+        )
+    };
+    assert_eq!((kernel("denied"), kernel("would_deny")), (1.0, 0.0));
+    assert_nothing_let_through(&agent.stop());
+}
+
+fn assert_nothing_let_through(verdicts: &[Value]) {
+    assert!(
+        !verdicts
+            .iter()
+            .any(|v| is(v, "foreign_unlink") || is(v, "unlink_would_deny")),
+        "{verdicts:#?}"
+    );
+}
+
+/// Audit mode: the same race goes through (the successor's file is gone), the kernel counts
+/// one would-deny and no denial, and the verdicts say it would have been refused, then
+/// report the foreign unlink it is.
+#[test]
+fn audit_mode_lets_s1_through_and_says_it_would_have_refused() {
+    let test = "guard_audit";
+    let Some(go) = lsm_and_go(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let args = ["--guard", "stale_owner", "--guard-mode", "audit"];
+    let (agent, addr) = start_listening(tmp.path(), &args);
+    expect_log(&agent, "guard: audit (top level stale_owner, ");
+    expect_log(
+        &agent,
+        " stale_owner; lsm (unlink, rename)): removals it would refuse are let through and \
+         reported; SIGUSR1 pauses it",
+    );
+    assert_eq!(guard_state(addr, "audit"), 1.0);
+    let dir = tmp.path().join("multus");
+    let (old, successor, b) = incident(&go, &dir);
+    assert!(
+        !dir.join("multus.sock").exists(),
+        "audit refuses nothing: the Close removed the successor's file"
+    );
+    let w = agent.expect_verdict("the audit's would-deny", |v| is(v, "unlink_would_deny"));
+    assert_eq!(
+        (tgid(&w, "actor"), tgid(&w, "victim"), file_of(&w)),
+        (u64::from(old), u64::from(b.pid()), successor),
+        "{w}"
+    );
+    assert_eq!(
+        (&w["policy"], &w["operation"]),
+        (&Value::from("stale_owner"), &Value::from("unlink"))
+    );
+    agent.expect_verdict("the foreign unlink that happened", |v| {
+        is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(old)
+    });
+    let kernel = |decision| {
+        metric(
+            addr,
+            "sockwatch_guard_kernel_decisions_total",
+            &[("decision", decision)],
+        )
+    };
+    assert_eq!((kernel("would_deny"), kernel("denied")), (1.0, 0.0));
+    let verdicts = agent.stop();
+    assert_nothing_refused(&verdicts);
+    assert_eq!(
+        verdicts
+            .iter()
+            .filter(|v| is(v, "unlink_would_deny"))
+            .count(),
+        1,
+        "{verdicts:#?}"
+    );
 }

@@ -550,6 +550,7 @@ fn agent_activity_is_ignored() {
         watch: Vec::new(),
         require_all_hooks: true,
         live_capacity: agent_common::maps::LIVE_CAPACITY,
+        guard: false,
     })
     .expect("load");
     let mut events = probes.events().expect("events");

@@ -10,7 +10,9 @@ use aya_ebpf::{
 
 use super::tp_ret;
 use crate::{
-    current, emit, guard, live,
+    current, emit,
+    guard::{self, Decision},
+    live,
     maps::SCRATCH,
     pending,
     record::{Pending, Slot},
@@ -91,7 +93,7 @@ fn end(op: Removal, ret: i64, tier: Tier, flavor: Flavor) {
 struct Outcome {
     ret: i64,
     extra: u16,
-    /// The refusing policy, for a removal the guard refused.
+    /// The policy that refused the removal, or would have (audit mode).
     aux: u32,
 }
 
@@ -180,8 +182,8 @@ pub fn report_before(op: Removal, victim: Dentry, flavor: Flavor) -> i32 {
 /// Reports a removal seen before it happens, after the guard's decision on it.
 #[inline(always)]
 fn report_guarded(op: Removal, mut p: Pending, victim: Dentry, flavor: Flavor) -> i32 {
-    let (ret, outcome) = match guard::refusal(&p, victim) {
-        Some(policy) => {
+    let (ret, outcome) = match guard::decide(&p, victim) {
+        Decision::Refuse(policy) => {
             p.flags |= flags::DENIED;
             let refused = Outcome {
                 aux: policy as u32,
@@ -189,7 +191,15 @@ fn report_guarded(op: Removal, mut p: Pending, victim: Dentry, flavor: Flavor) -
             };
             (guard::REFUSE, refused)
         }
-        None => (0, Outcome::BEFORE),
+        Decision::WouldRefuse(policy) => {
+            p.flags |= flags::WOULD_DENY;
+            let let_through = Outcome {
+                aux: policy as u32,
+                ..Outcome::BEFORE
+            };
+            (0, let_through)
+        }
+        Decision::Pass => (0, Outcome::BEFORE),
     };
     report(op, &p, Tier::Lsm, outcome, flavor, Names::before(&p));
     ret

@@ -11,9 +11,10 @@ use agent_common::Tier;
 use crate::{
     cli::CheckArgs,
     kernel::{
-        loader::{self, Coverage, LoadError, ProgramLoad, TierSupport},
+        guard::{GuardTier, RemovalHook},
+        loader::{self, Coverage, LoadError, ProgramLoad, SupportTable, TierSupport},
         preflight,
-        probes::{Hook, Missed as _, PROBES},
+        probes::{Hook, Missed as _, PROBES, ProbeMode, is_guarded_hook},
     },
 };
 
@@ -21,19 +22,6 @@ use crate::{
 pub const VERIFIER_LIMIT: u32 = 1_000_000;
 /// Every program must stay under this share of [`VERIFIER_LIMIT`].
 pub const HEADROOM_MAX_INSNS: u32 = VERIFIER_LIMIT / 10;
-
-/// Whether `run --guard` could refuse removals with the unlink hook on `unlink`'s tier.
-fn guard_line(unlink: Option<Tier>) -> String {
-    match unlink {
-        Some(Tier::Lsm) => "available (the unlink hook runs on BPF LSM)".into(),
-        Some(t) => format!(
-            "unavailable: the unlink hook would run on {}, not BPF LSM; run --guard only \
-             observes",
-            t.name()
-        ),
-        None => "unavailable: the unlink hook would not attach".into(),
-    }
-}
 
 /// Prints the support table; the coverage `run` would get.
 pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage> {
@@ -55,15 +43,20 @@ pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage>
     }
     writeln!(out, "kernel helpers: {}", features.summary())?;
     let own = features.flavor();
-    let chosen = |hook: Hook| -> Option<Tier> {
+    // The tier `run` takes for `hook`: the first candidate this kernel accepts.
+    let pick = |hook: Hook, guarded: bool| -> Option<Tier> {
         let spec = PROBES.iter().find(|s| s.hook == hook)?;
         let supported = &table.iter().find(|(h, _)| *h == hook)?.1;
-        args.probe_mode
-            .candidates(spec)
+        let candidates = match guarded {
+            true => args.probe_mode.guard_candidates(spec),
+            false => args.probe_mode.candidates(spec),
+        };
+        candidates
             .into_iter()
             .map(|t| t.tier)
             .find(|t| supported.iter().any(|s| s.tier == *t && s.result.is_ok()))
     };
+    let chosen = |hook: Hook| pick(hook, false);
     for spec in PROBES {
         match chosen(spec.hook) {
             Some(t) => writeln!(out, "run would attach {}: {}", spec.hook.name(), t.name())?,
@@ -75,7 +68,8 @@ pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage>
             )?,
         }
     }
-    writeln!(out, "guard: {}", guard_line(chosen(Hook::Unlink)))?;
+    let guard = guard_tier(&table, args.probe_mode, |h| pick(h, true));
+    writeln!(out, "guard: {}", guard.line())?;
     if args.verbose {
         let loads: Vec<&ProgramLoad> = table
             .iter()
@@ -109,6 +103,37 @@ fn write_hook(out: &mut impl Write, hook: Hook, tiers: &[TierSupport]) -> io::Re
         writeln!(out, "{hook:<10} {:<12} {ok:<10} {detail}", t.tier.name())?;
     }
     out.flush()
+}
+
+/// The tier `run --guard` gets: its removal hooks as a guard policy makes `run` attach them
+/// (BPF LSM first where the probe mode chooses), and why LSM was refused where it was tried.
+fn guard_tier(
+    table: &SupportTable,
+    mode: ProbeMode,
+    pick: impl Fn(Hook) -> Option<Tier>,
+) -> GuardTier {
+    let hooks: Vec<RemovalHook> = PROBES
+        .iter()
+        .filter(|spec| is_guarded_hook(spec.hook))
+        .map(|spec| {
+            let tries_lsm = mode
+                .guard_candidates(spec)
+                .iter()
+                .any(|t| t.tier == Tier::Lsm);
+            let lsm_refused = table
+                .iter()
+                .filter(|(h, _)| *h == spec.hook && tries_lsm)
+                .flat_map(|(_, tiers)| tiers)
+                .find(|t| t.tier == Tier::Lsm)
+                .and_then(|t| t.result.as_ref().err().cloned());
+            RemovalHook {
+                hook: spec.hook,
+                tier: pick(spec.hook),
+                lsm_refused,
+            }
+        })
+        .collect();
+    GuardTier::of(&hooks, mode)
 }
 
 fn names(hooks: &[Hook]) -> String {

@@ -1,5 +1,5 @@
-//! Guard mode in `run`: turned on once the probes attached, where the kernel can refuse;
-//! paused by SIGUSR1 and resumed by SIGUSR2 without a restart. Every state is a metric and a
+//! Guard mode in `run`: turned on once the probes attached, where the kernel can refuse,
+//! enforcing or auditing; paused by SIGUSR1 and resumed by SIGUSR2 without a restart. Every state is a metric and a
 //! log line, and where the kernel cannot refuse the agent says so and only observes.
 use std::sync::Mutex;
 
@@ -7,34 +7,60 @@ use agent_common::{GuardPolicy, GuardSwitch};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
-    config::{Config, GuardConfig},
-    kernel::{guard, loader::Probes},
+    config::{Config, GuardConfig, GuardMode},
+    kernel::{
+        guard::{self, GuardTier, RemovalHook},
+        loader::Probes,
+    },
     metrics::{GuardState, Label as _, Metrics},
 };
 
-/// Writes the policies and turns the guard on where it can be; returns its state.
+/// Writes the policies and turns the guard on (enforcing or auditing) where it can be;
+/// returns its state.
 pub fn start(
     probes: &mut Probes,
     config: &Config,
     metrics: &Metrics,
 ) -> anyhow::Result<GuardState> {
     let slots = config.guard_slots();
+    let hooks = RemovalHook::attached(&probes.report);
     let state = if !guard::wanted(&slots) {
         GuardState::Off
-    } else if let Some(why) = guard::unavailable(&probes.report) {
-        log::warn!("guard: unavailable: {why}; observing only, no removal is refused");
-        GuardState::Unavailable
     } else {
-        probes.guard_policies(&slots)?;
-        probes.guard_switch(GuardSwitch::On)?;
-        log::info!(
-            "guard: on ({}); SIGUSR1 pauses it, SIGUSR2 resumes it",
-            describe(config, &slots)
-        );
-        GuardState::On
+        match GuardTier::of(&hooks, probes.mode) {
+            GuardTier::Unavailable(why) => {
+                log::warn!("guard: unavailable: {why}; observing only, no removal is refused");
+                GuardState::Unavailable
+            }
+            tier @ GuardTier::Lsm(_) => {
+                probes.guard_policies(&slots)?;
+                probes.guard_switch(config.guard_mode.switch())?;
+                let state = running(config.guard_mode);
+                log::info!(
+                    "guard: {} ({}; {}){}; SIGUSR1 pauses it, SIGUSR2 resumes it",
+                    state.label(),
+                    describe(config, &slots),
+                    tier.line(),
+                    match config.guard_mode {
+                        GuardMode::Enforce => "",
+                        GuardMode::Audit =>
+                            ": removals it would refuse are let through and reported",
+                    }
+                );
+                state
+            }
+        }
     };
     metrics.guard_state(state);
     Ok(state)
+}
+
+/// The state of a guard that runs in `mode`.
+fn running(mode: GuardMode) -> GuardState {
+    match mode {
+        GuardMode::Enforce => GuardState::On,
+        GuardMode::Audit => GuardState::Audit,
+    }
 }
 
 /// `top level stale_owner, multus foreign`: each scope that refuses something.
@@ -63,17 +89,19 @@ impl Signals {
         })
     }
 
-    /// Follows the signals for as long as the agent runs.
+    /// Follows the signals for as long as the agent runs; resuming returns to the state the
+    /// guard started in (on, or audit).
     pub async fn follow(
         mut self,
         probes: &Mutex<Probes>,
         metrics: &Metrics,
         mut state: GuardState,
     ) {
+        let running = state;
         loop {
             let want = tokio::select! {
                 _ = self.pause.recv() => GuardState::Paused,
-                _ = self.resume.recv() => GuardState::On,
+                _ = self.resume.recv() => running,
             };
             state = switch(probes, state, want);
             metrics.guard_state(state);
@@ -81,14 +109,16 @@ impl Signals {
     }
 }
 
-/// Moves between on and paused; any other state stays as it is, said in the log.
+/// Moves between running (on or audit) and paused; any other state stays as it is, said in
+/// the log.
 fn switch(probes: &Mutex<Probes>, now: GuardState, want: GuardState) -> GuardState {
-    if !matches!(now, GuardState::On | GuardState::Paused) {
-        log::warn!("guard: {} cannot be changed by signal", now.label());
-        return now;
-    }
-    let to = match want {
-        GuardState::Paused => GuardSwitch::Paused,
+    let to = match (now, want) {
+        (GuardState::Off | GuardState::Unavailable, _) => {
+            log::warn!("guard: {} cannot be changed by signal", now.label());
+            return now;
+        }
+        (_, GuardState::Paused) => GuardSwitch::Paused,
+        (_, GuardState::Audit) => GuardSwitch::Audit,
         _ => GuardSwitch::On,
     };
     match probes.lock().expect("probes lock").guard_switch(to) {

@@ -216,6 +216,7 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
         watch: watches.to_vec(),
         require_all_hooks: config.require_all_hooks,
         live_capacity: config.live_capacity,
+        guard: crate::kernel::guard::wanted(&config.guard_slots()),
     })?;
     log::info!("kernel helpers: {}", probes.features.summary());
     log::info!("probes loaded in {}", probes.timings.summary());

@@ -2,10 +2,41 @@
 //! watch, or every socket without watches) and per watch, which falls back to the top level.
 use std::path::{Component, Path, PathBuf};
 
-use agent_common::GuardPolicy;
+use agent_common::{GuardPolicy, GuardSwitch};
+use serde::Deserialize;
 
 /// Bytes of a `comm` the kernel keeps (the 16th is its NUL).
 pub const COMM_MAX: usize = 15;
+
+/// What the guard does with a removal its policy refuses (`--guard-mode`, config key
+/// `guard_mode`): one setting for the node, switched in the kernel by a map write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardMode {
+    /// Refuse it with `EPERM`: an `unlink_denied` verdict.
+    #[default]
+    Enforce,
+    /// Let it through, counted and reported as an `unlink_would_deny` verdict: a policy tried
+    /// on a node before it refuses anything.
+    Audit,
+}
+
+impl GuardMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardMode::Enforce => "enforce",
+            GuardMode::Audit => "audit",
+        }
+    }
+
+    /// The kernel's switch while the guard runs in this mode.
+    pub fn switch(self) -> GuardSwitch {
+        match self {
+            GuardMode::Enforce => GuardSwitch::On,
+            GuardMode::Audit => GuardSwitch::Audit,
+        }
+    }
+}
 
 /// One scope's guard: what it refuses, and whom `foreign` lets through.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

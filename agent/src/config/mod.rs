@@ -17,6 +17,7 @@
 //! guard_allow_comms = []         # foreign: these commands (comm, up to 15 bytes) pass
 //! guard_allow_cgroups = []       # foreign: processes of these cgroup v2 directories pass,
 //!                                # from the cgroup2 root ("/system.slice/kubelet.service")
+//! guard_mode = "enforce"         # "enforce": refuse; "audit": let through, report would-deny
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -42,7 +43,7 @@ mod guard;
 
 pub use agent_common::GuardPolicy;
 use guard::RawGuard;
-pub use guard::{GuardConfig, GuardOverride};
+pub use guard::{GuardConfig, GuardMode, GuardOverride};
 
 /// Entries the live-socket table may be given: room for a test's few sockets, up to a node's
 /// million (48 bytes each, and as many for the name index).
@@ -175,6 +176,8 @@ pub struct Config {
     pub events_file_mode: EventsFileMode,
     /// Guard mode outside every watch, and every watch's default.
     pub guard: GuardConfig,
+    /// Whether the guard refuses or only reports what it would refuse, node-wide.
+    pub guard_mode: GuardMode,
 }
 
 impl Default for Config {
@@ -191,6 +194,7 @@ impl Default for Config {
             events_filter: EventsFilter::All,
             events_file_mode: EventsFileMode::Private,
             guard: GuardConfig::default(),
+            guard_mode: GuardMode::default(),
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct Overrides {
     pub events_file_mode: Option<EventsFileMode>,
     /// `--guard`: the top-level policy.
     pub guard: Option<GuardPolicy>,
+    /// `--guard-mode`.
+    pub guard_mode: Option<GuardMode>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -314,6 +320,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         .check("")
         .map_err(|(f, p)| invalid(f, p))?;
     config.guard = top.over(&GuardConfig::default());
+    config.guard_mode = raw.guard_mode.unwrap_or_default();
     if let Some(n) = raw.live_capacity {
         config.live_capacity = n;
     }
@@ -337,6 +344,7 @@ impl Config {
         self.events_file_mode = o.events_file_mode.unwrap_or(self.events_file_mode);
         self.live_capacity = o.live_capacity.unwrap_or(self.live_capacity);
         self.guard.policy = o.guard.unwrap_or(self.guard.policy);
+        self.guard_mode = o.guard_mode.unwrap_or(self.guard_mode);
         self.validate("flags")?;
         Ok(self)
     }
@@ -630,6 +638,7 @@ struct RawConfig {
     guard: Option<GuardPolicy>,
     guard_allow_comms: Option<Vec<String>>,
     guard_allow_cgroups: Option<Vec<String>>,
+    guard_mode: Option<GuardMode>,
 }
 
 #[derive(Deserialize)]

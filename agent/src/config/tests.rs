@@ -179,9 +179,11 @@ fn flags_override_the_file() {
             events_filter: Some(EventsFilter::Verdicts),
             events_file_mode: Some(EventsFileMode::GroupReadable),
             guard: Some(GuardPolicy::Foreign),
+            guard_mode: Some(GuardMode::Audit),
         })
         .expect("valid");
     assert_eq!(merged.guard.policy, GuardPolicy::Foreign);
+    assert_eq!(merged.guard_mode, GuardMode::Audit);
     assert_eq!(merged.watches[0].name, "m");
     assert_eq!(merged.listen, Some("127.0.0.1:9469".parse().expect("addr")));
     assert_eq!(merged.scan_interval, Duration::from_secs(5));
@@ -384,6 +386,18 @@ guard_allow_cgroups = ["/system.slice/kubelet.service"]
         vec![PathBuf::from("/system.slice/kubelet.service")]
     );
     assert_eq!(Config::default().guard.policy, GuardPolicy::Off);
+}
+
+#[test]
+fn the_guard_mode_is_enforce_unless_the_file_says_audit() {
+    assert_eq!(Config::default().guard_mode, GuardMode::Enforce);
+    let c = parse_str("guard = \"stale_owner\"\nguard_mode = \"audit\"\n").expect("valid");
+    assert_eq!(c.guard_mode, GuardMode::Audit);
+    let e = parse_str("guard_mode = \"warn\"\n").expect_err("unknown mode");
+    assert!(
+        e.starts_with("config /etc/sockwatch.toml: guard_mode: unknown variant `warn`"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! Removals the guard refused in the kernel: nothing changes for the listener, which keeps
-//! its path; the verdict names who tried and whose listener was kept.
+//! its path; the verdict names who tried and whose listener was kept. In audit mode the same
+//! verdict's twin says it would have been refused, and the removal follows as usual.
 use super::{
     Engine, Verdict,
-    model::{FileId, GuardPolicy, LiveAtUnlink, Proc, RemovalOp},
+    model::{FileId, GuardDecision, GuardPolicy, LiveAtUnlink, Proc, RemovalOp},
     sockets::HistoryEvent,
+    verdict::Guarded,
 };
 
 /// A refused removal (see [`super::Input::Denied`]).
@@ -13,6 +15,7 @@ pub(super) struct Denied<'a> {
     pub operation: RemovalOp,
     pub policy: GuardPolicy,
     pub live: &'a LiveAtUnlink,
+    pub decision: GuardDecision,
 }
 
 impl Engine {
@@ -29,9 +32,7 @@ impl Engine {
             Some(s) => self.victim(s, Some(d.live.owner_tgid)),
             None => self.proc_or_unknown(d.live.owner_tgid),
         };
-        self.sockets
-            .record(&d.file, ts_ns, actor.tgid, HistoryEvent::RemovalDenied);
-        out.push(Verdict::UnlinkDenied {
+        let guarded = Guarded {
             ts_ns,
             actor: actor.clone(),
             victim,
@@ -40,6 +41,15 @@ impl Engine {
             path: d.path.to_owned(),
             file: d.file,
             sock_ino: d.live.sock_ino,
+        };
+        out.push(match d.decision {
+            GuardDecision::Denied => {
+                self.sockets
+                    .record(&d.file, ts_ns, actor.tgid, HistoryEvent::RemovalDenied);
+                Verdict::UnlinkDenied(guarded)
+            }
+            // The removal's own input records it in the history.
+            GuardDecision::WouldDeny => Verdict::UnlinkWouldDeny(guarded),
         });
     }
 }

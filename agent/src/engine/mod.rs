@@ -44,12 +44,12 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use model::{
-    Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, ScanSnapshot,
-    ScannedSocket, Workload,
+    Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp,
+    ScanSnapshot, ScannedSocket, Workload,
 };
 pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};
 pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts};
-pub use verdict::{CloseReason, DecidedBy, OrphanCause, Relation, StaleKind, Verdict};
+pub use verdict::{CloseReason, DecidedBy, Guarded, OrphanCause, Relation, StaleKind, Verdict};
 pub use workload::{HandOver, ServedBy, same_workload};
 
 use owners::Owners;
@@ -227,6 +227,7 @@ impl Engine {
                 operation,
                 policy,
                 live,
+                decision,
             } => {
                 let d = guard::Denied {
                     path,
@@ -234,6 +235,7 @@ impl Engine {
                     operation: *operation,
                     policy: *policy,
                     live,
+                    decision: *decision,
                 };
                 self.on_denied(*ts_ns, proc, &d, out);
             }

@@ -92,6 +92,17 @@ pub enum RemovalOp {
     Rename,
 }
 
+/// What the guard did with a removal its policy refuses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardDecision {
+    /// Refused with `EPERM` (enforce mode): nothing was removed.
+    #[default]
+    Denied,
+    /// Let through (audit mode): the removal follows as its own input.
+    WouldDeny,
+}
+
 /// One observation. Each variant carries `ts_ns` (boot clock) and the acting process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -150,7 +161,8 @@ pub enum Input {
         live: Option<LiveAtUnlink>,
     },
     /// A removal the guard refused (LSM tier): nothing was removed. `live` is the listener
-    /// it protected.
+    /// it protected. In audit mode (`decision: would_deny`) the removal went ahead, and its
+    /// own input follows.
     Denied {
         ts_ns: u64,
         proc: Proc,
@@ -159,6 +171,8 @@ pub enum Input {
         operation: RemovalOp,
         policy: GuardPolicy,
         live: LiveAtUnlink,
+        #[serde(default)]
+        decision: GuardDecision,
     },
     Connect {
         ts_ns: u64,

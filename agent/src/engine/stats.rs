@@ -64,6 +64,7 @@ pub struct Evictions {
 pub struct VerdictCounts {
     pub foreign_unlink: u64,
     pub unlink_denied: u64,
+    pub unlink_would_deny: u64,
     pub replaced: u64,
     pub moved: u64,
     pub takeover: u64,
@@ -78,7 +79,8 @@ impl VerdictCounts {
     pub(super) fn count(&mut self, v: &Verdict) {
         let c = match v {
             Verdict::ForeignUnlink { .. } => &mut self.foreign_unlink,
-            Verdict::UnlinkDenied { .. } => &mut self.unlink_denied,
+            Verdict::UnlinkDenied(_) => &mut self.unlink_denied,
+            Verdict::UnlinkWouldDeny(_) => &mut self.unlink_would_deny,
             Verdict::Replaced { .. } => &mut self.replaced,
             Verdict::Moved { .. } => &mut self.moved,
             Verdict::Takeover { .. } => &mut self.takeover,

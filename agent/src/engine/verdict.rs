@@ -111,6 +111,22 @@ pub enum StaleKind {
     DeadListener,
 }
 
+/// A removal the guard decided on: who tried, whose listener it was, and the policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Guarded {
+    pub ts_ns: u64,
+    /// The process whose unlink or rename was refused (or would have been).
+    pub actor: Proc,
+    /// The owner of the listener protected.
+    pub victim: Proc,
+    pub operation: RemovalOp,
+    pub policy: GuardPolicy,
+    /// The path as the actor named it.
+    pub path: String,
+    pub file: FileId,
+    pub sock_ino: u64,
+}
+
 /// One finding. Serialized as a JSON object tagged `"verdict"`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
@@ -140,19 +156,10 @@ pub enum Verdict {
     },
     /// The guard refused a removal of a live listener's file (LSM tier): the listener keeps
     /// its path. Informational: the incident was prevented; the actor is what to fix.
-    UnlinkDenied {
-        ts_ns: u64,
-        /// The process whose unlink or rename was refused.
-        actor: Proc,
-        /// The owner of the listener protected.
-        victim: Proc,
-        operation: RemovalOp,
-        policy: GuardPolicy,
-        /// The path as the actor named it.
-        path: String,
-        file: FileId,
-        sock_ino: u64,
-    },
+    UnlinkDenied(Guarded),
+    /// Audit mode: the guard would have refused this removal, and let it through; the
+    /// removal's own verdicts (a foreign unlink, an orphan) follow.
+    UnlinkWouldDeny(Guarded),
     /// A live socket's file was replaced by a rename-over; reported even for a hand-over.
     Replaced {
         ts_ns: u64,
@@ -318,7 +325,8 @@ impl Verdict {
     pub fn name(&self) -> &'static str {
         match self {
             Verdict::ForeignUnlink { .. } => "foreign_unlink",
-            Verdict::UnlinkDenied { .. } => "unlink_denied",
+            Verdict::UnlinkDenied(_) => "unlink_denied",
+            Verdict::UnlinkWouldDeny(_) => "unlink_would_deny",
             Verdict::Replaced { .. } => "replaced",
             Verdict::Moved { .. } => "moved",
             Verdict::Takeover { .. } => "takeover",
@@ -333,7 +341,6 @@ impl Verdict {
     pub fn ts_ns(&self) -> u64 {
         match self {
             Verdict::ForeignUnlink { ts_ns, .. }
-            | Verdict::UnlinkDenied { ts_ns, .. }
             | Verdict::Replaced { ts_ns, .. }
             | Verdict::Moved { ts_ns, .. }
             | Verdict::Takeover { ts_ns, .. }
@@ -342,6 +349,7 @@ impl Verdict {
             | Verdict::OrphanClosed { ts_ns, .. }
             | Verdict::StaleConnect { ts_ns, .. }
             | Verdict::StaleSocketFile { ts_ns, .. } => *ts_ns,
+            Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => g.ts_ns,
         }
     }
 }
@@ -381,10 +389,10 @@ impl Verdict {
             } => *old_file == f || *new_file == f,
             Verdict::StaleConnect { file, .. } => *file == Some(f),
             Verdict::ForeignUnlink { file, .. }
-            | Verdict::UnlinkDenied { file, .. }
             | Verdict::OrphanOpened { file, .. }
             | Verdict::OrphanClosed { file, .. }
             | Verdict::StaleSocketFile { file, .. } => *file == f,
+            Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => g.file == f,
         }
     }
 
@@ -392,11 +400,11 @@ impl Verdict {
     pub fn path(&self) -> Option<&str> {
         match self {
             Verdict::ForeignUnlink { path, .. }
-            | Verdict::UnlinkDenied { path, .. }
             | Verdict::Replaced { path, .. }
             | Verdict::Takeover { path, .. }
             | Verdict::Hijack { path, .. }
             | Verdict::StaleConnect { path, .. } => Some(path),
+            Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => Some(&g.path),
             Verdict::OrphanOpened { path, .. }
             | Verdict::Moved { to: path, .. }
             | Verdict::OrphanClosed { path, .. }

@@ -69,7 +69,8 @@ pub struct KernelEvent {
     /// starts (tracepoint tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_dir: Option<FileId>,
-    /// Unlink/rename refused by the guard (`denied`): the policy that refused it.
+    /// Unlink/rename refused by the guard (`denied`), or let through in audit mode
+    /// (`would_deny`): the policy that refused it, or would have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard_policy: Option<GuardPolicy>,
     #[serde(default, flatten)]
@@ -137,6 +138,9 @@ pub struct EventFlags {
     /// Unlink/rename: the guard refused it with `EPERM`; nothing was removed.
     #[serde(skip_serializing_if = "is_false")]
     pub denied: bool,
+    /// Unlink/rename: the guard, in audit mode, would have refused it; it went ahead.
+    #[serde(skip_serializing_if = "is_false")]
+    pub would_deny: bool,
     /// Unlink/rename: the owner check saw only part of the actor's descriptors.
     #[serde(skip_serializing_if = "is_false")]
     pub owners_partial: bool,
@@ -166,6 +170,7 @@ impl EventFlags {
             result_unknown: on(flags::RESULT_UNKNOWN),
             exchange: on(flags::EXCHANGE),
             denied: on(flags::DENIED),
+            would_deny: on(flags::WOULD_DENY),
             owners_partial: on(flags::OWNERS_PARTIAL),
             from_live: on(flags::FROM_LIVE),
             target_seen: on(flags::TARGET_SEEN),
@@ -217,7 +222,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
         from: (kind == EventKind::Rename && raw.from.ino != 0).then_some(raw.from),
         from_dir: (from_path.is_some() && raw.from_dir.ino != 0).then_some(raw.from_dir),
         from_path,
-        guard_policy: (raw.flags & flags::DENIED != 0)
+        guard_policy: (raw.flags & (flags::DENIED | flags::WOULD_DENY) != 0)
             .then(|| GuardPolicy::from_repr(raw.aux))
             .flatten(),
         flags: EventFlags::from_bits(raw.flags),

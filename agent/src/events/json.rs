@@ -138,6 +138,7 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
         (f.result_unknown, "result_unknown"),
         (f.exchange, "exchange"),
         (f.denied, "denied"),
+        (f.would_deny, "would_deny"),
         (f.owners_partial, "owners_partial"),
         (f.from_live, "from_live"),
         (f.target_seen, "target_seen"),

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::{
     engine::{
-        CloseReason, DecidedBy, HandOver, OrphanCause, Proc, Relation, ServedBy, StaleKind,
-        Verdict, Workload,
+        CloseReason, DecidedBy, GuardPolicy, Guarded, HandOver, OrphanCause, Proc, Relation,
+        RemovalOp, ServedBy, StaleKind, Verdict, Workload,
     },
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
     kernel::{loader::HookReport, probes::Hook},
@@ -229,6 +229,8 @@ fn verdicts() -> Vec<Verdict> {
             removed_by: None,
             decided_by: DecidedBy::Engine,
         },
+        Verdict::UnlinkDenied(guarded(&actor, &victim)),
+        Verdict::UnlinkWouldDeny(guarded(&actor, &victim)),
         Verdict::StaleSocketFile {
             ts_ns: 9,
             binder: victim,
@@ -240,6 +242,20 @@ fn verdicts() -> Vec<Verdict> {
             released_ns: 8,
         },
     ]
+}
+
+/// The guard's decision on `actor`'s unlink of `victim`'s listener.
+fn guarded(actor: &Proc, victim: &Proc) -> Guarded {
+    Guarded {
+        ts_ns: 10,
+        actor: actor.clone(),
+        victim: victim.clone(),
+        operation: RemovalOp::Unlink,
+        policy: GuardPolicy::StaleOwner,
+        path: "/run/app/app.sock".into(),
+        file: file(9),
+        sock_ino: 90,
+    }
 }
 
 /// One notice of each kind (a scan failure of each scan).

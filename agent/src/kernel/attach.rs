@@ -1,7 +1,10 @@
 //! Loading and attaching one program, or one tier's programs, measured: how long the load
 //! took and how many instructions the verifier processed. Below `loader`, which picks the
 //! tiers for `run` and measures every tier for `check`.
-use std::time::{Duration, Instant};
+use std::{
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
 
 use agent_common::{Flavor, Tier, maps};
 use aya::{
@@ -10,7 +13,10 @@ use aya::{
     programs::{BtfTracePoint, FEntry, FExit, KProbe, Lsm, Program, ProgramError, TracePoint},
 };
 
-use crate::kernel::probes::{Attach, Hook, ProgramSpec, TierSpec};
+use crate::kernel::{
+    features,
+    probes::{Attach, Hook, ProgramSpec, TierSpec},
+};
 
 /// One program's load: what the verifier did and what the kernel said.
 #[derive(Clone, Debug)]
@@ -199,6 +205,12 @@ fn attach_program(
         ));
         return load;
     }
+    if let Attach::Lsm { .. } = spec.attach
+        && let Err(why) = bpf_lsm_runs()
+    {
+        load.refused = Some(why);
+        return load;
+    }
     let started = Instant::now();
     let loaded = load_program(prog, spec.attach, btf);
     load.load_time = started.elapsed();
@@ -215,6 +227,12 @@ fn attach_program(
         let _ = unload(prog);
     }
     load
+}
+
+/// [`features::bpf_lsm`], probed once: the answer holds until the next boot.
+fn bpf_lsm_runs() -> Result<(), String> {
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBED.get_or_init(features::bpf_lsm).clone()
 }
 
 /// Loads `prog` for `attach` and attaches it there, as [`attach_program`] does without the

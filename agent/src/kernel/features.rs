@@ -6,6 +6,9 @@ use std::{fs, io};
 use agent_common::Flavor;
 
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// The active LSMs, in securityfs.
+pub const LSM_LIST: &str = "/sys/kernel/security/lsm";
+const SECURITYFS: &str = "/sys/kernel/security";
 /// Test-only switch: `bounded` forces the bounded program variants on any kernel.
 const FORCE_FLAVOR: &str = "SOCKWATCH_TEST_FLAVOR";
 
@@ -68,6 +71,46 @@ impl KernelFeatures {
             n(self.vfs_rename_args)
         )
     }
+}
+
+/// Whether BPF LSM programs run here, or why not: `bpf` must be among the active LSMs. A
+/// kernel built with `CONFIG_BPF_LSM` loads and attaches LSM programs even when `bpf` is not
+/// in its `lsm=` list, and then never calls them. securityfs is mounted when nobody has.
+pub fn bpf_lsm() -> Result<(), String> {
+    let list = std::fs::read_to_string(LSM_LIST)
+        .or_else(|_| mount_securityfs().and_then(|()| std::fs::read_to_string(LSM_LIST)))
+        .map_err(|e| format!("BPF LSM is unknown: cannot read {LSM_LIST}: {e}"))?;
+    bpf_in_lsm_list(&list)
+}
+
+fn bpf_in_lsm_list(list: &str) -> Result<(), String> {
+    let list = list.trim();
+    if list.split(',').any(|lsm| lsm == "bpf") {
+        return Ok(());
+    }
+    Err(format!(
+        "BPF LSM is not active: {LSM_LIST} lists `{list}`; boot the kernel with bpf added to \
+         its lsm= parameter"
+    ))
+}
+
+fn mount_securityfs() -> io::Result<()> {
+    // SAFETY: every pointer is a NUL-terminated C string literal or null (no mount data),
+    // all valid for the call.
+    let rc = unsafe {
+        libc::mount(
+            c"securityfs".as_ptr(),
+            c"/sys/kernel/security".as_ptr(),
+            c"securityfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    log::info!("mounted securityfs on {SECURITYFS}");
+    Ok(())
 }
 
 /// Just enough of the BTF format to read a function's parameter count.
@@ -192,6 +235,25 @@ mod tests {
         assert_eq!(btf::param_count(&raw, "vfs_rename"), Some(1));
         assert_eq!(btf::param_count(&raw, "vfs_link"), None);
         assert_eq!(btf::param_count(b"junk", "vfs_unlink"), None);
+    }
+
+    #[test]
+    fn bpf_lsm_must_be_in_the_active_list() {
+        assert_eq!(
+            bpf_in_lsm_list("lockdown,capability,landlock,bpf\n"),
+            Ok(())
+        );
+        assert_eq!(
+            bpf_in_lsm_list("lockdown,capability,landlock,yama,apparmor\n"),
+            Err("BPF LSM is not active: /sys/kernel/security/lsm lists \
+                 `lockdown,capability,landlock,yama,apparmor`; boot the kernel with bpf added to \
+                 its lsm= parameter"
+                .into())
+        );
+        assert!(
+            bpf_in_lsm_list("bpfilter").is_err(),
+            "a longer name is another LSM"
+        );
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub struct LoadOptions {
     pub require_all_hooks: bool,
     /// Entries of the live-socket table and its name index.
     pub live_capacity: u32,
+    /// A guard policy is set: the removal hooks try BPF LSM first where the mode chooses
+    /// (see [`ProbeMode::guard_candidates`]).
+    pub guard: bool,
 }
 
 /// What happened to one hook: the tier that attached, and why better ones did not.
@@ -138,6 +141,8 @@ pub struct Probes {
     pub features: KernelFeatures,
     pub coverage: Coverage,
     pub timings: LoadTimings,
+    /// The probe mode the hooks were attached under.
+    pub mode: ProbeMode,
     live_capacity: u32,
 }
 
@@ -184,7 +189,10 @@ impl Probes {
         let report: Vec<HookReport> = PROBES
             .iter()
             .map(|hook| {
-                let tiers = opts.mode.candidates(hook);
+                let tiers = match opts.guard {
+                    true => opts.mode.guard_candidates(hook),
+                    false => opts.mode.candidates(hook),
+                };
                 attach_hook(&mut ebpf, hook.hook, &tiers, flavor, &btf, &refusals)
             })
             .collect();
@@ -210,6 +218,7 @@ impl Probes {
             features,
             coverage,
             timings,
+            mode: opts.mode,
             live_capacity: opts.live_capacity,
         })
     }
@@ -349,6 +358,7 @@ pub fn probe_support(
         watch: Vec::new(),
         require_all_hooks: false,
         live_capacity: maps::LIVE_CAPACITY,
+        guard: false,
     };
     let mut ebpf = open_object(&btf, &opts, &features)?;
     let refusals = TestRefusals::from_env();

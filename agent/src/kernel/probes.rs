@@ -414,6 +414,22 @@ impl ProbeMode {
         };
         hook.tiers.iter().filter(|s| keep(s.tier)).collect()
     }
+
+    /// [`ProbeMode::candidates`] when a guard policy is set: under the modes that choose
+    /// among tiers (auto, precise), the removal hooks (unlink, rename) try BPF LSM first, the
+    /// only tier whose programs can refuse; every other hook keeps its order.
+    pub fn guard_candidates(self, hook: &HookSpec) -> Vec<&'static TierSpec> {
+        let mut tiers = self.candidates(hook);
+        if matches!(self, ProbeMode::Auto | ProbeMode::Precise) && is_guarded_hook(hook.hook) {
+            tiers.sort_by_key(|t| t.tier != Tier::Lsm);
+        }
+        tiers
+    }
+}
+
+/// The hooks whose LSM programs the guard refuses in.
+pub fn is_guarded_hook(h: Hook) -> bool {
+    matches!(h, Hook::Unlink | Hook::Rename)
 }
 
 fn is_process_hook(h: Hook) -> bool {
@@ -482,6 +498,30 @@ mod tests {
             tiers(ProbeMode::Tracepoint, Hook::Receive),
             vec![Tracepoint]
         );
+    }
+
+    #[test]
+    fn a_guard_puts_lsm_first_for_the_removal_hooks_where_the_mode_chooses() {
+        use Tier::*;
+        let guarded = |m: ProbeMode, h: Hook| -> Vec<Tier> {
+            m.guard_candidates(spec(h)).iter().map(|t| t.tier).collect()
+        };
+        for h in [Hook::Unlink, Hook::Rename] {
+            assert_eq!(
+                guarded(ProbeMode::Auto, h),
+                vec![Lsm, Fentry, Kprobe, Tracepoint]
+            );
+            assert_eq!(guarded(ProbeMode::Precise, h), vec![Lsm, Fentry, Kprobe]);
+            assert_eq!(guarded(ProbeMode::Fentry, h), vec![Fentry]);
+            assert_eq!(guarded(ProbeMode::Tracepoint, h), vec![Tracepoint]);
+        }
+        for h in [Hook::Bind, Hook::Connect, Hook::Receive] {
+            assert_eq!(
+                guarded(ProbeMode::Auto, h),
+                tiers(ProbeMode::Auto, h),
+                "{h:?}"
+            );
+        }
     }
 
     #[test]

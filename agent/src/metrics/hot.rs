@@ -246,12 +246,14 @@ impl Metrics {
             Verdict::StaleSocketFile { .. } => {
                 hot.stale_socket_files.with_label_values(&[watch]).inc();
             }
-            Verdict::UnlinkDenied { policy, .. } => hot
+            Verdict::UnlinkDenied(g) => hot
                 .guard_denials
-                .with_label_values(&[policy.name(), watch])
+                .with_label_values(&[g.policy.name(), watch])
                 .inc(),
-            Verdict::OrphanOpened { .. } | Verdict::OrphanClosed { .. } | Verdict::Moved { .. } => {
-            }
+            Verdict::UnlinkWouldDeny(_)
+            | Verdict::OrphanOpened { .. }
+            | Verdict::OrphanClosed { .. }
+            | Verdict::Moved { .. } => {}
         }
     }
 

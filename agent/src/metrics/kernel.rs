@@ -31,8 +31,9 @@ pub const KERNEL_SPECS: [&Spec; 5] = [
 ];
 
 /// The guard's kernel counters, by their `decision` label.
-pub const GUARD_DECISIONS: [(&str, Counter); 2] = [
+pub const GUARD_DECISIONS: [(&str, Counter); 3] = [
     ("denied", Counter::GuardDenied),
+    ("would_deny", Counter::GuardWouldDeny),
     ("unknown", Counter::GuardUnknown),
 ];
 

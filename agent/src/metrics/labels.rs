@@ -78,7 +78,10 @@ labels!(Scan {
 pub enum GuardState {
     /// No watch has a policy.
     Off,
+    /// Refusing (enforce mode).
     On,
+    /// Deciding and reporting, refusing nothing (audit mode).
+    Audit,
     /// Turned off at run time (SIGUSR1).
     Paused,
     /// A policy is set, but the kernel cannot refuse (no BPF LSM unlink hook).
@@ -88,6 +91,7 @@ pub enum GuardState {
 labels!(GuardState {
     Off => "off",
     On => "on",
+    Audit => "audit",
     Paused => "paused",
     Unavailable => "unavailable",
 });
@@ -112,7 +116,10 @@ pub fn kernel_errors() -> impl Iterator<Item = Counter> {
     Counter::ALL.into_iter().filter(|c| {
         !matches!(
             c,
-            Counter::ConnectOk | Counter::GuardDenied | Counter::GuardUnknown
+            Counter::ConnectOk
+                | Counter::GuardDenied
+                | Counter::GuardWouldDeny
+                | Counter::GuardUnknown
         )
     })
 }

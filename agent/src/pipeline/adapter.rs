@@ -2,7 +2,7 @@
 use agent_common::EventKind;
 
 use crate::{
-    engine::{Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
+    engine::{Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
     events::{EventLine, KernelEvent},
 };
 
@@ -107,6 +107,32 @@ fn kernel_decision(ev: &KernelEvent) -> Option<LiveAtUnlink> {
     })
 }
 
+/// The guard's audit of a removal it would have refused (`would_deny`), for the engine
+/// before the removal itself; `None` for every other event.
+pub fn would_deny_input(line: &EventLine) -> Option<Input> {
+    let ev = &line.event;
+    if !ev.flags.would_deny || !matches!(ev.kind, EventKind::Unlink | EventKind::Rename) {
+        return None;
+    }
+    let proc = Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: ev.comm.clone(),
+        cgroup_id: ev.cgroup_id,
+        workload: line.workload.clone(),
+        exe: line.exe.clone(),
+    };
+    let file = FileId {
+        dev: ev.dev,
+        ino: ev.ino,
+    };
+    let mut input = denied_input(ev, proc, ev.path.clone(), file);
+    if let Input::Denied { decision, .. } = &mut input {
+        *decision = GuardDecision::WouldDeny;
+    }
+    Some(input)
+}
+
 /// A removal the guard refused: the kernel saw the listener it kept, so `live` is set.
 fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Input {
     let operation = match ev.kind {
@@ -120,6 +146,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Inp
         file,
         operation,
         policy: ev.guard_policy.unwrap_or(GuardPolicy::StaleOwner),
+        decision: GuardDecision::Denied,
         live: kernel_decision(ev).unwrap_or(LiveAtUnlink {
             owner_tgid: ev.owner.map_or(0, |o| o.tgid),
             sock_ino: ev.sock_ino,
@@ -261,6 +288,47 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_audited_removal_is_its_would_deny_then_the_removal() {
+        let mut e = live_listener_removed();
+        e.tier = Tier::Lsm;
+        e.flags.would_deny = true;
+        e.guard_policy = Some(GuardPolicy::StaleOwner);
+        let line = EventLine {
+            event: e.clone(),
+            workload: None,
+            moved: None,
+            exe: None,
+            seen_in: None,
+        };
+        let Some(Input::Denied {
+            decision,
+            policy,
+            live,
+            ..
+        }) = would_deny_input(&line)
+        else {
+            panic!("an audit")
+        };
+        assert_eq!(
+            (decision, policy, live.owner_tgid),
+            (GuardDecision::WouldDeny, GuardPolicy::StaleOwner, 977)
+        );
+        assert!(
+            matches!(input(&e), Input::Unlink { .. }),
+            "then the removal"
+        );
+        e.flags.would_deny = false;
+        let plain = EventLine {
+            event: e,
+            workload: None,
+            moved: None,
+            exe: None,
+            seen_in: None,
+        };
+        assert!(would_deny_input(&plain).is_none());
     }
 
     #[test]

@@ -124,8 +124,12 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Correlates one completed line (a live event's, or a recorded one).
+    /// Correlates one completed line (a live event's, or a recorded one); a removal the
+    /// guard let through in audit mode is its audit first, then the removal.
     pub fn line(&mut self, line: EventLine) -> io::Result<()> {
+        if let Some(audit) = adapter::would_deny_input(&line) {
+            self.input(&audit)?;
+        }
         self.input(&adapter::to_input(line))
     }
 

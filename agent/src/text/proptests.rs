@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     engine::{
-        CloseReason, DecidedBy, Fidelity, FileId, GuardPolicy, HandOver, HistoryEntry,
+        CloseReason, DecidedBy, Fidelity, FileId, GuardPolicy, Guarded, HandOver, HistoryEntry,
         HistoryEvent, Orphan, OrphanCause, Proc, Relation, Released, Removal, RemovalHow,
         RemovalOp, ServedBy, SocketState, StaleKind, Verdict, Workload,
     },
@@ -129,7 +129,7 @@ fn verdicts(u: &[String], ts: u64) -> Vec<Verdict> {
     }
     for operation in [RemovalOp::Unlink, RemovalOp::Rename] {
         for policy in [GuardPolicy::StaleOwner, GuardPolicy::Foreign] {
-            out.push(Verdict::UnlinkDenied {
+            let guarded = Guarded {
                 ts_ns: 0,
                 actor: c.clone(),
                 victim: d.clone(),
@@ -138,7 +138,9 @@ fn verdicts(u: &[String], ts: u64) -> Vec<Verdict> {
                 path: path.clone(),
                 file: file(1),
                 sock_ino: 11,
-            });
+            };
+            out.push(Verdict::UnlinkDenied(guarded.clone()));
+            out.push(Verdict::UnlinkWouldDeny(guarded));
         }
     }
     for foreign in [true, false] {
@@ -299,7 +301,8 @@ fn verdicts(u: &[String], ts: u64) -> Vec<Verdict> {
 fn set_ts(v: &mut Verdict, ts: u64) {
     match v {
         Verdict::ForeignUnlink { ts_ns, .. }
-        | Verdict::UnlinkDenied { ts_ns, .. }
+        | Verdict::UnlinkDenied(Guarded { ts_ns, .. })
+        | Verdict::UnlinkWouldDeny(Guarded { ts_ns, .. })
         | Verdict::Replaced { ts_ns, .. }
         | Verdict::Moved { ts_ns, .. }
         | Verdict::Takeover { ts_ns, .. }

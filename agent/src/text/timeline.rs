@@ -137,7 +137,6 @@ fn tells(v: &Verdict, h: &HistoryEntry, file: FileId) -> bool {
     }
     match (h.event, v) {
         (HistoryEvent::ForeignUnlink, Verdict::ForeignUnlink { file: f, .. })
-        | (HistoryEvent::RemovalDenied, Verdict::UnlinkDenied { file: f, .. })
         | (HistoryEvent::Replaced, Verdict::Replaced { file: f, .. })
         | (HistoryEvent::Moved, Verdict::Moved { file: f, .. })
         | (HistoryEvent::TakenOver, Verdict::Takeover { old_file: f, .. })
@@ -145,6 +144,7 @@ fn tells(v: &Verdict, h: &HistoryEntry, file: FileId) -> bool {
         | (HistoryEvent::OrphanOpened, Verdict::OrphanOpened { file: f, .. })
         | (HistoryEvent::OrphanClosed, Verdict::OrphanClosed { file: f, .. }) => *f == file,
         (HistoryEvent::StaleConnect, Verdict::StaleConnect { file: f, .. }) => *f == Some(file),
+        (HistoryEvent::RemovalDenied, Verdict::UnlinkDenied(g)) => g.file == file,
         _ => false,
     }
 }
@@ -285,9 +285,10 @@ impl<'a> Names<'a> {
 /// Every process a verdict names.
 fn procs_of(v: &Verdict) -> Vec<&Proc> {
     match v {
-        Verdict::ForeignUnlink { actor, victim, .. }
-        | Verdict::Replaced { actor, victim, .. }
-        | Verdict::UnlinkDenied { actor, victim, .. } => vec![actor, victim],
+        Verdict::ForeignUnlink { actor, victim, .. } | Verdict::Replaced { actor, victim, .. } => {
+            vec![actor, victim]
+        }
+        Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => vec![&g.actor, &g.victim],
         Verdict::Moved { actor, owner, .. } => vec![actor, owner],
         Verdict::Takeover {
             remover,

@@ -2,8 +2,8 @@
 //! the verdict tells it, the likely cause and the fix. `run --format text` writes one a line
 //! ([`super::line`]).
 use crate::engine::{
-    CloseReason, FileId, GuardPolicy, HandOver, OrphanCause, Proc, Relation, RemovalOp, ServedBy,
-    StaleKind, Verdict,
+    CloseReason, FileId, GuardPolicy, Guarded, HandOver, OrphanCause, Proc, Relation, RemovalOp,
+    ServedBy, StaleKind, Verdict,
 };
 
 use super::words::{duration, inode, inode_or_unknown, relation, who};
@@ -31,15 +31,8 @@ pub fn sentence(v: &Verdict) -> String {
             };
             foreign_unlink(&removal, *relation, *stale_owner)
         }
-        Verdict::UnlinkDenied {
-            actor,
-            victim,
-            operation,
-            policy,
-            path,
-            file,
-            ..
-        } => unlink_denied(actor, victim, *operation, *policy, path, *file),
+        Verdict::UnlinkDenied(g) => unlink_denied(g),
+        Verdict::UnlinkWouldDeny(g) => unlink_would_deny(g),
         Verdict::Replaced {
             actor,
             victim,
@@ -183,19 +176,9 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
     }
 }
 
-fn unlink_denied(
-    actor: &Proc,
-    victim: &Proc,
-    op: RemovalOp,
-    policy: GuardPolicy,
-    path: &str,
-    file: FileId,
-) -> String {
-    let tried = match op {
-        RemovalOp::Unlink => "tried to remove",
-        RemovalOp::Rename => "tried to rename another file over",
-    };
-    let (why, fix) = match policy {
+/// Why the policy refuses (or would), and the fix for the remover where there is one.
+fn guard_reason(policy: GuardPolicy) -> (&'static str, &'static str) {
+    match policy {
         GuardPolicy::StaleOwner => (
             "policy stale_owner: the remover's own listener at this path had already been \
              replaced",
@@ -205,14 +188,39 @@ fn unlink_denied(
             "policy foreign: the remover is outside the owner set and not on the allow-list",
             "",
         ),
+    }
+}
+
+fn unlink_denied(g: &Guarded) -> String {
+    let tried = match g.operation {
+        RemovalOp::Unlink => "tried to remove",
+        RemovalOp::Rename => "tried to rename another file over",
     };
-    let path = quote(path);
+    let (why, fix) = guard_reason(g.policy);
     format!(
-        "UNLINK DENIED: {} {tried} {path} (inode {}), the file of the listening socket of {}; \
+        "UNLINK DENIED: {} {tried} {} (inode {}), the file of the listening socket of {}; \
          the guard refused it with EPERM ({why}), so the listener stays reachable{fix}.",
-        who(actor),
-        inode(file),
-        who(victim)
+        who(&g.actor),
+        quote(&g.path),
+        inode(g.file),
+        who(&g.victim)
+    )
+}
+
+fn unlink_would_deny(g: &Guarded) -> String {
+    let did = match g.operation {
+        RemovalOp::Unlink => "removed",
+        RemovalOp::Rename => "renamed another file over",
+    };
+    let (why, fix) = guard_reason(g.policy);
+    format!(
+        "UNLINK WOULD BE DENIED: {} {did} {} (inode {}), the file of the listening socket of \
+         {}; the guard, in audit mode, let it through: enforcing, it would have refused it with \
+         EPERM ({why}){fix}.",
+        who(&g.actor),
+        quote(&g.path),
+        inode(g.file),
+        who(&g.victim)
     )
 }
 
@@ -590,7 +598,7 @@ mod tests {
 
     #[test]
     fn a_denial_names_who_tried_whose_listener_was_kept_and_the_policy() {
-        let denied = |operation, policy| Verdict::UnlinkDenied {
+        let guarded = |operation, policy| Guarded {
             ts_ns: 5,
             actor: old(),
             victim: new(),
@@ -600,6 +608,7 @@ mod tests {
             file: file(2),
             sock_ino: 22,
         };
+        let denied = |operation, policy| Verdict::UnlinkDenied(guarded(operation, policy));
         assert_eq!(
             sentence(&denied(RemovalOp::Unlink, GuardPolicy::StaleOwner)),
             "UNLINK DENIED: golistener (pid 100, pod kube-system/multus-a) tried to remove \
@@ -616,6 +625,16 @@ mod tests {
              listening socket of multus (pid 200, pod kube-system/multus-b); the guard refused \
              it with EPERM (policy foreign: the remover is outside the owner set and not on the \
              allow-list), so the listener stays reachable."
+        );
+        let audited = Verdict::UnlinkWouldDeny(guarded(RemovalOp::Unlink, GuardPolicy::StaleOwner));
+        assert_eq!(
+            sentence(&audited),
+            "UNLINK WOULD BE DENIED: golistener (pid 100, pod kube-system/multus-a) removed \
+             /run/multus/multus.sock (inode 2049:2), the file of the listening socket of multus \
+             (pid 200, pod kube-system/multus-b); the guard, in audit mode, let it through: \
+             enforcing, it would have refused it with EPERM (policy stale_owner: the remover's \
+             own listener at this path had already been replaced); fix the remover: call \
+             SetUnlinkOnClose(false) or remove only your own inode."
         );
     }
 

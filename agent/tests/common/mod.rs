@@ -167,6 +167,7 @@ pub fn load_watching(
         watch,
         require_all_hooks: true,
         live_capacity: agent_common::maps::LIVE_CAPACITY,
+        guard: false,
     });
     let mut probes = match loaded {
         Ok(p) => p,

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::engine::{
-    CloseReason, GuardPolicy, HandOver, OrphanCause, RemovalOp, model::ScanSnapshot,
+    CloseReason, GuardDecision, GuardPolicy, HandOver, OrphanCause, RemovalOp, model::ScanSnapshot,
 };
 
 const LIMITS: Limits = Limits {
@@ -120,11 +120,12 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         2 => (tgid(), prop::option::of(file()), prop::option::of(path()), path(), any::<bool>(), fidelity_file(), live_at()).prop_map(move |(t, moved, from, to, exchange, (fidelity, replaced), live)| Input::Rename {
             ts_ns: ts, proc: proc_(t), moved, from, to, exchange, replaced, fidelity, live,
         }),
-        1 => (tgid(), path(), file(), any::<bool>(), live_at()).prop_map(move |(t, path, file, rename, live)| Input::Denied {
+        1 => (tgid(), path(), file(), any::<bool>(), live_at(), any::<bool>()).prop_map(move |(t, path, file, rename, live, audit)| Input::Denied {
             ts_ns: ts, proc: proc_(t), path, file,
             operation: if rename { RemovalOp::Rename } else { RemovalOp::Unlink },
             policy: GuardPolicy::StaleOwner,
             live: live.unwrap_or(LiveAtUnlink { owner_tgid: 1, sock_ino: 1, listening: true, unlinker_holds_fd: Some(false), links: None }),
+            decision: if audit { GuardDecision::WouldDeny } else { GuardDecision::Denied },
         }),
         3 => (tgid(), path(), prop_oneof![Just(0), Just(111), Just(2)], prop::option::of(file()),
               prop::option::of(0u32..2), prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))
@@ -247,10 +248,10 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             }
             _ => panic!("{v:?} from {input:?}"),
         },
-        Verdict::UnlinkDenied { file, path, .. } => match input {
+        Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => match input {
             Input::Denied {
                 file: f, path: p, ..
-            } => assert_eq!((f, p), (file, path), "{v:?} from {input:?}"),
+            } => assert_eq!((f, p), (&g.file, &g.path), "{v:?} from {input:?}"),
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::StaleConnect { path, .. } => match input {
@@ -403,7 +404,8 @@ fn the_generator_reaches_every_verdict_kind() {
             "stale_connect",
             "stale_socket_file",
             "takeover",
-            "unlink_denied"
+            "unlink_denied",
+            "unlink_would_deny"
         ]
     );
 }

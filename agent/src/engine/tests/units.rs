@@ -1,6 +1,8 @@
 //! The smaller pieces: serde shapes, relations, limits, history.
 use super::*;
-use crate::engine::{EngineError, GuardPolicy, Relation, RemovalOp, model::ScanSnapshot};
+use crate::engine::{
+    EngineError, GuardDecision, GuardPolicy, Guarded, Relation, RemovalOp, model::ScanSnapshot,
+};
 
 #[test]
 fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
@@ -426,23 +428,53 @@ fn a_refused_removal_names_the_owner_and_leaves_the_listener_linked() {
         operation: RemovalOp::Unlink,
         policy: GuardPolicy::Foreign,
         live: live(100, 11, false).expect("live"),
+        decision: GuardDecision::Denied,
     };
     let out = e.apply(&denied);
-    assert_eq!(
-        out,
-        vec![Verdict::UnlinkDenied {
-            ts_ns: 3,
-            actor: c(),
-            victim: a(),
-            operation: RemovalOp::Unlink,
-            policy: GuardPolicy::Foreign,
-            path: P.into(),
-            file: fid(1),
-            sock_ino: 11,
-        }]
-    );
+    assert_eq!(out, vec![Verdict::UnlinkDenied(guarded_by_c(3))]);
     // Nothing was removed: the owner's later unlink is its own, no orphan and no verdict.
     let own = e.apply(&unlink_exact(4, &a(), P, fid(1), live(100, 11, true)));
     assert!(own.is_empty(), "{own:?}");
     assert_eq!(e.stats().verdicts.unlink_denied, 1);
+}
+
+/// The guard's decision on c's unlink of a's listener at `P` (policy `foreign`).
+fn guarded_by_c(ts_ns: u64) -> Guarded {
+    Guarded {
+        ts_ns,
+        actor: c(),
+        victim: a(),
+        operation: RemovalOp::Unlink,
+        policy: GuardPolicy::Foreign,
+        path: P.into(),
+        file: fid(1),
+        sock_ino: 11,
+    }
+}
+
+#[test]
+fn an_audited_removal_is_reported_as_would_deny_and_then_happens() {
+    let mut e = engine();
+    e.apply(&bind(1, &a(), fid(1), 11, P));
+    e.apply(&listen(2, &a(), fid(1), 11));
+    let audit = Input::Denied {
+        ts_ns: 3,
+        proc: c(),
+        path: P.into(),
+        file: fid(1),
+        operation: RemovalOp::Unlink,
+        policy: GuardPolicy::Foreign,
+        live: live(100, 11, false).expect("live"),
+        decision: GuardDecision::WouldDeny,
+    };
+    assert_eq!(
+        e.apply(&audit),
+        vec![Verdict::UnlinkWouldDeny(guarded_by_c(3))]
+    );
+    // The removal went ahead: it is the foreign unlink it would have been without the guard.
+    let removal = e.apply(&unlink_exact(3, &c(), P, fid(1), live(100, 11, false)));
+    let names: Vec<&str> = removal.iter().map(Verdict::name).collect();
+    assert_eq!(names, ["foreign_unlink", "orphan_opened"], "{removal:?}");
+    let counts = &e.stats().verdicts;
+    assert_eq!((counts.unlink_would_deny, counts.unlink_denied), (1, 0));
 }

@@ -100,6 +100,9 @@ guard = {{ $g.policy | toJson }}
 # directories (relative to /sys/fs/cgroup), pass.
 guard_allow_comms = {{ $g.allowComms | toJson }}
 guard_allow_cgroups = {{ $g.allowCgroups | toJson }}
+# "enforce": refuse; "audit": let every removal through, and report (unlink_would_deny) and
+# count (sockwatch_guard_kernel_decisions_total{decision="would_deny"}) what would be refused.
+guard_mode = {{ $g.mode | toJson }}
 
 # Each watch is a directory (sockets in it and up to 8 levels below) whose name becomes the
 # `watch` label of the metrics. Without any watch, every path socket on the node is watched
@@ -153,7 +156,7 @@ The top-level guard values with their defaults filled in, as JSON: a release upg
 */}}
 {{- define "sockwatch.guard" -}}
 {{- $g := .Values.guard | default dict }}
-{{- toJson (dict "policy" ($g.policy | default "off") "allowComms" ($g.allowComms | default list) "allowCgroups" ($g.allowCgroups | default list)) }}
+{{- toJson (dict "policy" ($g.policy | default "off") "mode" ($g.mode | default "enforce") "allowComms" ($g.allowComms | default list) "allowCgroups" ($g.allowCgroups | default list)) }}
 {{- end }}
 
 {{/*
