@@ -524,3 +524,110 @@ fn close_then_unlink_is_not_stale() {
     let graceful: Vec<&Value> = verdicts.iter().filter(|v| v["path"] == s(&sock)).collect();
     assert!(graceful.is_empty(), "{graceful:#?}");
 }
+
+/// A loop-mounted ext4 filesystem, unmounted (lazily) and detached when dropped.
+struct Ext4 {
+    mnt: std::path::PathBuf,
+}
+
+impl Ext4 {
+    /// None, saying why, where there is no `mkfs.ext4` or loop device (the guests).
+    fn mount(test: &str, dir: &Path) -> Option<Ext4> {
+        if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
+            eprintln!(
+                "SKIP {test}: the guests have no mkfs.ext4 nor loop driver, and their tmpfs \
+                 never hands out an inode number twice"
+            );
+            return None;
+        }
+        let (image, mnt) = (dir.join("ext4.img"), dir.join("mnt"));
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .expect("image");
+        std::fs::create_dir(&mnt).expect("mkdir");
+        let run = |cmd: &str, args: &[&str]| {
+            let st = std::process::Command::new(cmd)
+                .args(args)
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!("{cmd}: {e} (e2fsprogs and mount are in Debian's base)")
+                });
+            assert!(st.success(), "{cmd} {args:?}: {st}");
+        };
+        run("mkfs.ext4", &["-q", "-F", s(&image).as_str()]);
+        run(
+            "mount",
+            &["-o", "loop", s(&image).as_str(), s(&mnt).as_str()],
+        );
+        Some(Ext4 { mnt })
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", "-d", s(&self.mnt).as_str()])
+            .status();
+    }
+}
+
+/// ext4 hands a freed inode number to the next file at once: a socket file removed after
+/// its socket closed, then a new socket bound in the same directory, get the same `st_ino`.
+/// The new socket is another file: the old one's verdict and history stay with the old one,
+/// and the new one's removal by a third process names the new owner.
+#[test]
+fn a_reused_inode_number_is_another_socket() {
+    let test = "inode_reuse";
+    if !root(test) {
+        return;
+    }
+    let tmp = tempdir();
+    let Some(fs) = Ext4::mount(test, tmp.path()) else {
+        return;
+    };
+    let agent = Agent::start(tmp.path(), &fs.mnt, &[]);
+    let (old, new) = (fs.mnt.join("old.sock"), fs.mnt.join("new.sock"));
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", s(&old)));
+    let (file, a_pid) = (stat_id(&old), u64::from(a.pid));
+    drop(a);
+    let stale = agent.expect_verdict("the old socket's file left behind", |v| {
+        is(v, "stale_socket_file") && file_is(v, "file", file)
+    });
+    assert_eq!(tgid(&stale, "binder"), a_pid, "{stale}");
+    let mut c = Actor::spawn();
+    c.must(&format!("unlink {}", s(&old)));
+    let mut b = Actor::spawn();
+    b.must(&format!("listen-on {}", s(&new)));
+    assert_eq!(
+        stat_id(&new),
+        file,
+        "ext4 reuses the freed inode number at once (the premise)"
+    );
+    c.must(&format!("unlink {}", s(&new)));
+    let f = agent.expect_verdict("the new socket's removal", |v| {
+        is(v, "foreign_unlink") && file_is(v, "file", file)
+    });
+    assert_eq!(
+        (tgid(&f, "actor"), tgid(&f, "victim")),
+        (u64::from(c.pid), u64::from(b.pid)),
+        "{f}"
+    );
+    assert_ne!(f["sock_ino"], stale["sock_ino"], "{f}\n{stale}");
+    drop(b);
+    let verdicts = agent.stop();
+    let about: Vec<&Value> = verdicts
+        .iter()
+        .filter(|v| file_is(v, "file", file))
+        .collect();
+    let old_ones = about
+        .iter()
+        .filter(|v| v.to_string().contains(&format!("\"tgid\":{a_pid}")));
+    assert_eq!(
+        old_ones.count(),
+        1,
+        "only the stale file names A: {about:#?}"
+    );
+    let stales = about.iter().filter(|v| is(v, "stale_socket_file")).count();
+    assert_eq!(stales, 1, "{about:#?}");
+}
