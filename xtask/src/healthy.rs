@@ -5,6 +5,7 @@ use std::{
     fs::File,
     path::PathBuf,
     process::{Child, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
@@ -19,6 +20,7 @@ const TEST: &str =
 pub struct Running {
     child: Child,
     log: PathBuf,
+    started: Instant,
 }
 
 /// Builds the test binary, then starts the one test in it.
@@ -39,12 +41,17 @@ pub fn start() -> anyhow::Result<Running> {
         child.id(),
         log.display()
     );
-    Ok(Running { child, log })
+    Ok(Running {
+        child,
+        log,
+        started: Instant::now(),
+    })
 }
 
 impl Running {
-    /// Waits for the end; prints its output; its counts, and why it failed if it did.
-    pub fn finish(mut self) -> (testrun::Counts, Option<String>) {
+    /// Waits for the end; prints its output; its counts, why it failed if it did, and how
+    /// long it ran.
+    pub fn finish(mut self) -> (testrun::Counts, Option<String>, Duration) {
         let status = self.child.wait();
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         println!("{text}");
@@ -55,7 +62,7 @@ impl Running {
             Ok(s) => Some(format!("the healthy-node test failed ({s})")),
             Err(e) => Some(format!("waiting for the healthy-node test: {e}")),
         };
-        (counts, failure)
+        (counts, failure, self.started.elapsed())
     }
 }
 

@@ -36,6 +36,10 @@ struct Layer {
     name: String,
     counts: Counts,
     note: Option<String>,
+    /// How long the layer ran, where it ran as one piece (a guest, the host's tests).
+    time: Option<Duration>,
+    /// Boots a guest needed resumed after an emulation fault.
+    resumes: usize,
 }
 
 impl Layer {
@@ -47,7 +51,18 @@ impl Layer {
             }
             other => other,
         };
-        Layer { name, counts, note }
+        Layer {
+            name,
+            counts,
+            note,
+            time: None,
+            resumes: 0,
+        }
+    }
+
+    fn took(mut self, time: Duration) -> Layer {
+        self.time = Some(time);
+        self
     }
 }
 
@@ -122,10 +137,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             ));
             anyhow::bail!("the healthy-node run did not start");
         };
-        let (counts, failure) = run.finish();
+        let (counts, failure, took) = run.finish();
         results
             .layers
-            .push(Layer::new("healthy node".into(), counts, failure.clone()));
+            .push(Layer::new("healthy node".into(), counts, failure.clone()).took(took));
         failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
     });
     step("host tests (root, host kernel)", &mut || {
@@ -190,6 +205,7 @@ fn clippy_ebpf() -> anyhow::Result<()> {
 
 /// The host layer: the workspace's tests as root on this kernel.
 fn host_tests(results: &mut Results) -> anyhow::Result<()> {
+    let started = Instant::now();
     let mut c = cmd::cargo();
     // --no-fail-fast: every test binary runs and is counted, even after one fails.
     c.args([
@@ -209,7 +225,7 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
         .push(("host".to_owned(), headroom::rows(&text)));
     results
         .layers
-        .push(Layer::new("host".into(), counts, failure.clone()));
+        .push(Layer::new("host".into(), counts, failure.clone()).took(started.elapsed()));
     failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
 }
 
@@ -248,9 +264,9 @@ fn vm_tests(
         if let Some(why) = &o.failure {
             failed.push(format!("{}: {why}", o.label));
         }
-        results
-            .layers
-            .push(Layer::new(o.label, o.counts, o.failure));
+        let mut layer = Layer::new(o.label, o.counts, o.failure).took(o.elapsed);
+        layer.resumes = o.resumed.len();
+        results.layers.push(layer);
     }
     if failed.is_empty() {
         Ok(())
@@ -283,17 +299,22 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
     }
     println!();
     println!(
-        "xtask: {:<14} {:>7} {:>7} {:>8}",
-        "layer", "passed", "failed", "skipped"
+        "xtask: {:<18} {:>7} {:>7} {:>8} {:>8} {:>8}",
+        "layer", "passed", "failed", "skipped", "time", "resumes"
     );
     let mut total = Counts::default();
     for l in layers {
+        let time = l
+            .time
+            .map_or("-".to_owned(), |t| format!("{:.0}s", t.as_secs_f64()));
         println!(
-            "xtask: {:<14} {:>7} {:>7} {:>8}{}",
+            "xtask: {:<18} {:>7} {:>7} {:>8} {:>8} {:>8}{}",
             l.name,
             l.counts.passed,
             l.counts.failed,
             l.counts.ignored,
+            time,
+            l.resumes,
             l.note
                 .as_deref()
                 .map(|n| format!("  ({n})"))
@@ -301,6 +322,8 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
         );
         total += l.counts;
     }
+    let wall: Duration = steps.iter().map(|s| s.elapsed).sum();
+    println!("xtask: the suite took {:.0}s", wall.as_secs_f64());
     println!(
         "xtask: {} passed, {} failed, {} skipped",
         total.passed, total.failed, total.ignored
