@@ -48,9 +48,10 @@ fn receipt_program_reports_the_receiver_and_the_socket() {
     for (mode, tier) in agent_modes() {
         let test = format!("receipt_{}", tier.name());
         if tier == Tier::Tracepoint {
-            eprintln!(
-                "SKIP {test}: the tracepoint tier has no receipt program (sweeps learn \
-                 receivers; see handover_* tests)"
+            skip(
+                &test,
+                "the tracepoint tier has no receipt program (sweeps learn \
+                 receivers; see handover_* tests)",
             );
             continue;
         }
@@ -98,7 +99,7 @@ fn start_agent(test: &str, dir: &Path, mode: ProbeMode, tier: Tier) -> Option<Ag
             return None;
         }
     } else if !is_root() {
-        eprintln!("SKIP {test}: needs root");
+        skip(test, "needs root");
         return None;
     }
     let args = ["--probe-mode", mode.name()];
@@ -251,7 +252,10 @@ fn socket_activation_child_is_the_owner() {
 #[test]
 fn check_names_a_missing_receive_hook() {
     if !is_root() {
-        eprintln!("SKIP check_names_a_missing_receive_hook: needs root to load eBPF programs");
+        skip(
+            "check_names_a_missing_receive_hook",
+            "needs root to load eBPF programs",
+        );
         return;
     }
     let out = std::process::Command::new(agent::sockwatch_bin())

@@ -66,7 +66,7 @@ fn every_program_stays_under_a_tenth_of_the_verifier_limit() {
             std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
             "tiers are required but not running as root"
         );
-        eprintln!("SKIP headroom: needs root to load eBPF programs");
+        skip("headroom", "needs root to load eBPF programs");
         return;
     }
     preflight::prepare().expect("preflight");

@@ -146,7 +146,7 @@ fn bind_ignores_abstract_unnamed_failed_and_inet() {
 #[test]
 fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
     if !is_root() {
-        eprintln!("SKIP cli_run: needs root");
+        skip("cli_run", "needs root");
         return;
     }
     let dir = tempdir();
@@ -219,7 +219,7 @@ fn cli_run_prints_json_bind_event_and_stops_on_sigint() {
 #[test]
 fn cli_forced_refused_tier_fails_clearly() {
     if !is_root() {
-        eprintln!("SKIP cli_forced_refused_tier: needs root");
+        skip("cli_forced_refused_tier", "needs root");
         return;
     }
     let refused = [
@@ -263,7 +263,7 @@ fn cli_forced_refused_tier_fails_clearly() {
         assert_eq!(stderr.lines().count(), 1, "{mode}: one line: {stderr}");
     }
     if forced == 0 {
-        eprintln!("SKIP cli_forced_refused_tier: every tier loads on this kernel");
+        skip("cli_forced_refused_tier", "every tier loads on this kernel");
     }
 }
 
@@ -271,7 +271,7 @@ fn cli_forced_refused_tier_fails_clearly() {
 #[test]
 fn cli_check_reports_tiers() {
     if !is_root() {
-        eprintln!("SKIP cli_check: needs root");
+        skip("cli_check", "needs root");
         return;
     }
     let out = Command::new(sockwatch_bin())
@@ -309,7 +309,7 @@ fn cli_check_reports_tiers() {
 #[test]
 fn cli_not_privileged_fails_clearly() {
     if !is_root() {
-        eprintln!("SKIP cli_not_privileged: needs root to drop privileges");
+        skip("cli_not_privileged", "needs root to drop privileges");
         return;
     }
     use std::os::unix::process::CommandExt;

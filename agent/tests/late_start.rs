@@ -353,7 +353,7 @@ fn bind_through_a_directory_descriptor_has_its_real_path() {
 #[test]
 fn the_agent_exports_a_socket_file_mount() {
     if !is_root() {
-        eprintln!("SKIP socket_file_mount in the agent: needs root");
+        skip("socket_file_mount in the agent", "needs root");
         return;
     }
     let tmp = tempdir();

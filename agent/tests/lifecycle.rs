@@ -539,7 +539,7 @@ fn s12_watched_directory_recreated() {
 fn agent_activity_is_ignored() {
     use sockwatch::kernel::loader::{LoadOptions, Probes};
     if !is_root() {
-        eprintln!("SKIP agent_activity_is_ignored: needs root");
+        skip("agent_activity_is_ignored", "needs root");
         return;
     }
     sockwatch::kernel::preflight::prepare().expect("preflight");

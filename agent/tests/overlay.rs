@@ -102,7 +102,7 @@ fn foreign_unlink_in_merged_dir(test: &str, node_wide: bool) {
             std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
             "{test}: tiers are required but not running as root"
         );
-        eprintln!("SKIP {test}: needs root to mount and to load eBPF programs");
+        skip(test, "needs root to mount and to load eBPF programs");
         return;
     }
     let tmp = tempdir();

@@ -6,6 +6,8 @@
 //! Tests share the process table and the test binary's fds, so they run one at a time.
 //! Each scan is limited to the test's own temporary directory (`--watch`), so findings about
 //! the rest of the machine never leak into the assertions.
+mod common;
+
 use std::{
     ffi::{CStr, CString},
     fs,
@@ -19,6 +21,7 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
+use common::skip;
 use sockwatch::scan::{
     self, FileId, OrphanCause, ScanOptions, ScanReport, StaleCause, StaleSocketFile,
     diag::{self, VfsId},
@@ -366,7 +369,10 @@ fn orphaned_listener_replaced() {
 #[test]
 fn stale_bind_mount() {
     if !is_root() {
-        eprintln!("SKIP stale_bind_mount: needs root for a private mount namespace");
+        skip(
+            "stale_bind_mount",
+            "needs root for a private mount namespace",
+        );
         return;
     }
     let _s = serial();
@@ -616,7 +622,10 @@ fn diag_identity_equals_stat() {
     );
 
     if !is_root() {
-        eprintln!("SKIP diag_identity_equals_stat (tmpfs inode64 part): needs root to mount");
+        skip(
+            "diag_identity_equals_stat (tmpfs inode64 part)",
+            "needs root to mount",
+        );
         return;
     }
     let t = d.path().join("t");
@@ -710,7 +719,10 @@ fn diag_identity_equals_stat() {
 #[test]
 fn other_network_namespace() {
     if !is_root() {
-        eprintln!("SKIP other_network_namespace: needs root for a network namespace");
+        skip(
+            "other_network_namespace",
+            "needs root for a network namespace",
+        );
         return;
     }
     let _s = serial();
@@ -748,7 +760,10 @@ fn other_network_namespace() {
 #[test]
 fn unprivileged_says_what_it_could_not_read() {
     if !is_root() {
-        eprintln!("SKIP unprivileged_says_what_it_could_not_read: needs root to drop to nobody");
+        skip(
+            "unprivileged_says_what_it_could_not_read",
+            "needs root to drop to nobody",
+        );
         return;
     }
     let _s = serial();
@@ -921,7 +936,10 @@ fn mntns_of(pid: u32) -> u64 {
 #[test]
 fn socket_file_mount_is_a_risk_and_a_directory_mount_is_not() {
     if !is_root() {
-        eprintln!("SKIP socket_file_mount: needs root for a private mount namespace");
+        skip(
+            "socket_file_mount",
+            "needs root for a private mount namespace",
+        );
         return;
     }
     let _s = serial();

@@ -534,9 +534,10 @@ impl Ext4 {
     /// None, saying why, where there is no `mkfs.ext4` or loop device (the guests).
     fn mount(test: &str, dir: &Path) -> Option<Ext4> {
         if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
-            eprintln!(
-                "SKIP {test}: the guests have no mkfs.ext4 nor loop driver, and their tmpfs \
-                 never hands out an inode number twice"
+            skip(
+                test,
+                "the guests have no mkfs.ext4 nor loop driver, and their tmpfs \
+                 never hands out an inode number twice",
             );
             return None;
         }

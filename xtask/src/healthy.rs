@@ -23,6 +23,15 @@ pub struct Running {
     started: Instant,
 }
 
+/// How the run went.
+pub struct Finished {
+    pub counts: testrun::Counts,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+    pub took: Duration,
+    pub output: String,
+}
+
 /// Builds the test binary, then starts the one test in it.
 pub fn start() -> anyhow::Result<Running> {
     let binary = build()?;
@@ -49,9 +58,8 @@ pub fn start() -> anyhow::Result<Running> {
 }
 
 impl Running {
-    /// Waits for the end; prints its output; its counts, why it failed if it did, and how
-    /// long it ran.
-    pub fn finish(mut self) -> (testrun::Counts, Option<String>, Duration) {
+    /// Waits for the end and prints its output.
+    pub fn finish(mut self) -> Finished {
         let status = self.child.wait();
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         println!("{text}");
@@ -62,7 +70,12 @@ impl Running {
             Ok(s) => Some(format!("the healthy-node test failed ({s})")),
             Err(e) => Some(format!("waiting for the healthy-node test: {e}")),
         };
-        (counts, failure, self.started.elapsed())
+        Finished {
+            counts,
+            failure,
+            took: self.started.elapsed(),
+            output: text,
+        }
     }
 }
 

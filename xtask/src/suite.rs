@@ -40,6 +40,8 @@ struct Layer {
     time: Option<Duration>,
     /// Boots a guest needed resumed after an emulation fault.
     resumes: usize,
+    /// What its tests left untested here, and why (each reason once, with its count).
+    skips: Vec<(String, usize)>,
 }
 
 impl Layer {
@@ -57,7 +59,14 @@ impl Layer {
             note,
             time: None,
             resumes: 0,
+            skips: Vec::new(),
         }
+    }
+
+    /// The skip reasons in the layer's output.
+    fn skipped(mut self, output: &str) -> Layer {
+        self.skips = testrun::skip_reasons(output);
+        self
     }
 
     fn took(mut self, time: Duration) -> Layer {
@@ -137,11 +146,13 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             ));
             anyhow::bail!("the healthy-node run did not start");
         };
-        let (counts, failure, took) = run.finish();
-        results
-            .layers
-            .push(Layer::new("healthy node".into(), counts, failure.clone()).took(took));
-        failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
+        let done = run.finish();
+        results.layers.push(
+            Layer::new("healthy node".into(), done.counts, done.failure.clone())
+                .took(done.took)
+                .skipped(&done.output),
+        );
+        done.failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
     });
     step("host tests (root, host kernel)", &mut || {
         host_tests(&mut results)
@@ -223,9 +234,11 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
     results
         .headroom
         .push(("host".to_owned(), headroom::rows(&text)));
-    results
-        .layers
-        .push(Layer::new("host".into(), counts, failure.clone()).took(started.elapsed()));
+    results.layers.push(
+        Layer::new("host".into(), counts, failure.clone())
+            .took(started.elapsed())
+            .skipped(&text),
+    );
     failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
 }
 
@@ -264,7 +277,9 @@ fn vm_tests(
         if let Some(why) = &o.failure {
             failed.push(format!("{}: {why}", o.label));
         }
-        let mut layer = Layer::new(o.label, o.counts, o.failure).took(o.elapsed);
+        let mut layer = Layer::new(o.label, o.counts, o.failure)
+            .took(o.elapsed)
+            .skipped(&console);
         layer.resumes = o.resumed.len();
         results.layers.push(layer);
     }
@@ -299,8 +314,8 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
     }
     println!();
     println!(
-        "xtask: {:<18} {:>7} {:>7} {:>8} {:>8} {:>8}",
-        "layer", "passed", "failed", "skipped", "time", "resumes"
+        "xtask: {:<18} {:>7} {:>7} {:>8} {:>6} {:>8} {:>8}",
+        "layer", "passed", "failed", "ignored", "skips", "time", "resumes"
     );
     let mut total = Counts::default();
     for l in layers {
@@ -308,11 +323,12 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
             .time
             .map_or("-".to_owned(), |t| format!("{:.0}s", t.as_secs_f64()));
         println!(
-            "xtask: {:<18} {:>7} {:>7} {:>8} {:>8} {:>8}{}",
+            "xtask: {:<18} {:>7} {:>7} {:>8} {:>6} {:>8} {:>8}{}",
             l.name,
             l.counts.passed,
             l.counts.failed,
             l.counts.ignored,
+            l.counts.skips,
             time,
             l.resumes,
             l.note
@@ -322,10 +338,19 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
         );
         total += l.counts;
     }
+    for l in layers.iter().filter(|l| !l.skips.is_empty()) {
+        println!("xtask: skipped in {} (reason, times):", l.name);
+        for (reason, n) in &l.skips {
+            // The kernel's refusals name every hook: the start says which test and why.
+            let short: String = reason.chars().take(160).collect();
+            println!("xtask:   {n:>3}  {short}");
+        }
+    }
     let wall: Duration = steps.iter().map(|s| s.elapsed).sum();
     println!("xtask: the suite took {:.0}s", wall.as_secs_f64());
     println!(
-        "xtask: {} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.ignored
+        "xtask: {} passed, {} failed, {} ignored, {} skips (cases or tiers a test could not run \
+         here, each with its reason above)",
+        total.passed, total.failed, total.ignored, total.skips
     );
 }

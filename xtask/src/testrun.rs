@@ -9,7 +9,12 @@ use anyhow::Context as _;
 
 use crate::cmd;
 
-/// What one or more `test result:` lines say; `ignored` is reported as skipped.
+/// How a test says it left a case or a tier untested here, and why: a line the tests'
+/// harness (agent/tests/common's `skip`) writes past libtest's capture, so it reaches the
+/// output of a passing test too.
+pub const SKIP_MARK: &str = "SOCKWATCH-SKIP: ";
+
+/// What one or more `test result:` lines say, and the skips the tests reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub passed: u64,
@@ -17,6 +22,9 @@ pub struct Counts {
     pub ignored: u64,
     /// How many `test result:` lines were added up (one per test binary or doc-test run).
     pub runs: u64,
+    /// Cases or tiers tests left untested here ([`SKIP_MARK`] lines): a test that ran the
+    /// rest passed, but not these.
+    pub skips: u64,
 }
 
 impl AddAssign for Counts {
@@ -25,7 +33,23 @@ impl AddAssign for Counts {
         self.failed += o.failed;
         self.ignored += o.ignored;
         self.runs += o.runs;
+        self.skips += o.skips;
     }
+}
+
+/// The reasons of the [`SKIP_MARK`] lines in `text`, each once, with how often it came.
+pub fn skip_reasons(text: &str) -> Vec<(String, usize)> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for reason in text
+        .lines()
+        .filter_map(|l| l.split_once(SKIP_MARK).map(|(_, r)| r.trim().to_owned()))
+    {
+        match seen.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((reason, 1)),
+        }
+    }
+    seen
 }
 
 /// Parses `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; ...`
@@ -54,12 +78,13 @@ pub fn parse_result_line(line: &str) -> Option<Counts> {
     (saw_passed && saw_failed).then_some(counts)
 }
 
-/// Sums every `test result:` line in `text`.
+/// Sums every `test result:` line in `text`, and counts its skip lines.
 pub fn sum_results(text: &str) -> Counts {
     let mut total = Counts::default();
     for c in text.lines().filter_map(parse_result_line) {
         total += c;
     }
+    total.skips = text.lines().filter(|l| l.contains(SKIP_MARK)).count() as u64;
     total
 }
 
@@ -82,6 +107,7 @@ pub fn run_and_count(mut cmd: Command) -> anyhow::Result<(ExitStatus, Counts, St
         if let Some(c) = parse_result_line(&line) {
             total += c;
         }
+        total.skips += u64::from(line.contains(SKIP_MARK));
     }
     let status = child
         .wait()
@@ -105,7 +131,8 @@ mod tests {
                 passed: 12,
                 failed: 0,
                 ignored: 3,
-                runs: 1
+                runs: 1,
+                skips: 0
             })
         );
     }
@@ -131,6 +158,7 @@ mod tests {
     #[test]
     fn sums_binaries_and_doctests() {
         let out = "running 2 tests\n\
+                   SOCKWATCH-SKIP: a_lsm: tier lsm refused by this kernel\n\
                    test a ... ok\n\
                    test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
                    \n\
@@ -143,8 +171,20 @@ mod tests {
                 passed: 3,
                 failed: 1,
                 ignored: 2,
-                runs: 3
+                runs: 3,
+                skips: 1
             }
+        );
+    }
+
+    #[test]
+    fn skip_reasons_are_counted_once_each() {
+        let out = "SOCKWATCH-SKIP: x: no Go\n\
+                   [  1.0] SOCKWATCH-SKIP: y: needs root\r\n\
+                   SOCKWATCH-SKIP: x: no Go\n";
+        assert_eq!(
+            skip_reasons(out),
+            [("x: no Go".to_owned(), 2), ("y: needs root".to_owned(), 1)]
         );
     }
 }

@@ -7,7 +7,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::{patience, s};
+use super::{patience, s, skip};
 
 /// The verdicts that page: an on-call engineer would be woken by any of them.
 pub fn alerting(v: &Value) -> bool {
@@ -27,7 +27,10 @@ pub fn assert_nothing_pages(verdicts: &[Value]) {
 /// none; on the host it is a failure when tiers are required, as in CI).
 pub fn program(name: &str, test: &str) -> Option<PathBuf> {
     if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
-        eprintln!("SKIP {test}: the guest has no {name} (host tier only)");
+        skip(
+            test,
+            format_args!("the guest has no {name} (host tier only)"),
+        );
         return None;
     }
     let found = ["/usr/sbin", "/usr/bin"]
@@ -39,7 +42,7 @@ pub fn program(name: &str, test: &str) -> Option<PathBuf> {
             std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
             "{test}: {name} is missing (cargo xtask setup --vm installs it)"
         );
-        eprintln!("SKIP {test}: {name} is not installed");
+        skip(test, format_args!("{name} is not installed"));
     }
     found
 }

@@ -6,7 +6,7 @@ use std::{
     process::{Child, ChildStdout, Command, Stdio},
 };
 
-use super::agent;
+use super::{agent, skip};
 
 /// A Go listener (agent/tests/go/golistener.go) on `sock` with `flags`, once it listens.
 pub fn go_listen(go: &Path, flags: &[&str], sock: &Path) -> (Child, BufReader<ChildStdout>) {
@@ -41,7 +41,7 @@ pub fn go_or_skip(test: &str) -> Option<PathBuf> {
             std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
             "the Go listener is required in CI"
         );
-        eprintln!("SKIP {test}: no Go toolchain and no SOCKWATCH_GO_LISTENER");
+        skip(test, "no Go toolchain and no SOCKWATCH_GO_LISTENER");
     }
     go
 }

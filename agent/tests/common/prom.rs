@@ -11,6 +11,8 @@ use std::{
 };
 
 use serde_json::Value;
+
+use super::skip;
 use yaml_rust2::{Yaml, YamlLoader};
 
 pub fn repo() -> PathBuf {
@@ -31,7 +33,10 @@ pub fn prometheus_bin() -> Option<&'static str> {
 /// Whether an end-to-end test can run here (the host, as root); prints why not.
 pub fn runs_here(test: &str) -> bool {
     if std::env::var_os("SOCKWATCH_IN_VM").is_some() {
-        eprintln!("SKIP {test}: the VM guest has no Prometheus; this runs on the host");
+        skip(
+            test,
+            "the VM guest has no Prometheus; this runs on the host",
+        );
         return false;
     }
     if !super::is_root() {
@@ -39,7 +44,7 @@ pub fn runs_here(test: &str) -> bool {
             std::env::var_os("SOCKWATCH_REQUIRE_TIERS").is_none(),
             "{test}: tiers are required but not running as root"
         );
-        eprintln!("SKIP {test}: needs root to load eBPF programs");
+        skip(test, "needs root to load eBPF programs");
         return false;
     }
     true
