@@ -47,6 +47,34 @@ fn routes() {
 }
 
 #[test]
+fn only_metrics_and_the_api_read_the_agents_state() {
+    let reads = |target: &str| {
+        reads_state(&Request {
+            method: "GET".into(),
+            target: target.into(),
+        })
+    };
+    for t in [
+        "/metrics",
+        "/metrics?x=1",
+        "/api/sockets?path=/a",
+        "/api/verdicts",
+    ] {
+        assert!(reads(t), "{t}");
+    }
+    for t in [
+        "/healthz",
+        "/readyz?verbose",
+        "/",
+        "/nope",
+        "/api",
+        "/metricsx",
+    ] {
+        assert!(!reads(t), "{t}");
+    }
+}
+
+#[test]
 fn api_parameters() {
     assert!(
         get("/api/sockets?path=%2Frun%2Fmultus%2Fm.sock")
@@ -189,4 +217,77 @@ fn a_client_beyond_loopback_gets_metrics_and_health_but_no_api() {
         r.starts_with("HTTP/1.1 403 ") && r.ends_with("\r\n\r\n"),
         "{r}"
     );
+}
+
+mod admission {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::super::{
+        Dropped,
+        gate::{Gate, Phase, Pool},
+    };
+
+    const AFTER: Duration = Duration::from_millis(500);
+
+    /// Two general slots, one in reserve; `t0` the first acceptance.
+    fn gate() -> (Gate, Instant) {
+        (Gate::new(2, 1, AFTER), Instant::now())
+    }
+
+    #[test]
+    fn idle_connections_give_way_first_then_stalled_readers() {
+        let (gate, t0) = gate();
+        let reader = gate.admit(t0, || false).expect("a free slot");
+        let answered = gate.admit(t0, || false).expect("a free slot");
+        assert!(gate.enter(answered.id, Phase::Idle));
+        let late = t0 + AFTER * 2;
+        let a = gate.admit(late, || false).expect("the idle slot");
+        assert_eq!(
+            (a.pool, a.displaced),
+            (Pool::Main, Some(Dropped::EvictedIdle))
+        );
+        assert!(!gate.enter(answered.id, Phase::Answering), "evicted");
+        let b = gate
+            .admit(late, || false)
+            .expect("the stalled reader's slot");
+        assert_eq!(
+            (b.pool, b.displaced),
+            (Pool::Main, Some(Dropped::EvictedReading))
+        );
+        assert!(!gate.enter(reader.id, Phase::Answering), "evicted");
+    }
+
+    #[test]
+    fn young_readers_stay_unless_the_newcomer_has_its_head() {
+        let (gate, t0) = gate();
+        let first = gate.admit(t0, || false).expect("a free slot");
+        gate.admit(t0, || false).expect("a free slot");
+        let soon = t0 + AFTER / 2;
+        let r = gate.admit(soon, || false).expect("the reserve");
+        assert_eq!((r.pool, r.displaced), (Pool::Reserve, None));
+        assert!(gate.admit(soon, || false).is_none(), "every slot taken");
+        let ready = gate.admit(soon, || true).expect("the oldest reader's slot");
+        assert_eq!(
+            (ready.pool, ready.displaced),
+            (Pool::Main, Some(Dropped::EvictedReading))
+        );
+        assert!(!gate.enter(first.id, Phase::Answering), "the oldest went");
+    }
+
+    #[test]
+    fn answering_connections_are_never_evicted_and_released_slots_return() {
+        let (gate, t0) = gate();
+        let a = gate.admit(t0, || false).expect("a free slot");
+        let b = gate.admit(t0, || false).expect("a free slot");
+        let r = gate.admit(t0, || false).expect("the reserve");
+        for t in [&a, &b, &r] {
+            assert!(gate.enter(t.id, Phase::Answering));
+        }
+        assert!(gate.admit(t0 + AFTER * 10, || true).is_none());
+        gate.release(b.id);
+        let c = gate.admit(t0, || false).expect("the freed slot");
+        assert_eq!((c.pool, c.displaced), (Pool::Main, None));
+    }
 }
