@@ -7,7 +7,7 @@ use std::{
     io::{Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpStream},
     sync::{
-        Arc, Barrier,
+        Arc, Barrier, Condvar, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     thread,
@@ -28,11 +28,23 @@ struct TestApi {
     ready: AtomicBool,
     scrapes: AtomicUsize,
     body: String,
+    /// While true, `/metrics` waits (as behind a lock the event path holds).
+    held: Mutex<bool>,
+    released: Condvar,
+}
+
+impl TestApi {
+    fn hold(&self, held: bool) {
+        *self.held.lock().expect("held") = held;
+        self.released.notify_all();
+    }
 }
 
 impl Api for TestApi {
     fn metrics(&self) -> String {
         self.scrapes.fetch_add(1, Ordering::Relaxed);
+        let held = self.held.lock().expect("held");
+        drop(self.released.wait_while(held, |held| *held).expect("held"));
         self.body.clone()
     }
     fn ready(&self) -> bool {
@@ -280,6 +292,41 @@ fn a_hundred_concurrent_scrapes_all_succeed() {
     eprintln!("{n} concurrent scrapes in {:?}", started.elapsed());
 }
 
+#[test]
+fn probes_are_answered_while_every_slot_waits_on_the_agents_state() {
+    if in_vm("probes_are_answered_while_every_slot_waits_on_the_agents_state") {
+        return;
+    }
+    let limits = HttpLimits {
+        max_connections: 2,
+        reserve: 1,
+        ..HttpLimits::default()
+    };
+    let (addr, api) = start(limits);
+    api.hold(true);
+    let scrapes: Vec<_> = (0..limits.max_connections)
+        .map(|_| thread::spawn(move || get(addr, "/metrics")))
+        .collect();
+    let until = Instant::now() + Duration::from_secs(5);
+    while api.scrapes.load(Ordering::Relaxed) < limits.max_connections {
+        assert!(Instant::now() < until, "the scrapes never started");
+        thread::sleep(Duration::from_millis(10));
+    }
+    // Every general slot is answering: a probe gets the reserve, and its answer at once.
+    let t = Instant::now();
+    assert_eq!(get(addr, "/healthz").status, 200);
+    assert_eq!(get(addr, "/readyz").status, 503);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let r = get(addr, "/metrics");
+    assert_eq!(r.status, 503, "a reserve slot serves probes only");
+    assert_eq!(r.body, b"busy: only /healthz and /readyz are answered\n");
+    assert_eq!(api.scrapes.load(Ordering::Relaxed), limits.max_connections);
+    api.hold(false);
+    for s in scrapes {
+        assert_eq!(s.join().expect("scrape").status, 200);
+    }
+}
+
 /// A slow client: sends a request one byte a second, reconnecting whenever it is dropped,
 /// until `stop`. Returns how many connections the server dropped.
 fn slow_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> usize {
@@ -337,7 +384,7 @@ fn slow_clients_past_the_cap_never_block_a_scrape() {
     // Let them take every slot.
     thread::sleep(Duration::from_millis(300));
     // Admission never waits: the scrape takes the slot of the oldest slow client.
-    let bound = limits.evict_after + Duration::from_millis(500);
+    let bound = Duration::from_millis(500);
     let mut worst = Duration::ZERO;
     let until = Instant::now() + Duration::from_secs(6);
     let mut scrapes = 0;
@@ -419,8 +466,8 @@ const TICK: Duration = Duration::from_millis(300);
 /// The agent's memory may grow by at most this under the attack: its connection slots are
 /// bounded (512 + 16, each a few KiB of buffers) and so is its render pool.
 const RSS_GROWTH_BOUND_KB: u64 = 48 * 1024;
-/// Connections past the general slots and the reserve, in [`overflow`].
-const OVERFLOW: usize = 72;
+/// Connections past the general slots, in [`overflow`].
+const OVERFLOW: usize = 88;
 
 /// One slow-loris connection: the head it has sent so far, one byte a tick.
 struct Loris {
@@ -542,26 +589,37 @@ fn silent(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
-/// Past every slot: a wave of silent connections fills the general slots, and once they have
-/// read for longer than `evict_after` a second wave displaces each, takes the probes' reserve,
-/// and the rest is refused with a 503. Returns the counters' increase: (evicted_reading,
-/// refused), and the status the last connection read.
-fn overflow(addr: SocketAddr) -> (u64, u64, u16) {
+/// Past every slot: `max_connections` silent connections fill the general slots, and each of
+/// `OVERFLOW` more pushes out the oldest (its connection closed without a word), never a
+/// younger one. Returns the counter's increase, and what the oldest and the newest read.
+fn overflow(addr: SocketAddr) -> (u64, Vec<u8>, bool) {
     let limits = HttpLimits::default();
     let before = common::agent::Agent::metrics(addr);
-    let first = silent(addr, limits.max_connections);
-    thread::sleep(limits.evict_after + Duration::from_millis(200));
-    let mut second = silent(addr, limits.max_connections + limits.reserve + OVERFLOW);
-    let last = second.last_mut().expect("a connection");
-    last.set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("timeout");
-    let status = read_response(last).status;
-    drop((first, second));
-    // Until the agent sees them closed, a scrape would be refused too.
+    let mut conns = silent(addr, limits.max_connections + OVERFLOW);
+    // Until the agent has accepted them all.
+    thread::sleep(Duration::from_millis(500));
+    let read_now = |s: &mut TcpStream| {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let mut got = Vec::new();
+        let open = match s.read_to_end(&mut got) {
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            Ok(_) => false,
+        };
+        (got, open)
+    };
+    let (oldest, oldest_open) = read_now(&mut conns[0]);
+    assert!(!oldest_open, "the oldest connection is closed");
+    let (_, newest_open) = read_now(conns.last_mut().expect("a connection"));
+    drop(conns);
+    // Until the agent sees them closed: a scrape would take the slot of one of them.
     thread::sleep(Duration::from_millis(300));
     let after = common::agent::Agent::metrics(addr);
-    let grew = |reason| dropped(&after, reason) - dropped(&before, reason);
-    (grew("evicted_reading"), grew("refused"), status)
+    let grew = dropped(&after, "evicted_reading") - dropped(&before, "evicted_reading");
+    (grew, oldest, newest_open)
 }
 
 fn join<T>(h: thread::ScopedJoinHandle<'_, T>) -> T {
@@ -595,7 +653,7 @@ fn the_agent_stays_up_under_slow_loris_and_held_open_requests() {
     let rss_after = vm_rss_kb(agent.pid());
     // Let the agent see the attackers' connections closed.
     thread::sleep(Duration::from_millis(300));
-    let (evicted_reading, refused, last) = overflow(addr);
+    let (evicted_reading, oldest, newest_open) = overflow(addr);
     let metrics = common::agent::Agent::metrics(addr);
     let count = |reason| dropped(&metrics, reason);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -637,8 +695,11 @@ fn the_agent_stays_up_under_slow_loris_and_held_open_requests() {
         "{metrics}"
     );
     assert_eq!(count("response_timeout"), 0, "{metrics}");
-    let limits = HttpLimits::default();
-    assert_eq!(evicted_reading, limits.max_connections as u64);
-    assert_eq!(refused, OVERFLOW as u64);
-    assert_eq!(last, 503, "the last connection past every slot");
+    assert_eq!(evicted_reading, OVERFLOW as u64);
+    assert!(
+        oldest.is_empty(),
+        "the oldest was closed without a word: {oldest:?}"
+    );
+    assert!(newest_open, "the newest keeps its slot");
+    assert_eq!(count("refused"), 0, "no connection was being answered");
 }

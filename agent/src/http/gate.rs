@@ -3,7 +3,6 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
 };
 
 use tokio::{sync::Notify, time::Instant};
@@ -36,7 +35,6 @@ pub(super) enum Pool {
 pub(super) struct Gate {
     max: usize,
     reserve: usize,
-    evict_after: Duration,
     conns: Mutex<Conns>,
 }
 
@@ -64,32 +62,25 @@ pub(super) struct Ticket {
 }
 
 impl Gate {
-    pub(super) fn new(max: usize, reserve: usize, evict_after: Duration) -> Self {
+    pub(super) fn new(max: usize, reserve: usize) -> Self {
         Self {
             max: max.max(1),
             reserve,
-            evict_after,
             conns: Mutex::default(),
         }
     }
 
     /// A slot for a connection accepted `now`, or `None` to refuse it. In order: a free
     /// general slot; the slot of the oldest idle connection; that of the oldest connection
-    /// still reading its head after `evict_after`; if `head_arrived` (asked only then: the
-    /// newcomer is answered at once), that of the oldest one reading; a reserve slot.
-    pub(super) fn admit(
-        &self,
-        now: Instant,
-        head_arrived: impl FnOnce() -> bool,
-    ) -> Option<Ticket> {
+    /// still reading its head (a newcomer is preferred: an honest client sends its head at
+    /// once, so it only loses its slot to as many newer connections as there are slots); a
+    /// reserve slot, when every other connection is being answered.
+    pub(super) fn admit(&self, now: Instant) -> Option<Ticket> {
         let mut conns = self.lock();
         if conns.count(Pool::Main) < self.max {
             return Some(conns.insert(now, Pool::Main, None));
         }
-        let evicted = conns
-            .evict_one(now, self.evict_after)
-            .or_else(|| head_arrived().then(|| conns.evict_one(now, Duration::ZERO))?);
-        if let Some((pool, why)) = evicted {
+        if let Some((pool, why)) = conns.evict_one() {
             return Some(conns.insert(now, pool, Some(why)));
         }
         if conns.count(Pool::Reserve) < self.reserve {
@@ -145,26 +136,20 @@ impl Conns {
     }
 
     /// Tells the connection that gives way to go: its pool and why it went.
-    fn evict_one(&mut self, now: Instant, evict_after: Duration) -> Option<(Pool, Dropped)> {
-        let idle = self.oldest(|c| c.phase == Phase::Idle);
-        let stalled = || {
-            self.oldest(|c| {
-                c.phase == Phase::Reading && c.pool == Pool::Main && now >= c.since + evict_after
-            })
-        };
-        let (id, why) = match idle {
+    fn evict_one(&mut self) -> Option<(Pool, Dropped)> {
+        let (id, why) = match self.oldest(Phase::Idle) {
             Some(id) => (id, Dropped::EvictedIdle),
-            None => (stalled()?, Dropped::EvictedReading),
+            None => (self.oldest(Phase::Reading)?, Dropped::EvictedReading),
         };
         let c = self.open.remove(&id).expect("an open connection");
         c.evict.notify_one();
         Some((c.pool, why))
     }
 
-    fn oldest(&self, which: impl Fn(&Conn) -> bool) -> Option<u64> {
+    fn oldest(&self, phase: Phase) -> Option<u64> {
         self.open
             .iter()
-            .filter(|(_, c)| which(c))
+            .filter(|(_, c)| c.phase == phase)
             .min_by_key(|(_, c)| c.since)
             .map(|(id, _)| *id)
     }

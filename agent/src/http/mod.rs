@@ -12,12 +12,12 @@
 //! Admission never waits: the accept loop decides at once and goes back to accepting. At most
 //! [`HttpLimits::max_connections`] general slots. When they are all taken, a new connection
 //! takes the slot of the oldest idle connection (answered, its client not yet closed), else of
-//! the oldest one still reading its head after [`HttpLimits::evict_after`], else — when its
-//! whole request head has already arrived, so it is answered at once — of the oldest one
-//! reading at all, else one of
-//! [`HttpLimits::reserve`] slots kept for probes (a short head deadline, and only `/healthz`
-//! and `/readyz` answered), else it is refused with a `503` written without waiting. Each of
-//! these, and every head or response deadline missed, is counted ([`Dropped`]).
+//! the oldest one still reading its head: an honest client sends its head at once, so it
+//! loses its slot only to as many newer connections as there are slots, while a slow one is
+//! pushed out by the next newcomer. When every connection is being answered (the renders are
+//! queued), [`HttpLimits::reserve`] more slots answer only `/healthz` and `/readyz`, with a
+//! short head deadline; past them a connection is refused with a `503` written without
+//! waiting. Each of these, and every deadline missed, is counted ([`Dropped`]).
 //!
 //! `/healthz` and `/readyz` are answered on the connection's task: they read no lock. The
 //! other routes read the agent's state behind locks the event path holds, so they are made on
@@ -35,7 +35,6 @@ mod routes;
 use std::{
     io,
     net::{IpAddr, SocketAddr},
-    os::fd::AsRawFd as _,
     sync::Arc,
     time::Duration,
 };
@@ -74,7 +73,7 @@ pub enum Dropped {
     Refused,
     /// An answered connection whose client had not closed, for a new connection.
     EvictedIdle,
-    /// A connection still reading its head after [`HttpLimits::evict_after`], for a new one.
+    /// The oldest connection still reading its head, for a new one.
     EvictedReading,
     /// The request head did not arrive within its deadline (`408`).
     HeaderTimeout,
@@ -101,10 +100,8 @@ pub struct HttpLimits {
     pub idle_timeout: Duration,
     /// General connection slots.
     pub max_connections: usize,
-    /// Slots kept for probes once the general ones are all taken.
+    /// Slots kept for probes once every general one is being answered.
     pub reserve: usize,
-    /// At the connection cap, a connection still reading its head after this gives way.
-    pub evict_after: Duration,
     /// Responses that read the agent's state (`/metrics`, `/api`) made at once.
     pub renders: usize,
 }
@@ -120,7 +117,6 @@ impl Default for HttpLimits {
             idle_timeout: Duration::from_secs(1),
             max_connections: 512,
             reserve: 16,
-            evict_after: Duration::from_millis(500),
             renders: 2,
         }
     }
@@ -171,7 +167,7 @@ pub async fn serve(
     access: ApiAccess,
 ) -> io::Result<()> {
     let server = Arc::new(Server {
-        gate: Gate::new(limits.max_connections, limits.reserve, limits.evict_after),
+        gate: Gate::new(limits.max_connections, limits.reserve),
         renders: Arc::new(Semaphore::new(limits.renders.max(1))),
         api,
         limits,
@@ -200,8 +196,7 @@ struct Server {
 impl Server {
     /// Gives the connection a slot and its task, or refuses it, without waiting.
     fn admit(self: &Arc<Self>, stream: TcpStream, api_open: bool) {
-        let head_arrived = || head_arrived(&stream, &self.limits);
-        let Some(ticket) = self.gate.admit(Instant::now(), head_arrived) else {
+        let Some(ticket) = self.gate.admit(Instant::now()) else {
             log::debug!("http: refusing a connection: every slot is busy");
             self.api.dropped(Dropped::Refused);
             refuse(&stream);
@@ -220,46 +215,63 @@ impl Server {
             gate: &self.gate,
             id: ticket.id,
         };
-        let head_deadline = Instant::now()
+        let Some(head) = self.read_request(&mut stream, &ticket).await else {
+            return;
+        };
+        let deadline = Instant::now() + self.limits.write_timeout;
+        let Some(reply) = self.reply(head, ticket.pool, api_open, deadline).await else {
+            return;
+        };
+        if self.send(&mut stream, &reply, deadline).await && self.gate.enter(ticket.id, Phase::Idle)
+        {
+            self.close_lingering(&mut stream, &ticket).await;
+        }
+    }
+
+    /// The request head, a missed deadline as a `408`; `None` once evicted.
+    async fn read_request(
+        &self,
+        stream: &mut TcpStream,
+        ticket: &Ticket,
+    ) -> Option<Result<Request, HeadError>> {
+        let deadline = Instant::now()
             + match ticket.pool {
                 Pool::Main => self.limits.header_timeout,
                 Pool::Reserve => self.limits.reserve_header_timeout,
             };
         let head = tokio::select! {
-            r = timeout_at(head_deadline, read_head(&mut stream, &self.limits)) => r,
-            _ = ticket.evict.notified() => return,
+            r = timeout_at(deadline, read_head(stream, &self.limits)) => r,
+            _ = ticket.evict.notified() => return None,
         };
         if !self.gate.enter(ticket.id, Phase::Answering) {
-            return; // evicted as the head completed
+            return None; // evicted as the head completed: the slot is someone else's
         }
-        let deadline = Instant::now() + self.limits.write_timeout;
-        let reply = match head {
-            Err(_elapsed) => {
-                self.api.dropped(Dropped::HeaderTimeout);
-                Some(response(
-                    Status::Timeout,
-                    "text/plain",
-                    b"request timeout\n",
-                    false,
-                ))
-            }
-            Ok(head) => self.reply(head, ticket.pool, api_open, deadline).await,
-        };
-        let Some(reply) = reply else { return };
+        Some(head.unwrap_or_else(|_elapsed| {
+            self.api.dropped(Dropped::HeaderTimeout);
+            Err(HeadError::Reject(Status::Timeout, "request timeout"))
+        }))
+    }
+
+    /// Writes the whole reply by `deadline`; `true` if the client took it.
+    async fn send(&self, stream: &mut TcpStream, reply: &[u8], deadline: Instant) -> bool {
         let sent = timeout_at(deadline, async {
-            stream.write_all(&reply).await?;
+            stream.write_all(reply).await?;
             stream.shutdown().await
         })
         .await;
         if sent.is_err() {
             self.api.dropped(Dropped::ResponseTimeout);
         }
-        if !matches!(sent, Ok(Ok(()))) || !self.gate.enter(ticket.id, Phase::Idle) {
-            return;
-        }
-        let idle_deadline = Instant::now() + self.limits.idle_timeout;
+        matches!(sent, Ok(Ok(())))
+    }
+
+    /// Reads what the answered client still sends until it closes, the idle deadline, or its
+    /// eviction: closing with unread input would reset the connection before the client has
+    /// read the response.
+    async fn close_lingering(&self, stream: &mut TcpStream, ticket: &Ticket) {
+        let deadline = Instant::now() + self.limits.idle_timeout;
         tokio::select! {
-            closed = linger(&mut stream, idle_deadline) => if !closed {
+            closed = linger(stream, deadline) => if !closed {
                 self.api.dropped(Dropped::IdleTimeout);
             },
             _ = ticket.evict.notified() => {}
@@ -321,24 +333,6 @@ impl Server {
             }
         }
     }
-}
-
-/// Whether a complete request head already waits in the connection's receive queue. Peeked,
-/// not taken: the connection's task reads it as usual.
-fn head_arrived(stream: &TcpStream, limits: &HttpLimits) -> bool {
-    let mut buf = vec![0u8; limits.max_head_bytes];
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which outlives the call;
-    // the descriptor is the stream's own, open while it is borrowed.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    usize::try_from(n)
-        .is_ok_and(|n| matches!(parse_head(&buf[..n], limits.max_headers), Ok(Some(_))))
 }
 
 /// Best effort, without waiting: the client is told why, what it already sent is read (a

@@ -220,8 +220,6 @@ fn a_client_beyond_loopback_gets_metrics_and_health_but_no_api() {
 }
 
 mod admission {
-    use std::time::Duration;
-
     use tokio::time::Instant;
 
     use super::super::{
@@ -229,65 +227,52 @@ mod admission {
         gate::{Gate, Phase, Pool},
     };
 
-    const AFTER: Duration = Duration::from_millis(500);
-
-    /// Two general slots, one in reserve; `t0` the first acceptance.
-    fn gate() -> (Gate, Instant) {
-        (Gate::new(2, 1, AFTER), Instant::now())
+    /// Two general slots, one in reserve.
+    fn gate() -> Gate {
+        Gate::new(2, 1)
     }
 
     #[test]
-    fn idle_connections_give_way_first_then_stalled_readers() {
-        let (gate, t0) = gate();
-        let reader = gate.admit(t0, || false).expect("a free slot");
-        let answered = gate.admit(t0, || false).expect("a free slot");
+    fn idle_connections_give_way_first_then_the_oldest_reader() {
+        let gate = gate();
+        let now = Instant::now();
+        let older = gate.admit(now).expect("a free slot");
+        let answered = gate.admit(now).expect("a free slot");
         assert!(gate.enter(answered.id, Phase::Idle));
-        let late = t0 + AFTER * 2;
-        let a = gate.admit(late, || false).expect("the idle slot");
+        let a = gate.admit(now).expect("the idle slot");
         assert_eq!(
             (a.pool, a.displaced),
             (Pool::Main, Some(Dropped::EvictedIdle))
         );
         assert!(!gate.enter(answered.id, Phase::Answering), "evicted");
-        let b = gate
-            .admit(late, || false)
-            .expect("the stalled reader's slot");
+        let b = gate.admit(now).expect("the oldest reader's slot");
         assert_eq!(
             (b.pool, b.displaced),
             (Pool::Main, Some(Dropped::EvictedReading))
         );
-        assert!(!gate.enter(reader.id, Phase::Answering), "evicted");
+        assert!(!gate.enter(older.id, Phase::Answering), "the oldest went");
+        assert!(gate.enter(a.id, Phase::Answering), "the younger stays");
     }
 
     #[test]
-    fn young_readers_stay_unless_the_newcomer_has_its_head() {
-        let (gate, t0) = gate();
-        let first = gate.admit(t0, || false).expect("a free slot");
-        gate.admit(t0, || false).expect("a free slot");
-        let soon = t0 + AFTER / 2;
-        let r = gate.admit(soon, || false).expect("the reserve");
-        assert_eq!((r.pool, r.displaced), (Pool::Reserve, None));
-        assert!(gate.admit(soon, || false).is_none(), "every slot taken");
-        let ready = gate.admit(soon, || true).expect("the oldest reader's slot");
-        assert_eq!(
-            (ready.pool, ready.displaced),
-            (Pool::Main, Some(Dropped::EvictedReading))
-        );
-        assert!(!gate.enter(first.id, Phase::Answering), "the oldest went");
-    }
-
-    #[test]
-    fn answering_connections_are_never_evicted_and_released_slots_return() {
-        let (gate, t0) = gate();
-        let a = gate.admit(t0, || false).expect("a free slot");
-        let b = gate.admit(t0, || false).expect("a free slot");
-        let r = gate.admit(t0, || false).expect("the reserve");
-        for t in [&a, &b, &r] {
+    fn the_reserve_opens_when_every_connection_is_answered_then_refusal() {
+        let gate = gate();
+        let now = Instant::now();
+        for _ in 0..2 {
+            let t = gate.admit(now).expect("a free slot");
             assert!(gate.enter(t.id, Phase::Answering));
         }
-        assert!(gate.admit(t0 + AFTER * 10, || true).is_none());
-        gate.release(b.id);
-        let c = gate.admit(t0, || false).expect("the freed slot");
-        assert_eq!((c.pool, c.displaced), (Pool::Main, None));
+        let r = gate.admit(now).expect("the reserve");
+        assert_eq!((r.pool, r.displaced), (Pool::Reserve, None));
+        let next = gate.admit(now).expect("the reserve reader's slot");
+        assert_eq!(
+            (next.pool, next.displaced),
+            (Pool::Reserve, Some(Dropped::EvictedReading))
+        );
+        assert!(gate.enter(next.id, Phase::Answering));
+        assert!(gate.admit(now).is_none(), "every slot answering");
+        gate.release(next.id);
+        let freed = gate.admit(now).expect("the freed reserve slot");
+        assert_eq!((freed.pool, freed.displaced), (Pool::Reserve, None));
     }
 }
