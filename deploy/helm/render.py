@@ -39,6 +39,7 @@ MANIFESTS = [
     ("50-servicemonitor.yaml", "servicemonitor.yaml", PLAIN),
     ("60-prometheusrule.yaml", "prometheusrule.yaml", PLAIN),
     ("extras/podmonitor.yaml", "podmonitor.yaml", PLAIN + ["plain-podmonitor.yaml"]),
+    ("extras/networkpolicy.yaml", "networkpolicy.yaml", PLAIN + ["plain-networkpolicy.yaml"]),
 ]
 NOT_OBJECTS = {"NOTES.txt"}
 

@@ -24,7 +24,7 @@ expect what those values say (deploy/: the chart's defaults with deploy/helm/pla
   (image, args, probe mode, settings, guard, watches, privileges, network, placement,
   resources, labels, scrape intervals).
 - deploy/ only: the namespace is created first, extras/podmonitor.yaml is the alternative to the
-  Service and ServiceMonitor, extras/privileged-patch.yaml applied to the DaemonSet gives the
+  Service and ServiceMonitor, extras/networkpolicy.yaml is the chart's NetworkPolicy, extras/privileged-patch.yaml applied to the DaemonSet gives the
   securityContext of securityProfile=privileged, the Dockerfile runs the binary the DaemonSet
   names.
 
@@ -279,6 +279,7 @@ def cross_checks(objs, release, alternatives=()):
         "ServiceMonitor": m["serviceMonitor"]["enabled"],
         "PodMonitor": m["podMonitor"]["enabled"],
         "PrometheusRule": m["prometheusRule"]["enabled"],
+        "NetworkPolicy": v["networkPolicy"]["enabled"],
     }
     for kind, on in enabled.items():
         n = len(by_kind.get(kind, []))
@@ -504,6 +505,19 @@ def cross_checks(objs, release, alternatives=()):
         check(subset(mv["additionalLabels"], mon.get("metadata", {}).get("labels", {})),
               f"{kind} has additionalLabels", f"{mon.get('metadata', {}).get('labels')}")
 
+    policy = one("NetworkPolicy")
+    if policy:
+        ps = policy.get("spec", {})
+        check(ps.get("podSelector", {}).get("matchLabels") == selector_labels and subset(selector_labels, pod_labels),
+              "NetworkPolicy selects the agent pods", f"{ps.get('podSelector')} vs {pod_labels}")
+        want = {"from": [{"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": v["networkPolicy"]["metricsFromNamespaces"]}]}}],
+            "ports": [{"port": port, "protocol": "TCP"}]}
+        check(ps.get("policyTypes") == ["Ingress"] and ps.get("ingress") == [want],
+              f"NetworkPolicy admits port {port} only, from {v['networkPolicy']['metricsFromNamespaces']}",
+              f"{ps}")
+
     rule = one("PrometheusRule")
     if rule:
         check(subset(m["prometheusRule"]["additionalLabels"], rule.get("metadata", {}).get("labels", {})),
@@ -572,7 +586,7 @@ def main():
         for f in sorted(deploy.glob("*.yaml")) + sorted((deploy / "extras").glob("*.yaml")):
             if f != patch_file:
                 objs += [(str(f.relative_to(deploy.parent)), d) for d in load(f)]
-        alternatives = {"PodMonitor"}  # extras/podmonitor.yaml
+        alternatives = {"PodMonitor", "NetworkPolicy"}  # extras/podmonitor.yaml, networkpolicy.yaml
     else:
         path = pathlib.Path(args.rendered)
         if args.rendered == "-":

@@ -9,7 +9,7 @@ use crate::{
     cli::RunArgs,
     config::{self, Config, Overrides},
     engine::{Engine, Limits},
-    http::{self, Api, ApiAccess, HttpLimits},
+    http::{self, Api, ApiAccess, Dropped, HttpLimits},
     kernel::{
         loader::{KernelCounters, LoadOptions, Probes},
         probes::{Hook, Missed as _},
@@ -295,9 +295,7 @@ async fn serve_http(
     api: Arc<dyn Api>,
     access: ApiAccess,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = http::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     let api_to = match access {
         ApiAccess::Loopback => "loopback clients only (api_remote = true exposes it)",
         ApiAccess::Everyone => "every client (api_remote)",
@@ -371,6 +369,10 @@ impl Api for Shared {
     fn ready(&self) -> bool {
         // The endpoint is served only once probes are attached and the startup scan ran.
         true
+    }
+
+    fn dropped(&self, why: Dropped) {
+        self.metrics.http_dropped(why);
     }
 
     fn sockets(&self, path: Option<&str>) -> serde_json::Value {

@@ -1,122 +1,168 @@
-//! Admission: connection slots, and evicting the oldest connection still reading its head.
+//! Admission: connection slots, decided at once (accepting never waits), and which connection
+//! gives way when they are all taken.
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
-    time::Duration,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use tokio::{
-    sync::{Notify, OwnedSemaphorePermit, Semaphore},
-    time::{Instant, sleep_until},
-};
+use tokio::{sync::Notify, time::Instant};
 
-/// Connection slots, and the connections still reading their head (evictable), oldest first.
+use super::Dropped;
+
+/// What a connection is doing, as eviction ranks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Reading its request head.
+    Reading,
+    /// Its answer is being made or sent: never evicted.
+    Answering,
+    /// Answered; the client has not closed yet (a lingering close). Evicted first.
+    Idle,
+}
+
+/// Which budget a connection's slot comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pool {
+    /// The general slots.
+    Main,
+    /// The slots kept for probes when the general ones are all busy: a short head deadline,
+    /// and only `/healthz` and `/readyz` answered.
+    Reserve,
+}
+
+/// Connection slots: every open connection, by id (which grows with acceptance, so the first
+/// entry of a phase is its oldest).
 pub(super) struct Gate {
-    slots: Arc<Semaphore>,
-    reading: Mutex<Reading>,
+    max: usize,
+    reserve: usize,
+    conns: Mutex<Conns>,
 }
 
 #[derive(Default)]
-struct Reading {
+struct Conns {
     next_id: u64,
-    /// By id, which grows with acceptance: the first entry is the oldest.
-    conns: BTreeMap<u64, ReadingConn>,
+    open: BTreeMap<u64, Conn>,
 }
 
-struct ReadingConn {
+struct Conn {
+    phase: Phase,
     since: Instant,
-    /// The slot moves to the connection's task once its head is read, or to the newcomer
-    /// that evicts it.
-    permit: OwnedSemaphorePermit,
+    pool: Pool,
     evict: Arc<Notify>,
 }
 
+/// A slot given to a new connection.
+pub(super) struct Ticket {
+    pub(super) id: u64,
+    pub(super) pool: Pool,
+    /// Notified when the connection must give its slot up.
+    pub(super) evict: Arc<Notify>,
+    /// The connection that gave way to this one, if one did.
+    pub(super) displaced: Option<Dropped>,
+}
+
 impl Gate {
-    pub(super) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize, reserve: usize) -> Self {
         Self {
-            slots: Arc::new(Semaphore::new(max)),
-            reading: Mutex::new(Reading::default()),
+            max: max.max(1),
+            reserve,
+            conns: Mutex::default(),
         }
     }
 
-    /// A slot for a new connection (its id and eviction signal), or `None` to refuse it.
-    pub(super) async fn admit(&self, evict_after: Duration) -> Option<(u64, Arc<Notify>)> {
-        let give_up = Instant::now() + 2 * evict_after;
-        loop {
-            if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-                return Some(self.register(permit));
+    /// A slot for a connection accepted `now`, or `None` to refuse it. In order: a free
+    /// general slot; the slot of the oldest idle connection; that of the oldest connection
+    /// still reading its head (a newcomer is preferred: an honest client sends its head at
+    /// once, so it only loses its slot to as many newer connections as there are slots); a
+    /// reserve slot, when every other connection is being answered.
+    pub(super) fn admit(&self, now: Instant) -> Option<Ticket> {
+        let mut conns = self.lock();
+        if conns.count(Pool::Main) < self.max {
+            return Some(conns.insert(now, Pool::Main, None));
+        }
+        if let Some((pool, why)) = conns.evict_one() {
+            return Some(conns.insert(now, pool, Some(why)));
+        }
+        if conns.count(Pool::Reserve) < self.reserve {
+            return Some(conns.insert(now, Pool::Reserve, None));
+        }
+        None
+    }
+
+    /// Moves the connection to `phase`; `false` if it was evicted meanwhile.
+    pub(super) fn enter(&self, id: u64, phase: Phase) -> bool {
+        match self.lock().open.get_mut(&id) {
+            Some(c) => {
+                c.phase = phase;
+                c.since = Instant::now();
+                true
             }
-            let oldest = self.lock().conns.first_key_value().map(|(_, c)| c.since);
-            let now = Instant::now();
-            let wake = match oldest {
-                Some(since) if now >= since + evict_after => {
-                    if let Some(permit) = self.evict_oldest() {
-                        return Some(self.register(permit));
-                    }
-                    continue;
-                }
-                Some(since) => (since + evict_after).min(give_up),
-                None => give_up,
-            };
-            if now >= give_up {
-                return None;
-            }
-            tokio::select! {
-                p = self.slots.clone().acquire_owned() => {
-                    return Some(self.register(p.expect("the semaphore is never closed")));
-                }
-                _ = sleep_until(wake) => {}
-            }
+            None => false,
         }
     }
 
-    pub(super) fn register(&self, permit: OwnedSemaphorePermit) -> (u64, Arc<Notify>) {
-        let evict = Arc::new(Notify::new());
-        let mut r = self.lock();
-        let id = r.next_id;
-        r.next_id += 1;
-        r.conns.insert(
-            id,
-            ReadingConn {
-                since: Instant::now(),
-                permit,
-                evict: evict.clone(),
-            },
-        );
-        (id, evict)
+    /// Frees the connection's slot (a no-op once evicted).
+    pub(super) fn release(&self, id: u64) {
+        self.lock().open.remove(&id);
     }
 
-    /// Tells the oldest reading connection to go, and takes its slot.
-    pub(super) fn evict_oldest(&self) -> Option<OwnedSemaphorePermit> {
-        let (_, c) = self.lock().conns.pop_first()?;
-        log::debug!(
-            "http: evicting a connection that has not sent its request in {:?}",
-            c.since.elapsed()
-        );
-        c.evict.notify_one();
-        Some(c.permit)
-    }
-
-    /// The connection's slot once its head is read; `None` if it was evicted meanwhile.
-    pub(super) fn finish_reading(&self, id: u64) -> Option<OwnedSemaphorePermit> {
-        self.lock().conns.remove(&id).map(|c| c.permit)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Reading> {
-        self.reading
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Frees a reading connection's slot however its task ends.
-pub(super) struct ReadingGuard<'a> {
+impl Conns {
+    fn count(&self, pool: Pool) -> usize {
+        self.open.values().filter(|c| c.pool == pool).count()
+    }
+
+    fn insert(&mut self, now: Instant, pool: Pool, displaced: Option<Dropped>) -> Ticket {
+        let id = self.next_id;
+        self.next_id += 1;
+        let evict = Arc::new(Notify::new());
+        let conn = Conn {
+            phase: Phase::Reading,
+            since: now,
+            pool,
+            evict: evict.clone(),
+        };
+        self.open.insert(id, conn);
+        Ticket {
+            id,
+            pool,
+            evict,
+            displaced,
+        }
+    }
+
+    /// Tells the connection that gives way to go: its pool and why it went.
+    fn evict_one(&mut self) -> Option<(Pool, Dropped)> {
+        let (id, why) = match self.oldest(Phase::Idle) {
+            Some(id) => (id, Dropped::EvictedIdle),
+            None => (self.oldest(Phase::Reading)?, Dropped::EvictedReading),
+        };
+        let c = self.open.remove(&id).expect("an open connection");
+        c.evict.notify_one();
+        Some((c.pool, why))
+    }
+
+    fn oldest(&self, phase: Phase) -> Option<u64> {
+        self.open
+            .iter()
+            .filter(|(_, c)| c.phase == phase)
+            .min_by_key(|(_, c)| c.since)
+            .map(|(id, _)| *id)
+    }
+}
+
+/// Frees a connection's slot however its task ends.
+pub(super) struct Slot<'a> {
     pub(super) gate: &'a Gate,
     pub(super) id: u64,
 }
 
-impl Drop for ReadingGuard<'_> {
+impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.gate.finish_reading(self.id);
+        self.gate.release(self.id);
     }
 }

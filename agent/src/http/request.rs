@@ -25,8 +25,9 @@ pub(super) async fn read_head(
     stream: &mut TcpStream,
     limits: &HttpLimits,
 ) -> Result<Request, HeadError> {
-    let mut buf = Vec::with_capacity(1024);
-    const CHUNK: usize = 4096;
+    let mut buf = Vec::with_capacity(512);
+    // Small: a connection's buffers are its memory, and a head rarely exceeds this.
+    const CHUNK: usize = 1024;
     let mut chunk = [0u8; CHUNK];
     loop {
         let room = limits.max_head_bytes.saturating_sub(buf.len());

@@ -5,6 +5,16 @@ use super::{
     response::{Status, response},
 };
 
+/// Whether the answer reads the agent's state (behind locks the event path holds): `/metrics`
+/// and `/api`. The rest, the probes among them, is answered from the request alone.
+pub(super) fn reads_state(req: &Request) -> bool {
+    let path = req
+        .target
+        .split_once('?')
+        .map_or(req.target.as_str(), |(p, _)| p);
+    path == "/metrics" || path.starts_with("/api/")
+}
+
 pub(super) fn handle(req: &Request, served: Served<'_>) -> Vec<u8> {
     let api = served.api;
     let head = match req.method.as_str() {

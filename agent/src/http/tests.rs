@@ -47,6 +47,34 @@ fn routes() {
 }
 
 #[test]
+fn only_metrics_and_the_api_read_the_agents_state() {
+    let reads = |target: &str| {
+        reads_state(&Request {
+            method: "GET".into(),
+            target: target.into(),
+        })
+    };
+    for t in [
+        "/metrics",
+        "/metrics?x=1",
+        "/api/sockets?path=/a",
+        "/api/verdicts",
+    ] {
+        assert!(reads(t), "{t}");
+    }
+    for t in [
+        "/healthz",
+        "/readyz?verbose",
+        "/",
+        "/nope",
+        "/api",
+        "/metricsx",
+    ] {
+        assert!(!reads(t), "{t}");
+    }
+}
+
+#[test]
 fn api_parameters() {
     assert!(
         get("/api/sockets?path=%2Frun%2Fmultus%2Fm.sock")
@@ -189,4 +217,62 @@ fn a_client_beyond_loopback_gets_metrics_and_health_but_no_api() {
         r.starts_with("HTTP/1.1 403 ") && r.ends_with("\r\n\r\n"),
         "{r}"
     );
+}
+
+mod admission {
+    use tokio::time::Instant;
+
+    use super::super::{
+        Dropped,
+        gate::{Gate, Phase, Pool},
+    };
+
+    /// Two general slots, one in reserve.
+    fn gate() -> Gate {
+        Gate::new(2, 1)
+    }
+
+    #[test]
+    fn idle_connections_give_way_first_then_the_oldest_reader() {
+        let gate = gate();
+        let now = Instant::now();
+        let older = gate.admit(now).expect("a free slot");
+        let answered = gate.admit(now).expect("a free slot");
+        assert!(gate.enter(answered.id, Phase::Idle));
+        let a = gate.admit(now).expect("the idle slot");
+        assert_eq!(
+            (a.pool, a.displaced),
+            (Pool::Main, Some(Dropped::EvictedIdle))
+        );
+        assert!(!gate.enter(answered.id, Phase::Answering), "evicted");
+        let b = gate.admit(now).expect("the oldest reader's slot");
+        assert_eq!(
+            (b.pool, b.displaced),
+            (Pool::Main, Some(Dropped::EvictedReading))
+        );
+        assert!(!gate.enter(older.id, Phase::Answering), "the oldest went");
+        assert!(gate.enter(a.id, Phase::Answering), "the younger stays");
+    }
+
+    #[test]
+    fn the_reserve_opens_when_every_connection_is_answered_then_refusal() {
+        let gate = gate();
+        let now = Instant::now();
+        for _ in 0..2 {
+            let t = gate.admit(now).expect("a free slot");
+            assert!(gate.enter(t.id, Phase::Answering));
+        }
+        let r = gate.admit(now).expect("the reserve");
+        assert_eq!((r.pool, r.displaced), (Pool::Reserve, None));
+        let next = gate.admit(now).expect("the reserve reader's slot");
+        assert_eq!(
+            (next.pool, next.displaced),
+            (Pool::Reserve, Some(Dropped::EvictedReading))
+        );
+        assert!(gate.enter(next.id, Phase::Answering));
+        assert!(gate.admit(now).is_none(), "every slot answering");
+        gate.release(next.id);
+        let freed = gate.admit(now).expect("the freed reserve slot");
+        assert_eq!((freed.pool, freed.displaced), (Pool::Reserve, None));
+    }
 }

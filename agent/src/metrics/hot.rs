@@ -12,6 +12,7 @@ use super::{
 use crate::{
     engine::{Relation, ServedBy, StaleKind, Verdict, VerdictCounts},
     events::KernelEvent,
+    http::Dropped,
 };
 use agent_common::{EventKind, GuardPolicy, Tier};
 
@@ -53,6 +54,7 @@ pub(super) struct HotCounters {
     found_stale_socket_files: IntGaugeVec,
     found_socket_file_mounts: IntGaugeVec,
     watch_missing: IntGaugeVec,
+    http_dropped: IntCounterVec,
 }
 
 impl HotCounters {
@@ -88,6 +90,7 @@ impl HotCounters {
             found_stale_socket_files: gauge(registry, &STALE_SOCKET_FILES_FOUND),
             found_socket_file_mounts: gauge(registry, &SOCKET_FILE_MOUNTS),
             watch_missing: gauge(registry, &WATCH_MISSING),
+            http_dropped: counter(registry, &HTTP_DROPPED),
         };
         hot.init_series();
         hot
@@ -116,6 +119,9 @@ impl HotCounters {
         self.found_stale_socket_files.with_label_values::<&str>(&[]);
         for state in GuardState::ALL {
             self.guard_state.with_label_values(&[state.label()]);
+        }
+        for why in Dropped::ALL {
+            self.http_dropped.with_label_values(&[why.label()]);
         }
         for scan in Scan::ALL {
             self.scan_duration.with_label_values(&[scan.label()]);
@@ -189,6 +195,14 @@ impl Metrics {
             .output_dropped
             .with_label_values::<&str>(&[])
             .inc_by(lines);
+    }
+
+    /// A connection the HTTP endpoint dropped or refused.
+    pub fn http_dropped(&self, why: Dropped) {
+        self.hot
+            .http_dropped
+            .with_label_values(&[why.label()])
+            .inc();
     }
 
     /// A reopen of the events file failed.

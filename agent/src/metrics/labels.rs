@@ -9,6 +9,7 @@ use serde::{
 
 use crate::{
     engine::{OrphanCause, Relation, StaleKind},
+    http::Dropped,
     kernel::probes::PROBES,
 };
 
@@ -94,6 +95,15 @@ labels!(GuardState {
     Audit => "audit",
     Paused => "paused",
     Unavailable => "unavailable",
+});
+
+labels!(Dropped {
+    Refused => "refused",
+    EvictedIdle => "evicted_idle",
+    EvictedReading => "evicted_reading",
+    HeaderTimeout => "header_timeout",
+    ResponseTimeout => "response_timeout",
+    IdleTimeout => "idle_timeout",
 });
 
 impl Label for EventKind {

@@ -12,6 +12,7 @@ use super::{
 use crate::{
     config::{NO_WATCH, OTHER_WATCH, WATCH_LABELS},
     engine::{Evictions, IgnoredCounters, Relation, StaleKind, VerdictCounts},
+    http::Dropped,
 };
 
 /// One exported metric, as the reference describes it.
@@ -57,6 +58,7 @@ impl Metrics {
             ("reason (engine ignored)", count_names::<IgnoredCounters>()),
             ("table", count_names::<Evictions>()),
             ("scan", all::<Scan>()),
+            ("reason (HTTP connections dropped)", all::<Dropped>()),
             ("state", all::<GuardState>()),
             ("policy", strings(["stale_owner", "foreign"])),
             (

@@ -198,6 +198,13 @@ reason.
 {{- if and $m.serviceMonitor.enabled (not $m.service.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the agents through the headless Service. Use metrics.podMonitor to scrape the pods without one." }}
 {{- end }}
+{{- $np := .Values.networkPolicy }}
+{{- if and $np.enabled .Values.hostNetwork }}
+{{- fail "networkPolicy.enabled with hostNetwork: a pod in the node's network is subject to no NetworkPolicy. Restrict the port with the node's firewall, or set hostNetwork false." }}
+{{- end }}
+{{- if and $np.enabled (not $np.metricsFromNamespaces) }}
+{{- fail "networkPolicy.enabled with no networkPolicy.metricsFromNamespaces: nothing could scrape the agents. Name the namespace of Prometheus (e.g. [monitoring])." }}
+{{- end }}
 {{- $own := dict "--config" "the chart's ConfigMap" "--listen" "metrics.port" "--probe-mode" "config.probeMode" }}
 {{- range $i, $a := .Values.extraArgs }}
 {{- $flag := regexReplaceAll "=.*" $a "" }}
