@@ -9,8 +9,12 @@
 #      Prometheus Operator schemas (npm @kubernetes-models/prometheus-operator, plus the strict
 #      subsets in deploy/schemas/), the privileged patch applied, cross-object checks and the
 #      values they were rendered from (deploy/tests/validate.py)
-#   4. the same for the chart rendered with its defaults and with each
-#      deploy/helm/tests/values-*.yaml
+#   4. the same for the chart rendered with its defaults (on a cluster without the Prometheus
+#      Operator: no ServiceMonitor or PrometheusRule, and NOTES saying so; and with
+#      `--api-versions monitoring.coreos.com/v1`: both) and with each
+#      deploy/helm/tests/values-*.yaml (values-conventional.yaml: every key operators set on
+#      every chart lands in the objects; runbook links under a base URL; the dashboards'
+#      ConfigMap)
 #   5. every deploy/helm/tests/refused-*.yaml is refused (values.schema.json or a `fail`), with
 #      the message its `# refused:` line names
 #   6. `promtool check rules` on the PrometheusRule's groups
@@ -111,7 +115,7 @@ dashboard_exprs() {
 render=(python3 "$here/helm/render.py")
 # The plain manifests' values: what `render.py template` coalesces them to, for validate.py.
 plain_manifests() {
-    "${render[@]}" template -f "$here/helm/plain.yaml" "$tmp/plain.yaml" \
+    "${render[@]}" template --api-versions monitoring.coreos.com/v1 -f "$here/helm/plain.yaml" "$tmp/plain.yaml" \
         && python3 "$here/tests/validate.py" --deploy "$here" --release "$tmp/plain.yaml.values.json" \
             --crd-validator "$node_dir"
 }
@@ -127,7 +131,24 @@ step "helm lint --strict (defaults, helm/plain*.yaml, helm/tests/values-*.yaml)"
     "${render[@]}" lint "$here"/helm/plain*.yaml "$here"/helm/tests/values-*.yaml
 step "plain manifests are the chart's rendering (deploy/render.sh)" "${render[@]}" drift "$here"
 step "plain manifests: schemas and cross-object checks" plain_manifests
-step "chart rendered with its defaults: schemas and cross-object checks" rendered defaults
+# NOTES.txt of a rendering says TEXT (the release JSON carries it).
+notes_say() {
+    python3 -c 'import json, sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(sys.argv[2] not in n)' \
+        "$tmp/rendered-$1.yaml.values.json" "$2" \
+        && echo "ok   NOTES of $1 say: $2" || { echo "FAIL NOTES of $1 do not say: $2"; false; }
+}
+defaults_without_operator() {
+    rendered defaults \
+        && notes_say defaults "NOT rendered: the ServiceMonitor/PodMonitor/PrometheusRule asked for"
+}
+defaults_with_operator() {
+    rendered defaults-operator --api-versions monitoring.coreos.com/v1 \
+        && notes_say defaults-operator "scraped through ServiceMonitor sockwatch; alerts: PrometheusRule sockwatch"
+}
+step "chart rendered with its defaults, no Prometheus Operator: no monitor or rule, NOTES say why" \
+    defaults_without_operator
+step "chart rendered with its defaults and monitoring.coreos.com/v1: ServiceMonitor and PrometheusRule" \
+    defaults_with_operator
 for f in "$here"/helm/tests/values-*.yaml; do
     set_name="$(basename "$f" .yaml)"
     step "chart rendered with helm/tests/$set_name.yaml: schemas and cross-object checks" \

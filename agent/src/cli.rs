@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     config::{self, WatchConfig},
     kernel::probes::ProbeMode,
+    logging::LogFormat,
 };
 
 /// sockwatch: watches UNIX-domain socket files and reports who deletes or replaces a socket
@@ -15,6 +16,16 @@ use crate::{
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The agent's log lines on stderr: text, or json (one object a line: level, time,
+    /// target, message). Default: text, or the config file's `log_format`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = "SOCKWATCH_LOG_FORMAT"
+    )]
+    pub log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -27,7 +38,8 @@ pub enum Command {
     /// One-shot audit of the node without eBPF: orphaned listeners, stale socket files and
     /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo; and the risk of
     /// live socket files bind-mounted into other mount namespaces. Exit status 0: clean (risks
-    /// alone included), 1: problems found, 2: error.
+    /// alone included), 1: problems found, 2: error, 3: nothing found but the scan could not
+    /// see everything (not root, missing capabilities).
     Scan(ScanArgs),
     /// Run a recorded event log (JSON lines, as `run` writes them) through the correlation
     /// engine again and print its verdicts.
@@ -131,9 +143,23 @@ pub struct RunArgs {
     pub guard_mode: Option<config::GuardMode>,
     /// How --events is written: `json`, a JSON object per line, or `text`, one sentence per
     /// verdict for people (its time, the node, who did what to which socket file, the likely
-    /// cause and the fix) and no kernel event lines, whatever --events-filter says.
-    #[arg(long, value_enum, default_value = "json", env = "SOCKWATCH_FORMAT")]
-    pub format: crate::text::Format,
+    /// cause and the fix) and no kernel event lines, whatever --events-filter says. Default:
+    /// text when --events is stdout and stdout is a terminal (a person reads it), else json.
+    #[arg(long, value_enum, env = "SOCKWATCH_FORMAT")]
+    pub format: Option<crate::text::Format>,
+}
+
+impl RunArgs {
+    /// --format, or its default: text for a person at a terminal, JSON for everything else.
+    pub fn events_format(&self) -> crate::text::Format {
+        use std::io::IsTerminal as _;
+        let to_terminal =
+            self.events == std::path::Path::new("-") && std::io::stdout().is_terminal();
+        self.format.unwrap_or(match to_terminal {
+            true => crate::text::Format::Text,
+            false => crate::text::Format::Json,
+        })
+    }
 }
 
 impl From<&RunArgs> for config::Overrides {
@@ -242,7 +268,40 @@ mod tests {
             (None, None, None)
         );
         assert!(a.watch.is_empty());
-        assert_eq!(a.format, crate::text::Format::Json);
+        assert_eq!(a.format, None);
+    }
+
+    #[test]
+    fn events_to_a_file_are_json_unless_the_flag_says_text() {
+        let Command::Run(a) = parse(&["run", "--events", "/var/log/e.jsonl"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(a.events_format(), crate::text::Format::Json);
+        let Command::Run(a) = parse(&["run", "--events", "/var/log/e.jsonl", "--format", "text"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(a.events_format(), crate::text::Format::Text);
+    }
+
+    #[test]
+    fn log_format_is_a_flag_of_every_command() {
+        for args in [
+            &["--log-format", "json", "scan"][..],
+            &["scan", "--log-format", "json"],
+        ] {
+            assert_eq!(
+                parse(args).expect("parses").log_format,
+                Some(LogFormat::Json)
+            );
+        }
+        assert_eq!(parse(&["scan"]).expect("parses").log_format, None);
+        assert!(parse(&["scan", "--log-format", "xml"]).is_err());
     }
 
     #[test]
@@ -250,7 +309,7 @@ mod tests {
         let Command::Run(a) = parse(&["run", "--format", "text"]).expect("parses").command else {
             panic!("not run")
         };
-        assert_eq!(a.format, crate::text::Format::Text);
+        assert_eq!(a.format, Some(crate::text::Format::Text));
         let e = parse(&["run", "--format", "xml"]).unwrap_err().to_string();
         assert!(e.contains("--format"), "{e}");
         let Command::Explain(a) = parse(&["explain", "/run/x.sock"]).expect("parses").command

@@ -2,7 +2,7 @@
 //!
 //! Layers, top to bottom; a module imports only from the layers below it:
 //! `commands` → `pipeline` → `metrics`, `cli` → `text` → `kernel` → `events` → `attribution`
-//! → `scan`, `engine` → `http`, `config` → `quote`, `agent_common`. docs/ARCHITECTURE.md draws
+//! → `scan`, `engine` → `http`, `config` → `quote`, `logging`, `agent_common`. docs/ARCHITECTURE.md draws
 //! the map.
 pub mod attribution;
 pub mod cli;
@@ -12,6 +12,7 @@ pub mod engine;
 pub mod events;
 pub mod http;
 pub mod kernel;
+pub mod logging;
 pub mod metrics;
 pub mod pipeline;
 pub mod quote;

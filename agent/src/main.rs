@@ -22,8 +22,8 @@ fn fill_closed_standard_fds() {
 
 fn main() -> ExitCode {
     fill_closed_standard_fds();
-    env_logger::Builder::from_env(env_logger::Env::new().filter_or("SOCKWATCH_LOG", "info")).init();
     let cli = Cli::parse();
+    sockwatch::logging::init(cli.log_format);
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Explain(args) => commands::explain::explain(args),

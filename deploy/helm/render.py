@@ -3,16 +3,23 @@
 
   render.py manifests DEPLOY_DIR         write the plain manifests (deploy/*.yaml, extras/)
   render.py drift DEPLOY_DIR             exit 1 with a diff when they differ from a render
-  render.py template [-f VALUES]... OUT  every object of a release, one multi-document stream
-                                         (OUT.values.json: release, namespace and the values
-                                         Helm coalesced)
+  render.py template [-f VALUES]... [--api-versions G/V]... OUT
+                                         every object of a release, one multi-document stream
+                                         (OUT.values.json: release, namespace, API versions and
+                                         the values Helm coalesced)
   render.py lint [VALUES]...             `helm lint --strict` of the chart with its defaults, and
                                          with each values file in turn
   render.py refused FILE...              each values file must be refused (schema or `fail`);
                                          its `# refused: TEXT` line says with which message
 
+The cluster serves only the built-in APIs unless --api-versions names more (`helm template
+--api-versions`): the chart renders its Prometheus Operator objects only where the cluster
+serves monitoring.coreos.com/v1. The plain manifests are rendered for a cluster that does
+(deploy/50-servicemonitor.yaml, 60-prometheusrule.yaml and extras/podmonitor.yaml are applied
+only there).
 The release is `sockwatch` in namespace `sockwatch` unless --release/--namespace, or a values
-file's `# release: NAME` and `# namespace: NAME` lines, say otherwise.
+file's `# release: NAME` and `# namespace: NAME` lines, say otherwise; a values file's
+`# api-versions: G/V ...` line is --api-versions.
 Several -f files merge as `helm -f A -f B` does (maps key by key, the later file winning).
 A rendered template is written as Helm renders it, with its leading blank lines dropped; one
 that renders only blanks is no object. The plain manifests start with HEADER.
@@ -24,6 +31,7 @@ import pathlib
 import sys
 
 import helm_python as helm
+from helm_python import _native
 
 HERE = pathlib.Path(__file__).resolve().parent
 CHART = HERE / "sockwatch"
@@ -42,6 +50,7 @@ MANIFESTS = [
     ("extras/networkpolicy.yaml", "networkpolicy.yaml", PLAIN + ["plain-networkpolicy.yaml"]),
 ]
 NOT_OBJECTS = {"NOTES.txt"}
+OPERATOR_API = "monitoring.coreos.com/v1"
 
 
 def merge(base, over):
@@ -71,16 +80,22 @@ def directive(files, key, default):
     return found
 
 
-def render(values, release, namespace):
-    """{template file name: rendered text} of the chart's objects (NOTES.txt left out)."""
+def render_all(chart, values, release, namespace, api_versions):
+    """Chart.render with the cluster's extra API versions, which its keywords leave out."""
+    opts = {"name": release, "namespace": namespace, "is_install": True, "api_versions": list(api_versions)}
+    return json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts)))
+
+
+def render(values, release, namespace, api_versions=(), notes=False):
+    """{template file name: rendered text} of the chart's objects (NOTES.txt only if `notes`)."""
     with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name=release, namespace=namespace, is_install=True)
+        out = render_all(chart, values, release, namespace, api_versions)
         prefix = f"{chart.name}/templates/"
     rendered = {}
     for path, text in sorted(out.items()):
         name = path.removeprefix(prefix)
         text = text.lstrip("\n")
-        if name not in NOT_OBJECTS and text.strip():
+        if (notes or name not in NOT_OBJECTS) and text.strip():
             rendered[name] = text
     return rendered
 
@@ -92,7 +107,7 @@ def plain_manifests(release, namespace):
     for target, template, values_files in MANIFESTS:
         key = tuple(values_files)
         if key not in renders:
-            renders[key] = render(load_values(HERE / f for f in values_files), release, namespace)
+            renders[key] = render(load_values(HERE / f for f in values_files), release, namespace, [OPERATOR_API])
         text = renders[key].get(template)
         if text is None:
             raise SystemExit(f"render.py: {template} renders nothing with {', '.join(values_files)}")
@@ -158,13 +173,16 @@ def cmd_template(args):
     values = load_values(args.values)
     release = args.release or directive(args.values, "release", "sockwatch")
     namespace = args.namespace or directive(args.values, "namespace", "sockwatch")
-    rendered = render(values, release, namespace)
+    args.api_versions = args.api_versions or directive(args.values, "api-versions", "").split()
+    rendered = render(values, release, namespace, args.api_versions, notes=True)
+    notes = rendered.pop("NOTES.txt", "")
     with helm.Chart.load(CHART) as chart:
         merged = chart.merge_values(values)
         name = chart.name
     out = pathlib.Path(args.out)
     out.write_text("".join(f"---\n# Source: {name}/templates/{n}\n{t}" for n, t in rendered.items()))
-    release_json = {"release": release, "namespace": namespace, "values": merged}
+    release_json = {"release": release, "namespace": namespace, "apiVersions": args.api_versions,
+                    "values": merged, "notes": notes}
     pathlib.Path(f"{args.out}.values.json").write_text(json.dumps(release_json, indent=1) + "\n")
     print(f"rendered {', '.join(args.values) or 'the defaults'} as release {release} in namespace "
           f"{namespace}: {', '.join(rendered)}")
@@ -233,6 +251,7 @@ def main():
     s.set_defaults(run=cmd_drift)
     s = sub.add_parser("template")
     s.add_argument("-f", "--values", action="append", default=[])
+    s.add_argument("--api-versions", action="append", default=[])
     s.add_argument("out")
     s.set_defaults(run=cmd_template)
     s = sub.add_parser("lint")

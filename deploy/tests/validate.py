@@ -7,8 +7,11 @@
                                                              (`-`: stdin)
 
 RELEASE.json is what `deploy/helm/render.py template` writes beside its stream: the release's
-name, namespace and the values Helm coalesced ({"release", "namespace", "values"}); the checks
-expect what those values say (deploy/: the chart's defaults with deploy/helm/plain.yaml).
+name, namespace, the cluster's extra API versions and the values Helm coalesced ({"release",
+"namespace", "apiVersions", "values"}); the checks expect what those values say (deploy/: the
+chart's defaults with deploy/helm/plain.yaml, for a cluster with the Prometheus Operator). The
+ServiceMonitor, PodMonitor and PrometheusRule are expected only where apiVersions has
+monitoring.coreos.com/v1.
 
 - Kubernetes kinds: kubernetes-validate's bundled schemas, strict (an unknown field fails), for
   every version in --k8s-versions.
@@ -22,7 +25,9 @@ expect what those values say (deploy/: the chart's defaults with deploy/helm/pla
   docs/runbooks.md.
 - The values: the objects rendered are those the values enable and carry what the values say
   (image, args, probe mode, settings, guard, watches, privileges, network, placement,
-  resources, labels, scrape intervals).
+  resources, labels, scrape intervals), the conventional keys included (nameOverride,
+  serviceAccount, podSecurityContext, securityContext, probes, Service annotations, monitor
+  relabelings, rule labels, disabled alerts, runbook base URL, dashboards ConfigMap).
 - deploy/ only: the namespace is created first, extras/podmonitor.yaml is the alternative to the
   Service and ServiceMonitor, extras/networkpolicy.yaml is the chart's NetworkPolicy, extras/privileged-patch.yaml applied to the DaemonSet gives the
   securityContext of securityProfile=privileged, the Dockerfile runs the binary the DaemonSet
@@ -107,6 +112,8 @@ WATCH_KEYS = {"name": "name", "path": "path", "guard": "guard",
 CGROUP2 = "/sys/fs/cgroup"
 CONFIG_DOC = REPO / "agent/src/config/mod.rs"
 RUNBOOKS = "docs/runbooks.md"
+OPERATOR_API = "monitoring.coreos.com/v1"
+DASHBOARDS = REPO / "dashboards"
 CHART = "sockwatch"
 # The image's own command line (deploy/Dockerfile).
 IMAGE_PORT = 9469
@@ -243,11 +250,27 @@ def matches(selector, labels):
 
 
 def fullname(release, values):
+    name = values.get("nameOverride") or CHART
     if values.get("fullnameOverride"):
         return values["fullnameOverride"][:63].rstrip("-")
-    if CHART in release:
+    if name in release:
         return release[:63].rstrip("-")
-    return f"{release}-{CHART}"[:63].rstrip("-")
+    return f"{release}-{name}"[:63].rstrip("-")
+
+
+def deep_merge(base, over):
+    """Helm's mustMergeOverwrite: maps merge key by key, anything else is replaced."""
+    out = dict(base)
+    for k, val in over.items():
+        out[k] = deep_merge(out[k], val) if isinstance(out.get(k), dict) and isinstance(val, dict) else val
+    return out
+
+
+def kind_of(doc):
+    """The object's kind; the dashboards' ConfigMap is a kind of its own here."""
+    if doc["kind"] == "ConfigMap" and doc.get("metadata", {}).get("name", "").endswith("-dashboards"):
+        return "DashboardsConfigMap"
+    return doc["kind"]
 
 
 def subset(small, big):
@@ -268,17 +291,20 @@ def cross_checks(objs, release, alternatives=()):
     }
     by_kind = {}
     for source, doc in objs:
-        by_kind.setdefault(doc["kind"], []).append((source, doc))
+        by_kind.setdefault(kind_of(doc), []).append((source, doc))
+    operator = OPERATOR_API in release.get("apiVersions", [])
 
     enabled = {
         "Namespace": v["namespace"]["create"],
-        "ServiceAccount": True,
+        "ServiceAccount": v["serviceAccount"]["create"],
         "ConfigMap": True,
+        "DashboardsConfigMap": v["dashboards"]["enabled"],
         "DaemonSet": True,
         "Service": m["service"]["enabled"],
-        "ServiceMonitor": m["serviceMonitor"]["enabled"],
-        "PodMonitor": m["podMonitor"]["enabled"],
-        "PrometheusRule": m["prometheusRule"]["enabled"],
+        # Only where the cluster serves the Prometheus Operator's API.
+        "ServiceMonitor": m["serviceMonitor"]["enabled"] and operator,
+        "PodMonitor": m["podMonitor"]["enabled"] and operator,
+        "PrometheusRule": m["prometheusRule"]["enabled"] and operator,
         "NetworkPolicy": v["networkPolicy"]["enabled"],
     }
     for kind, on in enabled.items():
@@ -286,7 +312,7 @@ def cross_checks(objs, release, alternatives=()):
         if on or kind in alternatives:
             check(n == 1, f"one {kind}", f"found {n}")
         else:
-            check(n == 0, f"no {kind} (not enabled)", f"found {n}")
+            check(n == 0, f"no {kind} (not enabled{'' if operator else ', or no ' + OPERATOR_API + ' API'})", f"found {n}")
     unknown = sorted(set(by_kind) - set(enabled))
     check(not unknown, "no object of another kind", f"{unknown}")
 
@@ -298,11 +324,13 @@ def cross_checks(objs, release, alternatives=()):
         md = doc.get("metadata", {})
         labels = md.get("labels", {})
         what = f"{source}: {name(doc)}"
+        own_name = {"DashboardsConfigMap": f"{full}-dashboards",
+                    "ServiceAccount": v["serviceAccount"]["name"] or full}.get(kind_of(doc), full)
         if doc["kind"] == "Namespace":
             check(md.get("name") == ns_name, f"{what} is the release's namespace", md.get("name"))
         else:
-            check(md.get("namespace") == ns_name and md.get("name") == full,
-                  f"{what} is {full} in namespace {ns_name}",
+            check(md.get("namespace") == ns_name and md.get("name") == own_name,
+                  f"{what} is {own_name} in namespace {ns_name}",
                   f"name {md.get('name')}, namespace {md.get('namespace')}")
         check(subset(selector_labels, labels) and labels.get("app.kubernetes.io/managed-by")
               and labels.get("helm.sh/chart", "").startswith(f"{CHART}-")
@@ -336,9 +364,20 @@ def cross_checks(objs, release, alternatives=()):
     check(pod.get("hostNetwork") is v["hostNetwork"] and pod.get("dnsPolicy") == dns,
           f"DaemonSet: hostNetwork {str(v['hostNetwork']).lower()}, dnsPolicy {dns}",
           f"hostNetwork {pod.get('hostNetwork')}, dnsPolicy {pod.get('dnsPolicy')}")
-    check(pod.get("serviceAccountName") == sa.get("metadata", {}).get("name")
-          and pod.get("automountServiceAccountToken") is False and sa.get("automountServiceAccountToken") is False,
-          "DaemonSet uses the ServiceAccount, with no token", pod.get("serviceAccountName"))
+    sav = v["serviceAccount"]
+    if sav["create"]:
+        check(pod.get("serviceAccountName") == sa.get("metadata", {}).get("name")
+              and pod.get("automountServiceAccountToken") is False and sa.get("automountServiceAccountToken") is False,
+              "DaemonSet uses the ServiceAccount, with no token", pod.get("serviceAccountName"))
+        check(sa.get("metadata", {}).get("annotations", {}) == sav["annotations"],
+              "ServiceAccount has serviceAccount.annotations", f"{sa.get('metadata')}")
+    else:
+        check(pod.get("serviceAccountName") == (sav["name"] or "default")
+              and pod.get("automountServiceAccountToken") is False,
+              f"DaemonSet uses ServiceAccount {sav['name'] or 'default'} (not created), with no token",
+              pod.get("serviceAccountName"))
+    check(pod.get("securityContext", {}) == v["podSecurityContext"], "pod securityContext is podSecurityContext",
+          f"{pod.get('securityContext')}")
     check(pod.get("tolerations", []) == v["tolerations"], "DaemonSet: tolerations of the values",
           f"{pod.get('tolerations')}")
     check(pod.get("nodeSelector", {}) == v["nodeSelector"] and pod.get("affinity", {}) == v["affinity"],
@@ -371,6 +410,8 @@ def cross_checks(objs, release, alternatives=()):
         get = c.get(probe, {}).get("httpGet", {})
         check(get.get("path") == path and get.get("port") == "metrics",
               f"{probe} on {path}", f"{get}")
+        timing = {k: x for k, x in c.get(probe, {}).items() if k != "httpGet"}
+        check(timing == v[probe], f"{probe} timing of the values", f"{timing} vs {v[probe]}")
     env_list = c.get("env", [])
     env = {e.get("name"): e for e in env_list}
     node_name = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
@@ -378,12 +419,14 @@ def cross_checks(objs, release, alternatives=()):
           "container gets NODE_NAME from spec.nodeName", f"env {env_list}")
     check(env.get("SOCKWATCH_LOG", {}).get("value") == v["logLevel"],
           f"container logs at SOCKWATCH_LOG={v['logLevel']}", f"env {env_list}")
+    check(env.get("SOCKWATCH_LOG_FORMAT", {}).get("value") == v["logFormat"],
+          f"container logs as SOCKWATCH_LOG_FORMAT={v['logFormat']}", f"env {env_list}")
     check(all(e in env_list for e in v["extraEnv"]), "container has extraEnv", f"env {env_list}")
     check(c.get("resources") == v["resources"], "container resources of the values", f"{c.get('resources')}")
     sc = c.get("securityContext", {})
     profile = v["securityProfile"]
-    check(sc == SECURITY_CONTEXTS.get(profile),
-          f"container securityContext of securityProfile={profile}", f"{sc}")
+    check(sc == deep_merge(SECURITY_CONTEXTS.get(profile, {}), v["securityContext"]),
+          f"container securityContext of securityProfile={profile}, with securityContext over it", f"{sc}")
 
     # The configuration.
     cm_name = cm.get("metadata", {}).get("name")
@@ -472,6 +515,8 @@ def cross_checks(objs, release, alternatives=()):
         check(svc.get("spec", {}).get("clusterIP") == "None", "Service is headless", f"{svc.get('spec')}")
         check(svc.get("spec", {}).get("selector") == selector_labels and subset(selector_labels, pod_labels),
               "Service selects the agent pods", f"{svc.get('spec', {}).get('selector')} vs {pod_labels}")
+        check(svc.get("metadata", {}).get("annotations", {}) == m["service"]["annotations"],
+              "Service has metrics.service.annotations", f"{svc.get('metadata')}")
         svc_ports = {p.get("name"): p for p in svc.get("spec", {}).get("ports", [])}
         check(svc_ports.get("metrics", {}).get("targetPort") == "metrics"
               and svc_ports["metrics"].get("port") == port, "Service port metrics → container port",
@@ -500,8 +545,10 @@ def cross_checks(objs, release, alternatives=()):
         check(all(e.get("interval") == mv["interval"] and e.get("scrapeTimeout") == mv["scrapeTimeout"]
                   for e in eps), f"{kind} scrapes every {mv['interval']}, timeout {mv['scrapeTimeout']}", f"{eps}")
         relabel = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
-        check(eps and all(relabel in e.get("relabelings", []) for e in eps),
-              f"{kind} labels every series with its node", f"{eps}")
+        check(eps and all(e.get("relabelings") == [relabel] + mv["relabelings"] for e in eps),
+              f"{kind} labels every series with its node, then the values' relabelings", f"{eps}")
+        check(all(e.get("metricRelabelings", []) == mv["metricRelabelings"] for e in eps),
+              f"{kind} has the values' metricRelabelings", f"{eps}")
         check(subset(mv["additionalLabels"], mon.get("metadata", {}).get("labels", {})),
               f"{kind} has additionalLabels", f"{mon.get('metadata', {}).get('labels')}")
 
@@ -520,25 +567,41 @@ def cross_checks(objs, release, alternatives=()):
 
     rule = one("PrometheusRule")
     if rule:
-        check(subset(m["prometheusRule"]["additionalLabels"], rule.get("metadata", {}).get("labels", {})),
+        rv = m["prometheusRule"]
+        check(subset(rv["additionalLabels"], rule.get("metadata", {}).get("labels", {})),
               "PrometheusRule has additionalLabels", f"{rule.get('metadata', {}).get('labels')}")
         rules = [r for g in rule.get("spec", {}).get("groups", []) for r in g.get("rules", [])]
         alerts = {r.get("alert") for r in rules if "alert" in r}
-        check(alerts == ALERTS, "PrometheusRule has exactly the sockwatch alerts",
-              f"missing {ALERTS - alerts}, extra {alerts - ALERTS}")
+        want_alerts = ALERTS - set(rv["disabledAlerts"])
+        check(alerts == want_alerts, f"PrometheusRule has exactly the sockwatch alerts but {rv['disabledAlerts']}",
+              f"missing {want_alerts - alerts}, extra {alerts - want_alerts}")
+        runbooks = f"{rv['runbookBaseURL'].rstrip('/')}/runbooks.md" if rv["runbookBaseURL"] else RUNBOOKS
         anchors = heading_anchors((REPO / RUNBOOKS).read_text())
         for r in rules:
             a = r.get("annotations", {})
             check(r.get("labels", {}).get("severity") in ("critical", "warning", "info")
                   and all(a.get(k, "").strip() for k in ("summary", "description", "runbook_url")),
                   f"alert {r.get('alert')}: severity, summary, description and runbook_url", f"{r}")
+            check(subset(rv["ruleLabels"], r.get("labels", {})), f"alert {r.get('alert')}: has ruleLabels",
+                  f"{r.get('labels')}")
             url = a.get("runbook_url", "")
-            check(url == f"{RUNBOOKS}#{str(r.get('alert')).lower()}" and url.split("#")[-1] in anchors,
-                  f"alert {r.get('alert')}: runbook_url is its section of {RUNBOOKS}",
+            check(url == f"{runbooks}#{str(r.get('alert')).lower()}" and url.split("#")[-1] in anchors,
+                  f"alert {r.get('alert')}: runbook_url is its section of {runbooks}",
                   f"{url!r}; sections {sorted(anchors)}")
             expr = r.get("expr", "")
             check(re.search(r"\bnode\b", expr) and "instance" not in expr,
                   f"alert {r.get('alert')}: keyed by node, not instance", expr)
+
+    dash = one("DashboardsConfigMap")
+    if dash:
+        dv = v["dashboards"]
+        md = dash.get("metadata", {})
+        check(subset(dv["labels"], md.get("labels", {})) and md.get("annotations", {}) == dv["annotations"],
+              "dashboards ConfigMap has dashboards.labels and annotations", f"{md}")
+        want = {f.name: json.loads(f.read_text()) for f in sorted(DASHBOARDS.glob("*.json"))}
+        got = {k: json.loads(x) for k, x in dash.get("data", {}).items()}
+        check(want and got == want, f"dashboards ConfigMap carries dashboards/*.json ({', '.join(want)})",
+              f"keys {sorted(got)}")
     return ds
 
 

@@ -55,6 +55,7 @@ pub fn config(data: &[u8]) {
     argv.extend(parts.map(|a| String::from_utf8_lossy(a).into_owned()));
     let Ok(cli::Cli {
         command: cli::Command::Run(args),
+        ..
     }) = cli::Cli::try_parse_from(argv)
     else {
         return;

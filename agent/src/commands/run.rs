@@ -36,6 +36,9 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
         None => Config::default(),
     };
     let merged = base.merge(Overrides::from(args))?;
+    if let Some(format) = merged.log_format {
+        crate::logging::set_from_config(format);
+    }
     Ok(merged)
 }
 
@@ -63,11 +66,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             w.path.display()
         );
     }
+    // Before the probes load and the start-up scan runs: a taken port fails in a moment.
+    let listener = config.listen.map(bind_listen).transpose()?;
     crate::kernel::preflight::prepare()?;
     let out = JsonLines::open(&args.events, config.events_file_mode)
         .with_context(|| format!("cannot open --events {}", args.events.display()))?
         .stamped(Stamp::new(output::node_name()))
-        .formatted(args.format);
+        .formatted(args.events_format());
     let mut probes = attach(&args, &config, &watches)?;
     let metrics = Arc::new(Metrics::new());
     metrics.watches(config.watch_names());
@@ -124,12 +129,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let shutdown = shutdown_signal()?;
         let hangup = signal(SignalKind::hangup())?;
         let guard_signals = guard::Signals::register()?;
-        if let Some(addr) = config.listen {
+        if let Some(listener) = listener {
             let access = match config.api_remote {
                 true => ApiAccess::Everyone,
                 false => ApiAccess::Loopback,
             };
-            serve_http(addr, shared.clone(), access).await?;
+            serve_http(listener, shared.clone(), access)?;
         }
         let (sweep_tx, sweeps) = tokio::sync::mpsc::channel(1);
         if !config.scan_interval.is_zero() {
@@ -289,13 +294,19 @@ fn startup_scan(
     Ok(ScanHealth::default())
 }
 
-/// Binds the HTTP endpoint (a bind failure stops the agent) and serves it in the background.
-async fn serve_http(
-    addr: std::net::SocketAddr,
+/// Binds the HTTP endpoint before the probes load: a taken port stops the agent at once.
+fn bind_listen(addr: std::net::SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    http::bind(addr).with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// Serves the endpoint on `listener`, bound at the start (inside the runtime: tokio adopts it).
+fn serve_http(
+    listener: std::net::TcpListener,
     api: Arc<dyn Api>,
     access: ApiAccess,
 ) -> anyhow::Result<()> {
-    let listener = http::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let api_to = match access {
         ApiAccess::Loopback => "loopback clients only (api_remote = true exposes it)",
         ApiAccess::Everyone => "every client (api_remote)",

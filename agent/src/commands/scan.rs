@@ -7,8 +7,13 @@ use crate::{
     scan::{self, report},
 };
 
-/// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong; the caller makes
-/// an error 2, as clap does for bad flags.
+/// Exit status of a scan that found nothing wrong in what it saw, but could not see
+/// everything (processes it may not read): not "clean".
+pub const INCOMPLETE: u8 = 3;
+
+/// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong, 3 when nothing
+/// is wrong in what it saw but it could not see everything; the caller makes an error 2, as
+/// clap does for bad flags.
 pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
     let r = scan::scan(&scan::ScanOptions {
         watch: args.watch,
@@ -26,9 +31,15 @@ pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
     if args.format == report::Format::Table {
         eprintln!("sockwatch scan: {}", report::summary(&r));
     }
-    Ok(if r.findings.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if !r.findings.is_empty() {
         ExitCode::from(1)
+    } else if !r.complete {
+        eprintln!(
+            "sockwatch scan: not clean, only nothing found in what it could see (exit status {INCOMPLETE}): \
+             run it as root, with the capabilities the warnings name"
+        );
+        ExitCode::from(INCOMPLETE)
+    } else {
+        ExitCode::SUCCESS
     })
 }

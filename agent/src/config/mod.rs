@@ -18,6 +18,8 @@
 //! guard_allow_cgroups = []       # foreign: processes of these cgroup v2 directories pass,
 //!                                # from the cgroup2 root ("/system.slice/kubelet.service")
 //! guard_mode = "enforce"         # "enforce": refuse; "audit": let through, report would-deny
+//! log_format = "text"            # the agent's log lines: "text", or "json" (one object a
+//!                                # line); --log-format replaces it
 //!
 //! [[watches]]
 //! name = "multus"                # the `watch` label; defaults to the directory's name
@@ -38,6 +40,8 @@ use std::{
 };
 
 use serde::Deserialize;
+
+use crate::logging::LogFormat;
 
 mod guard;
 
@@ -178,6 +182,8 @@ pub struct Config {
     pub guard: GuardConfig,
     /// Whether the guard refuses or only reports what it would refuse, node-wide.
     pub guard_mode: GuardMode,
+    /// The file's `log_format` (`--log-format` replaces it, in [`crate::logging`]).
+    pub log_format: Option<LogFormat>,
 }
 
 impl Default for Config {
@@ -195,6 +201,7 @@ impl Default for Config {
             events_file_mode: EventsFileMode::Private,
             guard: GuardConfig::default(),
             guard_mode: GuardMode::default(),
+            log_format: None,
         }
     }
 }
@@ -223,11 +230,11 @@ pub struct Overrides {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config {}: {source}", file.display())]
+    /// The file's error is the message's own: no source, or `{:#}` would print it twice.
+    #[error("config {}: {}", file.display(), without_code(error))]
     Read {
         file: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// TOML syntax, an unknown field or a value of the wrong type.
     #[error("config {}: {}{message}", file.display(), at.as_deref().map(|a| format!("{a}: ")).unwrap_or_default())]
@@ -247,11 +254,20 @@ pub enum ConfigError {
     },
 }
 
+/// An I/O error's text without its " (os error N)" suffix: `No such file or directory`.
+fn without_code(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_string(),
+        _ => text,
+    }
+}
+
 /// Reads and checks a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         file: path.to_path_buf(),
-        source,
+        error,
     })?;
     parse(&text, path)
 }
@@ -321,6 +337,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         .map_err(|(f, p)| invalid(f, p))?;
     config.guard = top.over(&GuardConfig::default());
     config.guard_mode = raw.guard_mode.unwrap_or_default();
+    config.log_format = raw.log_format;
     if let Some(n) = raw.live_capacity {
         config.live_capacity = n;
     }
@@ -639,6 +656,7 @@ struct RawConfig {
     guard_allow_comms: Option<Vec<String>>,
     guard_allow_cgroups: Option<Vec<String>>,
     guard_mode: Option<GuardMode>,
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Deserialize)]

@@ -17,6 +17,7 @@ live_capacity = 4096
 api_remote = true
 events_filter = "verdicts"
 events_file_mode = "0640"
+log_format = "json"
 
 [[watches]]
 name = "multus"
@@ -36,6 +37,7 @@ path = "/var/run/crio"
     assert!(c.api_remote);
     assert_eq!(c.events_filter, EventsFilter::Verdicts);
     assert_eq!(c.events_file_mode, EventsFileMode::GroupReadable);
+    assert_eq!(c.log_format, Some(LogFormat::Json));
     assert_eq!(
         c.watches,
         vec![
@@ -444,4 +446,23 @@ fn an_events_file_is_created_owner_only_unless_told_group_readable() {
         assert_eq!(parse_events_file_mode(m.name()), Ok(m));
     }
     assert!(parse_events_file_mode("0666").is_err());
+}
+
+#[test]
+fn a_missing_file_is_one_message_naming_it() {
+    let e = load(Path::new("/nonexistent/sockwatch.toml")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config /nonexistent/sockwatch.toml: No such file or directory"
+    );
+    assert!(std::error::Error::source(&e).is_none());
+}
+
+#[test]
+fn an_unknown_log_format_names_the_key() {
+    let e = parse_str("log_format = \"xml\"\n").unwrap_err();
+    assert!(
+        e.starts_with("config /etc/sockwatch.toml: log_format: unknown variant `xml`"),
+        "{e}"
+    );
 }

@@ -35,13 +35,14 @@ mod routes;
 use std::{
     io,
     net::{IpAddr, SocketAddr},
+    os::fd::AsRawFd as _,
     sync::Arc,
     time::Duration,
 };
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpSocket, TcpStream},
+    net::{TcpListener, TcpStream},
     sync::Semaphore,
     time::{Instant, timeout_at},
 };
@@ -148,15 +149,18 @@ impl ApiAccess {
 pub const DEFAULT_VERDICT_LIMIT: usize = 100;
 pub const MAX_VERDICT_LIMIT: usize = 10_000;
 
-/// Listens on `addr` with a backlog of [`LISTEN_BACKLOG`].
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = match addr {
-        SocketAddr::V4(_) => TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => TcpSocket::new_v6()?,
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+/// Listens on `addr` with a backlog of [`LISTEN_BACKLOG`], outside any runtime (the agent
+/// binds before it loads the probes, so a taken port fails at once); non-blocking, for
+/// `tokio::net::TcpListener::from_std`.
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    // std listens with a backlog of 128; listen(2) again on a listening socket sets it anew.
+    // SAFETY: a valid socket descriptor owned by `listener`, no pointers.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG as i32) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 /// Serves until the future is dropped; returns only on an accept error that is not transient.

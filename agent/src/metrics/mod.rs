@@ -12,6 +12,8 @@ mod hot;
 mod kernel;
 mod labels;
 mod probes;
+#[cfg(target_os = "linux")]
+mod process;
 mod reference;
 mod specs;
 mod vecs;
@@ -57,9 +59,7 @@ impl Metrics {
         };
         #[cfg(target_os = "linux")]
         m.registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(Box::new(process::ProcessMetrics::for_self()))
             .expect("registered once");
         m.watches([crate::config::NO_WATCH]);
         m

@@ -8,20 +8,16 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("line {line}: {source}")]
+    /// The parse error is the message's own: no source, or `{:#}` would print it twice.
+    #[error("line {line}: {error}")]
     Parse {
         line: usize,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("line {line}: schema {found}, newer than this replay's {SCHEMA}")]
     Schema { line: usize, found: u64 },
-    #[error("line {line}: {source}")]
-    Io {
-        line: usize,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("line {line}: {error}")]
+    Io { line: usize, error: std::io::Error },
 }
 
 /// What a replay went through.
@@ -44,17 +40,17 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
     let mut stats = ReplayStats::default();
     for (i, line) in log.lines().enumerate() {
         let line_no = i + 1;
-        let line = line.map_err(|source| ReplayError::Io {
+        let line = line.map_err(|error| ReplayError::Io {
             line: line_no,
-            source,
+            error,
         })?;
         if line.trim().is_empty() {
             continue;
         }
         let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|source| ReplayError::Parse {
+            serde_json::from_str(&line).map_err(|error| ReplayError::Parse {
                 line: line_no,
-                source,
+                error,
             })?;
         if let Some(found) = value["schema"].as_u64().filter(|&v| v > u64::from(SCHEMA)) {
             return Err(ReplayError::Schema {
@@ -71,19 +67,19 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
             continue;
         }
         let line: EventLine =
-            serde_json::from_value(value).map_err(|source| ReplayError::Parse {
+            serde_json::from_value(value).map_err(|error| ReplayError::Parse {
                 line: line_no,
-                source,
+                error,
             })?;
-        pipeline.line(line).map_err(|source| ReplayError::Io {
+        pipeline.line(line).map_err(|error| ReplayError::Io {
             line: line_no,
-            source,
+            error,
         })?;
         stats.events += 1;
     }
     pipeline
         .finish()
-        .map_err(|source| ReplayError::Io { line: 0, source })?;
+        .map_err(|error| ReplayError::Io { line: 0, error })?;
     Ok(stats)
 }
 

@@ -8,16 +8,70 @@ label that the alert rules and dashboards select (job="sockwatch").
 
 {{/*
 Every object's name: fullnameOverride, else the release name when it contains the chart's
-name, else "<release>-<chart>".
+name (nameOverride, when set), else "<release>-<name>".
 */}}
 {{- define "sockwatch.fullname" -}}
+{{- $name := .Values.nameOverride | default .Chart.Name }}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
-{{- else if contains .Chart.Name .Release.Name }}
+{{- else if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The pods' ServiceAccount: serviceAccount.name, else the objects' name when the chart creates
+it, else "default".
+*/}}
+{{- define "sockwatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "sockwatch.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the cluster serves the Prometheus Operator's API (monitoring.coreos.com/v1): the
+ServiceMonitor, PodMonitor and PrometheusRule are rendered only then, or `helm install` would
+fail on a kind the cluster does not know. `helm template`: --api-versions monitoring.coreos.com/v1.
+*/}}
+{{- define "sockwatch.operatorAPI" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
+
+{{/*
+The PrometheusRule's spec.groups: files/alert-groups.yaml without its leading comment (a file,
+not a template: the annotations' templates are Prometheus's), less the disabled alerts, with
+ruleLabels beside each severity and runbook links under runbookBaseURL. Edited as text, so
+the file's comments stay in the rendering.
+*/}}
+{{- define "sockwatch.alertGroups" -}}
+{{- $r := .Values.metrics.prometheusRule }}
+{{- $text := regexReplaceAll "\\A(#.*\\n)+" (.Files.Get "files/alert-groups.yaml") "" | trimSuffix "\n" }}
+{{- $separator := "\n    - alert: " }}
+{{- $chunks := splitList $separator $text }}
+{{- $kept := list (first $chunks) }}
+{{- range rest $chunks }}
+{{- if not (has (regexFind "^[A-Za-z]+" .) $r.disabledAlerts) }}
+{{- $kept = append $kept . }}
+{{- end }}
+{{- end }}
+{{- if eq (len $kept) 1 }}
+{{- fail "metrics.prometheusRule.disabledAlerts names every alert: set metrics.prometheusRule.enabled=false instead." }}
+{{- end }}
+{{- $text = join $separator $kept }}
+{{- $labels := "" }}
+{{- range $k, $v := $r.ruleLabels }}
+{{- $labels = printf "%s\n        %s: %s" $labels $k (toJson $v) }}
+{{- end }}
+{{- $text = regexReplaceAll "(\n        severity: [a-z]+)" $text (printf "${1}%s" (replace "$" "$$" $labels)) }}
+{{- with $r.runbookBaseURL }}
+{{- $text = regexReplaceAll "(\n +runbook_url: )docs/" $text (printf "${1}%s/" (trimSuffix "/" . | replace "$" "$$")) }}
+{{- end }}
+{{- $text }}
 {{- end }}
 
 {{- define "sockwatch.chart" -}}
@@ -192,6 +246,10 @@ reason.
 */}}
 {{- define "sockwatch.validate" -}}
 {{- $m := .Values.metrics }}
+{{- if $m.prometheusRule.enabled }}
+{{- /* Refuses a rule with every alert disabled even where the API is missing. */}}
+{{- $_ := include "sockwatch.alertGroups" . }}
+{{- end }}
 {{- if and $m.serviceMonitor.enabled $m.podMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled are both true: every agent would be scraped twice (its series duplicated, every alert doubled). Enable one of them." }}
 {{- end }}
@@ -252,4 +310,38 @@ reason.
 {{- fail (printf "watches[%d]: %s is outside every mount of the container (%s): the agent would never see it. Mount its host directory at the same path with extraVolumes and extraVolumeMounts." $i $w.path (join ", " $mounts)) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The container's securityContext of securityProfile.
+*/}}
+{{- define "sockwatch.containerSecurityContext" -}}
+runAsUser: 0
+runAsGroup: 0
+{{- if eq .Values.securityProfile "privileged" }}
+# securityProfile=privileged: every capability and every host device, no seccomp
+# filter. The fallback where the capability set is not enough.
+privileged: true
+allowPrivilegeEscalation: true
+readOnlyRootFilesystem: true
+seccompProfile:
+  type: Unconfined
+{{- else }}
+privileged: false
+# Kubernetes refuses `false` together with SYS_ADMIN.
+allowPrivilegeEscalation: true
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+  add: ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]
+# The runtime's default profile allows bpf(), perf_event_open(), mount() and
+# setns() to a holder of these capabilities; use securityProfile=privileged on a
+# runtime whose profile predates CAP_BPF and refuses bpf() with EPERM.
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+# Kubernetes 1.30+; older clusters: the annotation
+# container.apparmor.security.beta.kubernetes.io/sockwatch: unconfined
+appArmorProfile:
+  type: Unconfined
 {{- end }}
