@@ -10,6 +10,7 @@ use crate::{
     config::{Config, GuardConfig},
     kernel::{guard, loader::Probes},
     metrics::{GuardState, Label as _, Metrics},
+    pipeline::lock,
 };
 
 /// Writes the policies and turns the guard on where it can be; returns its state.
@@ -91,7 +92,7 @@ fn switch(probes: &Mutex<Probes>, now: GuardState, want: GuardState) -> GuardSta
         GuardState::Paused => GuardSwitch::Paused,
         _ => GuardSwitch::On,
     };
-    match probes.lock().expect("probes lock").guard_switch(to) {
+    match lock(probes).guard_switch(to) {
         Ok(()) => {
             log::info!("guard: {} (signal)", want.label());
             want

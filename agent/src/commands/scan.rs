@@ -4,12 +4,13 @@ use std::{io::Write as _, process::ExitCode};
 
 use crate::{
     cli::ScanArgs,
-    scan::{self, report},
+    scan::{self, lookup, report},
 };
 
 /// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong; the caller makes
 /// an error 2, as clap does for bad flags.
 pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
+    lookup::allow_network_filesystems(args.lookup_network_filesystems);
     let r = scan::scan(&scan::ScanOptions {
         watch: args.watch,
         ..Default::default()

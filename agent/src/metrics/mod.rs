@@ -11,6 +11,7 @@ mod engine;
 mod hot;
 mod kernel;
 mod labels;
+mod lookups;
 mod probes;
 mod reference;
 mod specs;
@@ -60,6 +61,9 @@ impl Metrics {
             .register(Box::new(
                 prometheus::process_collector::ProcessCollector::for_self(),
             ))
+            .expect("registered once");
+        m.registry
+            .register(Box::new(lookups::LookupCollector::default()))
             .expect("registered once");
         m.watches([crate::config::NO_WATCH]);
         m

@@ -8,7 +8,13 @@ pub mod pump;
 pub mod reconcile;
 pub mod replay;
 
-use std::{collections::VecDeque, io, sync::Arc};
+use std::{
+    collections::{BTreeSet, VecDeque},
+    io,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use agent_common::EventKind;
 
 use crate::{
     config::{Config, EventsFilter},
@@ -16,7 +22,10 @@ use crate::{
     events::{EventLine, KernelEvent, complete::Completer},
     kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
-    scan::ScanReport,
+    scan::{
+        ScanReport,
+        lookup::{self, Lookup},
+    },
     text::timeline::{PathAnswer, SocketView},
 };
 use notice::Notice;
@@ -39,6 +48,8 @@ pub struct Pipeline {
     /// The release hook is missing: a socket closed since the last sweep still looks live, so
     /// verdicts that say a socket is open are checked against its holder's descriptors.
     releases_unseen: bool,
+    /// Event kinds whose handling failed at least once (each is logged once).
+    failed_kinds: BTreeSet<&'static str>,
 }
 
 impl Pipeline {
@@ -55,6 +66,7 @@ impl Pipeline {
             completer: Completer::attributing(),
             observer: None,
             releases_unseen: false,
+            failed_kinds: BTreeSet::new(),
         }
     }
 
@@ -69,6 +81,7 @@ impl Pipeline {
             completer: Completer::default(),
             observer: None,
             releases_unseen: false,
+            failed_kinds: BTreeSet::new(),
         }
     }
 
@@ -115,6 +128,20 @@ impl Pipeline {
             any = true;
         }
         if any { self.flush() } else { Ok(()) }
+    }
+
+    /// The handling of an event of `kind` panicked (`why`): it is skipped and counted, and
+    /// said in the log the first time for each kind.
+    pub fn event_failed(&mut self, kind: EventKind, why: &str) {
+        if self.failed_kinds.insert(kind.name()) {
+            log::error!(
+                "handling a {} event failed ({why}); skipped, and so is any other that fails                  (counted in sockwatch_event_failures_total)",
+                kind.name()
+            );
+        }
+        if let Some((m, _)) = &self.observer {
+            m.event_failed(kind);
+        }
     }
 
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
@@ -348,24 +375,33 @@ impl Pipeline {
     }
 }
 
+/// Locks `m` even when a thread panicked while holding it: the pipeline and the probes stay
+/// usable (a panic while handling one event skips that event, see [`Pipeline::event_failed`]),
+/// and a poisoned lock must not take the agent down with it.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Is `tgid` a process of this node (its `/proc` entry exists)?
 fn process_exists(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
-/// A verdict that says a socket is open stands only while its holder still has it.
+/// A verdict that says a socket is open stands only while its holder still has it; when
+/// the check does not answer in time, it stands (what is known).
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
-        crate::scan::procfd::holds_socket(
-            std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT),
-            tgid,
-            sock_ino,
-        )
+        let holds = move || {
+            let proc_root = std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT);
+            crate::scan::procfd::holds_socket(proc_root, tgid, sock_ino)
+        };
+        lookup::with_deadline(Lookup::StillOpen, holds).unwrap_or(true)
     })
 }
 
-/// A stale-socket-file verdict stands only while that very file is still there; every other
-/// verdict passes.
+/// A stale-socket-file verdict stands only while that very file is still there (in the
+/// agent's view); every other verdict passes. A check that does not answer in time, or a
+/// file on a FUSE or network filesystem, lets it stand.
 fn still_on_disk(v: &Verdict) -> bool {
     use std::os::unix::fs::MetadataExt;
     match v {
@@ -373,8 +409,17 @@ fn still_on_disk(v: &Verdict) -> bool {
             path: Some(path),
             file,
             ..
-        } => std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.dev() == file.dev && m.ino() == file.ino),
+        } => {
+            let file = *file;
+            let same = move |p: &std::path::Path| {
+                std::fs::symlink_metadata(p).map(|m| m.dev() == file.dev && m.ino() == file.ino)
+            };
+            let own = std::path::PathBuf::from("/proc/self");
+            match lookup::in_view(Lookup::StillOnDisk, own, path, same) {
+                Ok(same) => same.unwrap_or(false),
+                Err(_) => true,
+            }
+        }
         _ => true,
     }
 }
