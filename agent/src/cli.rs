@@ -109,7 +109,7 @@ pub struct RunArgs {
     pub api_remote: bool,
     /// Look into FUSE and network filesystems (NFS, CIFS, Ceph, 9p...) too: connect targets,
     /// renamed files, the scans' walk and `stat`s. Off by default: such a server may never
-    /// answer, and lookups there are skipped (counted in `sockwatch_lookups_skipped_total`).
+    /// answer, and lookups there are skipped (counted in `sockwatch_lookup_skips_total`).
     #[arg(long, env = "SOCKWATCH_LOOKUP_NETWORK_FILESYSTEMS")]
     pub lookup_network_filesystems: bool,
     /// Which lines go to --events (config key `events_filter`): `all`, a line per kernel event,
@@ -214,7 +214,7 @@ pub struct ScanArgs {
     pub format: crate::scan::report::Format,
     /// Look into FUSE and network filesystems (NFS, CIFS, Ceph, 9p...) too: connect targets,
     /// renamed files, the scans' walk and `stat`s. Off by default: such a server may never
-    /// answer, and lookups there are skipped (counted in `sockwatch_lookups_skipped_total`).
+    /// answer, and lookups there are skipped (counted in `sockwatch_lookup_skips_total`).
     #[arg(long, env = "SOCKWATCH_LOOKUP_NETWORK_FILESYSTEMS")]
     pub lookup_network_filesystems: bool,
 }

@@ -47,7 +47,7 @@ fn a_fuse_mount_is_not_looked_into_and_nothing_waits_for_it() {
     }
     attack(&[], |m, agent, fuse| {
         let skipped = m.sum(
-            "sockwatch_lookups_skipped_total",
+            "sockwatch_lookup_skips_total",
             &[("lookup", "connect_target")],
         );
         assert!(skipped >= 1.0, "skips: {skipped}");

@@ -7,12 +7,12 @@ use prometheus::{
 
 use super::{
     collect::family,
-    specs::{LOOKUP_TIMEOUTS, LOOKUPS_REFUSED, LOOKUPS_SKIPPED, Spec},
+    specs::{LOOKUP_REFUSALS, LOOKUP_SKIPS, LOOKUP_TIMEOUTS, Spec},
 };
 use crate::scan::lookup::{self, Tally};
 
 /// The metrics each scrape reads from the lookup pool.
-pub const LOOKUP_SPECS: [&Spec; 3] = [&LOOKUP_TIMEOUTS, &LOOKUPS_REFUSED, &LOOKUPS_SKIPPED];
+pub const LOOKUP_SPECS: [&Spec; 3] = [&LOOKUP_TIMEOUTS, &LOOKUP_REFUSALS, &LOOKUP_SKIPS];
 
 pub struct LookupCollector {
     descs: Vec<Desc>,
@@ -41,8 +41,8 @@ impl Collector for LookupCollector {
         };
         vec![
             family(&LOOKUP_TIMEOUTS, by_kind(|t| t.timeouts)),
-            family(&LOOKUPS_REFUSED, by_kind(|t| t.refused)),
-            family(&LOOKUPS_SKIPPED, by_kind(|t| t.skipped)),
+            family(&LOOKUP_REFUSALS, by_kind(|t| t.refused)),
+            family(&LOOKUP_SKIPS, by_kind(|t| t.skipped)),
         ]
     }
 }

@@ -166,23 +166,23 @@ impl Pool {
         }
     }
 
+    /// Hands `lookup` to an idle worker and waits for it; refused at once when none is idle.
     fn run<T, F>(&self, kind: Lookup, lookup: F) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let pool = self;
-        if pool.busy.fetch_add(1, Ordering::AcqRel) >= pool.workers {
-            pool.busy.fetch_sub(1, Ordering::AcqRel);
+        if self.busy.fetch_add(1, Ordering::AcqRel) >= self.workers {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
             return Err(count(kind, Failure::Refused));
         }
         let (reply, answer) = mpsc::sync_channel(1);
-        let busy = pool.busy.clone();
+        let busy = self.busy.clone();
         let job: Job = Box::new(move || {
             let _ = reply.send(catch_unwind(AssertUnwindSafe(lookup)));
             busy.fetch_sub(1, Ordering::AcqRel);
         });
-        if pool.jobs.send(job).is_err() {
+        if self.jobs.send(job).is_err() {
             return Err(count(kind, Failure::Refused));
         }
         match answer.recv_timeout(DEADLINE) {
