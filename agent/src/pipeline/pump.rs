@@ -189,4 +189,33 @@ mod tests {
             metrics.render()
         );
     }
+
+    #[test]
+    fn a_poisoned_pipeline_lock_is_taken_and_a_failed_event_counted_by_kind() {
+        let metrics = Arc::new(Metrics::new());
+        let mut pipeline = Pipeline::replay(
+            Engine::new(Limits::default()).expect("engine"),
+            JsonLines::new(Box::new(io::sink())),
+        );
+        pipeline.observe(metrics.clone(), Arc::new(Config::default()));
+        let shared = Arc::new(Mutex::new(pipeline));
+        let holder = shared.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = holder.lock();
+            panic!("a failure while the lock is held");
+        })
+        .join();
+        assert!(panicked.is_err() && shared.is_poisoned());
+
+        let mut p = lock(&shared);
+        p.event_failed(agent_common::EventKind::Connect, "test");
+        p.event_failed(agent_common::EventKind::Connect, "test");
+        let text = metrics.render();
+        let failures = |kind: &str| format!("sockwatch_event_failures_total{{kind=\"{kind}\"}} ");
+        assert!(
+            text.contains(&format!("{}2", failures("connect"))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{}0", failures("bind"))), "{text}");
+    }
 }
