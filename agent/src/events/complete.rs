@@ -128,13 +128,16 @@ fn thread_dir(tgid: u32, tid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/task/{tid}"))
 }
 
-/// What a connect's `path` names as the process or thread of `proc_dir` sees it, under the
-/// lookup deadline and never into a FUSE or network filesystem.
-fn target_in_view(proc_dir: PathBuf, path: &str) -> Looked {
-    lookup::in_view(Lookup::ConnectTarget, proc_dir, path, |p| {
-        std::fs::metadata(p)
-    })
-    .map(io::Result::ok)
+/// What a connect's `path` names as the process or thread of `proc_dir` (in mount namespace
+/// `mntns`, when known) sees it, under the lookup deadline and never into a FUSE or network
+/// filesystem.
+fn target_in_view(proc_dir: PathBuf, mntns: Option<u32>, path: &str) -> Looked {
+    let stat = |p: &std::path::Path| std::fs::metadata(p);
+    let looked = match mntns {
+        Some(ns) => lookup::in_namespace_view(Lookup::ConnectTarget, proc_dir, ns, path, stat),
+        None => lookup::in_view(Lookup::ConnectTarget, proc_dir, path, stat),
+    };
+    looked.map(io::Result::ok)
 }
 
 /// Fills in the target of a refused connect the kernel left unresolved.
@@ -176,11 +179,11 @@ type Looked = Result<Option<Metadata>, lookup::Failure>;
 /// other views lead to the same filesystem.
 fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Looked {
     let Some(ns) = ev.mntns else {
-        return target_in_view(thread_dir(ev.tgid, ev.pid), &ev.path);
+        return target_in_view(thread_dir(ev.tgid, ev.pid), None, &ev.path);
     };
     // The client's own view only while its thread is still in that namespace (pid reuse).
     if namespaces.thread_in(ns, ev.tgid, ev.pid) {
-        let found = target_in_view(thread_dir(ev.tgid, ev.pid), &ev.path)?;
+        let found = target_in_view(thread_dir(ev.tgid, ev.pid), Some(ns), &ev.path)?;
         if found.is_some() {
             namespaces.learn_pid(ev.tgid);
             return Ok(found);
@@ -190,7 +193,8 @@ fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Looked {
         return Ok(None);
     }
     for p in namespaces.members(ns, ev.ts_ns) {
-        if let Some(meta) = target_in_view(PathBuf::from(format!("/proc/{p}")), &ev.path)? {
+        let view = PathBuf::from(format!("/proc/{p}"));
+        if let Some(meta) = target_in_view(view, Some(ns), &ev.path)? {
             return Ok(Some(meta));
         }
     }

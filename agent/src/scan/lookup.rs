@@ -15,17 +15,18 @@
 //!
 //! The pool and its counters are the process's own: `sockwatch_lookup_*` read them.
 use std::{
+    collections::HashMap,
     ffi::OsStr,
     io,
     os::unix::ffi::OsStrExt as _,
     panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
     path::{Component, Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock,
+        Arc, LazyLock, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use super::mounts::{MountInfo, parse_mountinfo};
@@ -207,9 +208,41 @@ where
     T: Send + 'static,
     F: FnOnce(&Path) -> io::Result<T> + Send + 'static,
 {
+    look_in_view(kind, proc_dir, None, path, look)
+}
+
+/// As [`in_view`], for a process known to be in mount namespace `mntns` (the inode number
+/// the kernel gave): its mount table is read at most once a second, not for every lookup (a
+/// storm of refused connects must not read it thousands of times a second). A FUSE mount
+/// made within that second is left to the deadline.
+pub fn in_namespace_view<T, F>(
+    kind: Lookup,
+    proc_dir: PathBuf,
+    mntns: u32,
+    path: &str,
+    look: F,
+) -> Result<io::Result<T>, Failure>
+where
+    T: Send + 'static,
+    F: FnOnce(&Path) -> io::Result<T> + Send + 'static,
+{
+    look_in_view(kind, proc_dir, Some(mntns), path, look)
+}
+
+fn look_in_view<T, F>(
+    kind: Lookup,
+    proc_dir: PathBuf,
+    mntns: Option<u32>,
+    path: &str,
+    look: F,
+) -> Result<io::Result<T>, Failure>
+where
+    T: Send + 'static,
+    F: FnOnce(&Path) -> io::Result<T> + Send + 'static,
+{
     let path = path.to_owned();
     let looked = with_deadline(kind, move || {
-        if let Some(fstype) = network_fs_in(&proc_dir, &path) {
+        if let Some(fstype) = network_fs_in(&proc_dir, mntns, &path) {
             return Err(Failure::Skipped { fstype });
         }
         let base = if path.starts_with('/') { "root" } else { "cwd" };
@@ -224,13 +257,44 @@ where
 
 /// The FUSE or network filesystem type an absolute `path` is on (or crosses), in the mount
 /// table of `proc_dir`; `None` for a local one, a relative path, or when they are allowed.
-fn network_fs_in(proc_dir: &Path, path: &str) -> Option<String> {
+fn network_fs_in(proc_dir: &Path, mntns: Option<u32>, path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
-    let text = std::fs::read(proc_dir.join("mountinfo")).ok()?;
-    let mounts = parse_mountinfo(&text).ok()?;
-    NetworkMounts::new(&mounts).of(Path::new(path))
+    let read = || {
+        let text = std::fs::read(proc_dir.join("mountinfo")).ok()?;
+        parse_mountinfo(&text).ok().map(|m| NetworkMounts::new(&m))
+    };
+    let network = match mntns {
+        Some(ns) => NAMESPACES.get(ns, read)?,
+        None => read()?,
+    };
+    network.of(Path::new(path))
+}
+
+/// The network mounts of each mount namespace, as read less than a second ago.
+struct NamespaceMounts(Mutex<HashMap<u32, (Instant, NetworkMounts)>>);
+
+impl NamespaceMounts {
+    /// Namespaces remembered at most (all forgotten at once past it).
+    const CAPACITY: usize = 4_096;
+    const FRESH: Duration = Duration::from_secs(1);
+
+    fn get(&self, ns: u32, read: impl FnOnce() -> Option<NetworkMounts>) -> Option<NetworkMounts> {
+        let fresh = |(at, _): &(Instant, NetworkMounts)| at.elapsed() < Self::FRESH;
+        let known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, network)) = known.get(&ns).filter(|e| fresh(e)) {
+            return Some(network.clone());
+        }
+        drop(known);
+        let network = read()?;
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= Self::CAPACITY {
+            known.clear();
+        }
+        known.insert(ns, (Instant::now(), network.clone()));
+        Some(network)
+    }
 }
 
 /// The mount points of a mount table where a FUSE or network filesystem is visible (not
@@ -326,10 +390,7 @@ struct Pool {
 fn work(queue: &Mutex<mpsc::Receiver<Job>>) {
     block_signals();
     loop {
-        let next = queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .recv();
+        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
         match next {
             Ok(job) => job(),
             Err(_) => return,
@@ -349,6 +410,7 @@ fn block_signals() {
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
+static NAMESPACES: LazyLock<NamespaceMounts> = LazyLock::new(|| NamespaceMounts(Mutex::default()));
 static NETWORK_FS_ALLOWED: AtomicBool = AtomicBool::new(false);
 /// Per kind (in [`Lookup::ALL`] order): timeouts, refused, skipped.
 static COUNTS: [[AtomicU64; 3]; Lookup::ALL.len()] =
@@ -373,8 +435,6 @@ fn count(kind: Lookup, failure: Failure) -> Failure {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use super::*;
 
     fn mount(point: &str, fs_type: &str) -> MountInfo {
@@ -450,5 +510,25 @@ mod tests {
             assert!(Instant::now() < deadline, "the pool never recovered");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    #[test]
+    fn a_namespaces_mounts_are_read_once_a_second() {
+        let cache = NamespaceMounts(Mutex::default());
+        let reads = std::cell::Cell::new(0);
+        let read = || {
+            reads.set(reads.get() + 1);
+            Some(NetworkMounts::new(&[mount("/mnt/fuse", "fuse")]))
+        };
+        for _ in 0..3 {
+            let network = cache.get(7, read).expect("read");
+            assert_eq!(
+                network.of(Path::new("/mnt/fuse/s.sock")).as_deref(),
+                Some("fuse")
+            );
+        }
+        assert_eq!(reads.get(), 1);
+        cache.get(8, read).expect("another namespace");
+        assert_eq!(reads.get(), 2);
     }
 }
