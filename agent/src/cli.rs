@@ -119,6 +119,11 @@ pub struct RunArgs {
     /// and the health routes answer every client either way.
     #[arg(long, env = "SOCKWATCH_API_REMOTE")]
     pub api_remote: bool,
+    /// Look into FUSE and network filesystems (NFS, CIFS, Ceph, 9p...) too: connect targets,
+    /// renamed files, the scans' walk and `stat`s. Off by default: such a server may never
+    /// answer, and lookups there are skipped (counted in `sockwatch_lookup_skips_total`).
+    #[arg(long, env = "SOCKWATCH_LOOKUP_NETWORK_FILESYSTEMS")]
+    pub lookup_network_filesystems: bool,
     /// Which lines go to --events (config key `events_filter`): `all`, a line per kernel event,
     /// per verdict and per notice, or `verdicts`: verdicts and notices (hooks missing, records
     /// lost, scans failing). The engine sees every event either way. Default all.
@@ -239,6 +244,11 @@ pub struct ScanArgs {
         env = "SOCKWATCH_SCAN_FORMAT"
     )]
     pub format: crate::scan::report::Format,
+    /// Look into FUSE and network filesystems (NFS, CIFS, Ceph, 9p...) too: connect targets,
+    /// renamed files, the scans' walk and `stat`s. Off by default: such a server may never
+    /// answer, and lookups there are skipped (counted in `sockwatch_lookup_skips_total`).
+    #[arg(long, env = "SOCKWATCH_LOOKUP_NETWORK_FILESYSTEMS")]
+    pub lookup_network_filesystems: bool,
 }
 
 #[cfg(test)]

@@ -813,9 +813,10 @@ impl WithoutUnixDiag {
         let module = PathBuf::from(format!("/lib/modules/{}/unix_diag.ko", release.trim()));
         let loaded = Path::new("/sys/module/unix_diag/initstate").exists();
         if std::env::var_os("SOCKWATCH_IN_VM").is_none() || !loaded || !module.exists() {
-            eprintln!(
-                "SKIP {test}: unix_diag is not a module the test loaded (built in, as on this \
-                 host, or a node's own): the VM layers remove and reload it"
+            skip(
+                test,
+                "unix_diag is not a module the test loaded (built in, as on this host, or a \
+                 node's own): the VM layers remove and reload it",
             );
             return None;
         }

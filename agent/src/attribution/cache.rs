@@ -12,7 +12,10 @@ use super::{
 };
 use crate::{
     engine::Workload,
-    scan::procfs::{self, DEFAULT_PROC_ROOT},
+    scan::{
+        lookup::{self, Lookup},
+        procfs::{self, DEFAULT_PROC_ROOT},
+    },
 };
 
 /// Processes remembered by [`Attributor::default`].
@@ -80,8 +83,11 @@ impl Attributor {
         if self.entries.contains_key(&tgid) {
             return self.cached(tgid);
         }
-        // Not cached when unreadable: the process is gone, or may be readable later.
-        let content = procfs::read_pid_file(&self.proc_root, tgid, "cgroup").ok()?;
+        // Not cached when unreadable (the process is gone, or may be readable later) or
+        // when the read did not answer in time.
+        let root = self.proc_root.clone();
+        let read = move || procfs::read_pid_file(&root, tgid, "cgroup");
+        let content = lookup::with_deadline(Lookup::Cgroup, read).ok()?.ok()?;
         let workload = parse_proc_cgroup(&content).map(|info| {
             let mut w = Workload {
                 container_id: info.container_id,
@@ -104,9 +110,11 @@ impl Attributor {
         {
             return exe.clone();
         }
-        let exe = procfs::read_link_bytes(&procfs::pid_path(&self.proc_root, tgid, "exe"))
-            .ok()
-            .map(|b| exe_name(&b));
+        let link = procfs::pid_path(&self.proc_root, tgid, "exe");
+        // A read that did not answer in time is not remembered: the next bind tries again.
+        let read =
+            lookup::with_deadline(Lookup::Exe, move || procfs::read_link_bytes(&link)).ok()?;
+        let exe = read.ok().map(|b| exe_name(&b));
         if let Some(entry) = self.entries.get_mut(&tgid) {
             entry.exe = Some((comm.to_owned(), exe.clone()));
         }

@@ -13,6 +13,7 @@ use crate::{
         loader::Probes,
     },
     metrics::{GuardState, Label as _, Metrics},
+    pipeline::lock,
 };
 
 /// Writes the policies and turns the guard on (enforcing or auditing) where it can be;
@@ -121,7 +122,7 @@ fn switch(probes: &Mutex<Probes>, now: GuardState, want: GuardState) -> GuardSta
         (_, GuardState::Audit) => GuardSwitch::Audit,
         _ => GuardSwitch::On,
     };
-    match probes.lock().expect("probes lock").guard_switch(to) {
+    match lock(probes).guard_switch(to) {
         Ok(()) => {
             log::info!("guard: {} (signal)", want.label());
             want

@@ -19,12 +19,13 @@ use crate::{
     pipeline::{
         Pipeline,
         events_file::Trigger,
+        lock,
         notice::{Notice, ScanHealth},
         output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
         reconcile,
     },
-    scan::{self, ScanOptions, ScanReport},
+    scan::{self, ScanOptions, ScanReport, lookup},
 };
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
@@ -53,6 +54,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // during the start-up must not kill the agent (the default action).
     // SAFETY: signal(2) with SIG_IGN takes no pointers; the handler installed later replaces it.
     unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+    lookup::allow_network_filesystems(args.lookup_network_filesystems);
     let config = Arc::new(settle(&args)?);
     let watches: Vec<WatchedDir> = config
         .watches
@@ -168,7 +170,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     })?;
-    let probes = shared.probes.lock().expect("probes lock");
+    let probes = lock(&shared.probes);
     log::info!(
         "stopping: {} events delivered, {} malformed; kernel counters: {}",
         stats.delivered,
@@ -201,10 +203,7 @@ async fn follow_events_file(pipeline: &Mutex<Pipeline>, mut hangup: tokio::signa
             Some(()) = hangup.recv() => Trigger::Hangup,
             _ = tick.tick() => Trigger::Check,
         };
-        pipeline
-            .lock()
-            .expect("pipeline lock")
-            .follow_events_file(trigger);
+        lock(pipeline).follow_events_file(trigger);
     }
 }
 
@@ -299,24 +298,34 @@ fn bind_listen(addr: std::net::SocketAddr) -> anyhow::Result<std::net::TcpListen
     http::bind(addr).with_context(|| format!("cannot listen on {addr}"))
 }
 
-/// Serves the endpoint on `listener`, bound at the start (inside the runtime: tokio adopts it).
+/// Serves the endpoint on `listener`, bound at the start, on a thread of its own: the health
+/// routes answer even while the event path waits (a lookup's deadline, a slow output), and
+/// the agent's exit does not wait for it.
 fn serve_http(
     listener: std::net::TcpListener,
     api: Arc<dyn Api>,
     access: ApiAccess,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
     let api_to = match access {
         ApiAccess::Loopback => "loopback clients only (api_remote = true exposes it)",
         ApiAccess::Everyone => "every client (api_remote)",
     };
     log::info!("serving /metrics, /healthz and /readyz on {addr}, and /api to {api_to}");
-    tokio::spawn(async move {
-        if let Err(e) = http::serve(listener, api, HttpLimits::default(), access).await {
-            log::error!("HTTP endpoint stopped: {e}");
-        }
-    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            let served = rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                http::serve(listener, api, HttpLimits::default(), access).await
+            });
+            if let Err(e) = served {
+                log::error!("HTTP endpoint stopped: {e}");
+            }
+        })?;
     Ok(())
 }
 
@@ -352,13 +361,13 @@ struct Shared {
 
 impl KernelSource for Mutex<Probes> {
     fn counters(&self) -> Option<KernelCounters> {
-        self.lock().expect("probes lock").counters().ok()
+        lock(self).counters().ok()
     }
 }
 
 impl EngineSource for Mutex<Pipeline> {
     fn snapshot(&self) -> EngineSnapshot {
-        let mut p = self.lock().expect("pipeline lock");
+        let mut p = lock(self);
         let live = p.live_table().map(|live| MapFill {
             map: "LIVE",
             entries: live.entries() as u64,
@@ -387,7 +396,7 @@ impl Api for Shared {
     }
 
     fn sockets(&self, path: Option<&str>) -> serde_json::Value {
-        let p = self.pipeline.lock().expect("pipeline lock");
+        let p = lock(&self.pipeline);
         match path {
             Some(path) => serde_json::to_value(p.path_answer(path)).expect("plain data serializes"),
             None => serde_json::json!({ "orphans": p.engine.orphans(reconcile::boot_ns()) }),
@@ -395,7 +404,7 @@ impl Api for Shared {
     }
 
     fn verdicts(&self, limit: usize) -> serde_json::Value {
-        let p = self.pipeline.lock().expect("pipeline lock");
+        let p = lock(&self.pipeline);
         let recent: Vec<_> = p.recent().collect();
         serde_json::json!(recent.into_iter().rev().take(limit).collect::<Vec<_>>())
     }
@@ -448,7 +457,7 @@ fn notify(pipeline: &Mutex<Pipeline>, notice: Option<Notice>) {
     let Some(n) = notice else {
         return;
     };
-    if let Err(e) = pipeline.lock().expect("pipeline lock").notices([&n]) {
+    if let Err(e) = lock(pipeline).notices([&n]) {
         log::warn!("writing a notice: {e}");
     }
 }
@@ -494,7 +503,7 @@ async fn refresh_watches(
             if now == *w {
                 continue;
             }
-            match probes.lock().expect("probes lock").watch(&now) {
+            match lock(probes).watch(&now) {
                 Ok(()) => log::info!(
                     "watch {}: {}",
                     w.path.display(),

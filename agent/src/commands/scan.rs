@@ -4,7 +4,7 @@ use std::{io::Write as _, process::ExitCode};
 
 use crate::{
     cli::ScanArgs,
-    scan::{self, report},
+    scan::{self, lookup, report},
 };
 
 /// Exit status of a scan that found nothing wrong in what it saw, but could not see
@@ -15,6 +15,7 @@ pub const INCOMPLETE: u8 = 3;
 /// is wrong in what it saw but it could not see everything; the caller makes an error 2, as
 /// clap does for bad flags.
 pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
+    lookup::allow_network_filesystems(args.lookup_network_filesystems);
     let r = scan::scan(&scan::ScanOptions {
         watch: args.watch,
         ..Default::default()

@@ -10,10 +10,12 @@
 //! kernel recorded ([`MntnsIndex`]): `/proc/<pid>/root/<path>` shows the same mounts. Only
 //! absolute paths resolve that way; a relative one needs the client's own working directory.
 //! A pinned stale inode stays pinned, so this is reliable for the persistent failure that
-//! matters.
+//! matters. Every such lookup runs under a deadline, and never into a FUSE or network
+//! filesystem ([`lookup`]): the target is then left unresolved, as the kernel gave it.
 #![deny(clippy::string_slice, clippy::indexing_slicing)]
 use std::{
     fs::Metadata,
+    io,
     os::unix::fs::{FileTypeExt, MetadataExt},
     path::PathBuf,
 };
@@ -23,6 +25,7 @@ use agent_common::{EventKind, FileId, LiveSock, flags};
 use crate::{
     attribution::Attributor,
     events::{EventLine, KernelEvent, dirs::KnownDirs, mntns::MntnsIndex},
+    scan::lookup::{self, Lookup},
 };
 
 /// Looks a file up in the kernel's table of live sockets.
@@ -66,7 +69,7 @@ impl Completer {
         if let Some(live) = live {
             self.learn_namespace(&ev);
             connect_target(&mut ev, live, &mut self.namespaces);
-            moved = moved_into_place(&ev);
+            moved = moved_into_place(&mut ev);
         }
         if ev.kind == EventKind::Exit {
             self.namespaces.forget(ev.tgid);
@@ -102,32 +105,40 @@ impl Completer {
 }
 
 /// The socket file a rename put at an absolute path: what the actor's view shows there.
-fn moved_into_place(ev: &KernelEvent) -> Option<FileId> {
+fn moved_into_place(ev: &mut KernelEvent) -> Option<FileId> {
     if ev.kind != EventKind::Rename || !ev.path.starts_with('/') {
         return None;
     }
-    let meta = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok()?;
+    let looked = lookup::in_view(
+        Lookup::RenamedFile,
+        thread_dir(ev.tgid, ev.pid),
+        &ev.path,
+        |p| std::fs::metadata(p),
+    );
+    ev.flags.lookup_failed = looked.is_err();
+    let meta = looked.ok()?.ok()?;
     meta.file_type().is_socket().then(|| FileId {
         dev: meta.dev(),
         ino: meta.ino(),
     })
 }
 
-/// Where the client thread would find `path`: through its own root or working directory.
-pub fn client_view(tgid: u32, tid: u32, path: &str) -> PathBuf {
-    let base = if path.starts_with('/') { "root" } else { "cwd" };
-    PathBuf::from(format!(
-        "/proc/{tgid}/task/{tid}/{base}/{}",
-        path.trim_start_matches('/')
-    ))
+/// The `/proc` directory of thread `tid` of process `tgid`: its own root, working directory
+/// and mounts (a thread may have its own, after `unshare`).
+fn thread_dir(tgid: u32, tid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{tgid}/task/{tid}"))
 }
 
-/// Where process `tgid` finds the absolute `path`: through its root.
-fn process_view(tgid: u32, path: &str) -> PathBuf {
-    PathBuf::from(format!(
-        "/proc/{tgid}/root/{}",
-        path.trim_start_matches('/')
-    ))
+/// What a connect's `path` names as the process or thread of `proc_dir` (in mount namespace
+/// `mntns`, when known) sees it, under the lookup deadline and never into a FUSE or network
+/// filesystem.
+fn target_in_view(proc_dir: PathBuf, mntns: Option<u32>, path: &str) -> Looked {
+    let stat = |p: &std::path::Path| std::fs::metadata(p);
+    let looked = match mntns {
+        Some(ns) => lookup::in_namespace_view(Lookup::ConnectTarget, proc_dir, ns, path, stat),
+        None => lookup::in_view(Lookup::ConnectTarget, proc_dir, path, stat),
+    };
+    looked.map(io::Result::ok)
 }
 
 /// Fills in the target of a refused connect the kernel left unresolved.
@@ -135,8 +146,13 @@ pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup, namespaces: &mut M
     if ev.kind != EventKind::Connect || ev.flags.target_bound || ev.ino != 0 {
         return;
     }
-    let Some(meta) = target_meta(ev, namespaces) else {
-        return;
+    let meta = match target_meta(ev, namespaces) {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return,
+        Err(_) => {
+            ev.flags.lookup_failed = true;
+            return;
+        }
     };
     if !meta.file_type().is_socket() {
         return;
@@ -156,26 +172,34 @@ pub fn connect_target(ev: &mut KernelEvent, live: LiveLookup, namespaces: &mut M
     }
 }
 
+/// A file's metadata, `None` when it cannot be read; or why the lookup gave no answer.
+type Looked = Result<Option<Metadata>, lookup::Failure>;
+
 /// What the connect's path names in the client's view, or (the client gone) in the view of
-/// a live process of the client's mount namespace.
-fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Option<Metadata> {
+/// a live process of the client's mount namespace. A failed lookup ends the search: the
+/// other views lead to the same filesystem.
+fn target_meta(ev: &KernelEvent, namespaces: &mut MntnsIndex) -> Looked {
     let Some(ns) = ev.mntns else {
-        return std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path)).ok();
+        return target_in_view(thread_dir(ev.tgid, ev.pid), None, &ev.path);
     };
     // The client's own view only while its thread is still in that namespace (pid reuse).
-    if namespaces.thread_in(ns, ev.tgid, ev.pid)
-        && let Ok(meta) = std::fs::metadata(client_view(ev.tgid, ev.pid, &ev.path))
-    {
-        namespaces.learn_pid(ev.tgid);
-        return Some(meta);
+    if namespaces.thread_in(ns, ev.tgid, ev.pid) {
+        let found = target_in_view(thread_dir(ev.tgid, ev.pid), Some(ns), &ev.path)?;
+        if found.is_some() {
+            namespaces.learn_pid(ev.tgid);
+            return Ok(found);
+        }
     }
     if !ev.path.starts_with('/') {
-        return None;
+        return Ok(None);
     }
-    namespaces
-        .members(ns, ev.ts_ns)
-        .into_iter()
-        .find_map(|p| std::fs::metadata(process_view(p, &ev.path)).ok())
+    for p in namespaces.members(ns, ev.ts_ns) {
+        let view = PathBuf::from(format!("/proc/{p}"));
+        if let Some(meta) = target_in_view(view, Some(ns), &ev.path)? {
+            return Ok(Some(meta));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -184,18 +208,6 @@ mod tests {
 
     use super::*;
     use crate::scan::procfs;
-
-    #[test]
-    fn client_view_follows_root_or_cwd() {
-        assert_eq!(
-            client_view(7, 8, "/run/x.sock"),
-            PathBuf::from("/proc/7/task/8/root/run/x.sock")
-        );
-        assert_eq!(
-            client_view(7, 7, "x.sock"),
-            PathBuf::from("/proc/7/task/7/cwd/x.sock")
-        );
-    }
 
     /// A refused connect by a client that is gone (pid `u32::MAX` never exists).
     fn refused_by_gone_client(path: &str, mntns: u32) -> KernelEvent {

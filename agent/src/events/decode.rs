@@ -153,6 +153,11 @@ pub struct EventFlags {
     /// The connect target was found by the agent (`stat` in the client's view), not the kernel.
     #[serde(skip_serializing_if = "is_false")]
     pub resolved_in_userspace: bool,
+    /// Connect, rename: the agent's lookup of the file (the connect's target, the file moved)
+    /// timed out, found every lookup worker busy, or was skipped (a FUSE or network
+    /// filesystem): the event carries only what the kernel gave.
+    #[serde(skip_serializing_if = "is_false")]
+    pub lookup_failed: bool,
 }
 
 impl EventFlags {
@@ -175,6 +180,7 @@ impl EventFlags {
             from_live: on(flags::FROM_LIVE),
             target_seen: on(flags::TARGET_SEEN),
             resolved_in_userspace: false,
+            lookup_failed: false,
         }
     }
 }

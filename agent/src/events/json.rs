@@ -143,6 +143,7 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
         (f.from_live, "from_live"),
         (f.target_seen, "target_seen"),
         (f.resolved_in_userspace, "resolved_in_userspace"),
+        (f.lookup_failed, "lookup_failed"),
     ];
     for (_, name) in set.iter().filter(|(on, _)| *on) {
         out.write_all(b",\"")?;
@@ -182,9 +183,12 @@ mod tests {
     }
 
     fn flags() -> impl Strategy<Value = EventFlags> {
-        (any::<u16>(), any::<bool>()).prop_map(|(bits, resolved)| EventFlags {
-            resolved_in_userspace: resolved,
-            ..EventFlags::from_bits(bits)
+        (any::<u16>(), any::<bool>(), any::<bool>()).prop_map(|(bits, resolved, failed)| {
+            EventFlags {
+                resolved_in_userspace: resolved,
+                lookup_failed: failed,
+                ..EventFlags::from_bits(bits)
+            }
         })
     }
 

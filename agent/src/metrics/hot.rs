@@ -35,6 +35,7 @@ pub(super) struct HotCounters {
     event_series: EventSeries,
     connect_errors: IntCounterVec,
     decode_errors: IntCounterVec,
+    event_failures: IntCounterVec,
     output_dropped: IntCounterVec,
     events_file_reopen_failures: IntCounterVec,
     kernel_pruned: IntCounterVec,
@@ -71,6 +72,7 @@ impl HotCounters {
             event_series: Default::default(),
             connect_errors: counter(registry, &CONNECT_ERRORS),
             decode_errors: counter(registry, &DECODE_ERRORS),
+            event_failures: counter(registry, &EVENT_FAILURES),
             output_dropped: counter(registry, &OUTPUT_DROPPED),
             events_file_reopen_failures: counter(registry, &EVENTS_FILE_REOPEN_FAILURES),
             kernel_pruned: counter(registry, &KERNEL_PRUNED),
@@ -109,6 +111,9 @@ impl HotCounters {
             self.connect_errors.with_label_values(&[errno]);
         }
         self.decode_errors.with_label_values::<&str>(&[]);
+        for kind in EventKind::ALL {
+            self.event_failures.with_label_values(&[kind.name()]);
+        }
         self.output_dropped.with_label_values::<&str>(&[]);
         self.events_file_reopen_failures
             .with_label_values::<&str>(&[]);
@@ -179,6 +184,14 @@ impl Metrics {
     /// A ring-buffer record that did not decode.
     pub fn decode_error(&self) {
         self.hot.decode_errors.with_label_values::<&str>(&[]).inc();
+    }
+
+    /// The handling of an event of this kind failed; the event was skipped.
+    pub fn event_failed(&self, kind: EventKind) {
+        self.hot
+            .event_failures
+            .with_label_values(&[kind.name()])
+            .inc();
     }
 
     /// A reconciliation scan of this kind failed as a whole.

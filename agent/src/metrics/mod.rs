@@ -11,6 +11,7 @@ mod engine;
 mod hot;
 mod kernel;
 mod labels;
+mod lookups;
 mod probes;
 #[cfg(target_os = "linux")]
 mod process;
@@ -60,6 +61,9 @@ impl Metrics {
         #[cfg(target_os = "linux")]
         m.registry
             .register(Box::new(process::ProcessMetrics::for_self()))
+            .expect("registered once");
+        m.registry
+            .register(Box::new(lookups::LookupCollector::default()))
             .expect("registered once");
         m.watches([crate::config::NO_WATCH]);
         m

@@ -65,6 +65,10 @@ impl Metrics {
                 "decision",
                 strings(super::kernel::GUARD_DECISIONS.map(|(name, _)| name)),
             ),
+            (
+                "lookup",
+                strings(crate::scan::lookup::Lookup::ALL.map(crate::scan::lookup::Lookup::name)),
+            ),
         ]
     }
 }

@@ -8,7 +8,12 @@ pub mod pump;
 pub mod reconcile;
 pub mod replay;
 
-use std::{collections::VecDeque, io, path::Path, sync::Arc};
+use std::{
+    collections::{BTreeSet, VecDeque},
+    io,
+    path::Path,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
 
 use agent_common::{EventKind, Fidelity, FileId};
 
@@ -18,7 +23,11 @@ use crate::{
     events::{EventLine, KernelEvent, SeenIn, complete::Completer},
     kernel::live::{LiveTable, PENDING_STALE_NS},
     metrics::Metrics,
-    scan::{ScanReport, procfd},
+    scan::{
+        ScanReport,
+        lookup::{self, Lookup},
+        procfd,
+    },
     text::timeline::{PathAnswer, SocketView},
 };
 use notice::Notice;
@@ -44,6 +53,8 @@ pub struct Pipeline {
     /// The receive hook is missing: a listener passed by SCM_RIGHTS is looked for in
     /// `/proc/*/fd` before its sender's exit would release it.
     receipts_unseen: bool,
+    /// Event kinds whose handling failed at least once (each is logged once).
+    failed_kinds: BTreeSet<&'static str>,
 }
 
 impl Pipeline {
@@ -61,6 +72,7 @@ impl Pipeline {
             observer: None,
             releases_unseen: false,
             receipts_unseen: false,
+            failed_kinds: BTreeSet::new(),
         }
     }
 
@@ -76,6 +88,7 @@ impl Pipeline {
             observer: None,
             releases_unseen: false,
             receipts_unseen: false,
+            failed_kinds: BTreeSet::new(),
         }
     }
 
@@ -107,7 +120,13 @@ impl Pipeline {
             return Ok(());
         }
         let inos: Vec<u64> = held.iter().map(|&(_, ino)| ino).collect();
-        for (sock_ino, tgid) in procfd::holders_of(Path::new("/proc"), &inos, exit.tgid) {
+        let leaving = exit.tgid;
+        // Past the deadline nobody else is known to hold them: the exit releases them.
+        let holders = lookup::with_deadline(Lookup::Holders, move || {
+            procfd::holders_of(Path::new("/proc"), &inos, leaving)
+        })
+        .unwrap_or_default();
+        for (sock_ino, tgid) in holders {
             let Some(&(file, _)) = held.iter().find(|&&(_, ino)| ino == sock_ino) else {
                 continue;
             };
@@ -156,6 +175,20 @@ impl Pipeline {
             any = true;
         }
         if any { self.flush() } else { Ok(()) }
+    }
+
+    /// The handling of an event of `kind` panicked (`why`): it is skipped and counted, and
+    /// said in the log the first time for each kind.
+    pub fn event_failed(&mut self, kind: EventKind, why: &str) {
+        if self.failed_kinds.insert(kind.name()) {
+            log::error!(
+                "handling a {} event failed ({why}); skipped, and so is any other that fails                  (counted in sockwatch_event_failures_total)",
+                kind.name()
+            );
+        }
+        if let Some((m, _)) = &self.observer {
+            m.event_failed(kind);
+        }
     }
 
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
@@ -394,7 +427,13 @@ impl Pipeline {
     }
 }
 
-/// Is `tgid` a process of this node (its `/proc` entry exists)?
+/// Locks `m` even when a thread panicked while holding it: the pipeline and the probes stay
+/// usable (a panic while handling one event skips that event, see [`Pipeline::event_failed`]),
+/// and a poisoned lock must not take the agent down with it.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A receive event for `tgid`, found holding `sock_ino` as `exit`'s process leaves: at the
 /// exit's time, on its tier. None when `tgid` is gone already.
 fn receipt_seen_in_proc(
@@ -422,23 +461,26 @@ fn receipt_seen_in_proc(
     })
 }
 
+/// Is `tgid` a process of this node (its `/proc` entry exists)?
 fn process_exists(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
-/// A verdict that says a socket is open stands only while its holder still has it.
+/// A verdict that says a socket is open stands only while its holder still has it; when
+/// the check does not answer in time, it stands (what is known).
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
-        crate::scan::procfd::holds_socket(
-            std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT),
-            tgid,
-            sock_ino,
-        )
+        let holds = move || {
+            let proc_root = std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT);
+            crate::scan::procfd::holds_socket(proc_root, tgid, sock_ino)
+        };
+        lookup::with_deadline(Lookup::StillOpen, holds).unwrap_or(true)
     })
 }
 
-/// A stale-socket-file verdict stands only while that very file is still there; every other
-/// verdict passes.
+/// A stale-socket-file verdict stands only while that very file is still there (in the
+/// agent's view); every other verdict passes. A check that does not answer in time, or a
+/// file on a FUSE or network filesystem, lets it stand.
 fn still_on_disk(v: &Verdict) -> bool {
     use std::os::unix::fs::MetadataExt;
     match v {
@@ -446,8 +488,17 @@ fn still_on_disk(v: &Verdict) -> bool {
             path: Some(path),
             file,
             ..
-        } => std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.dev() == file.dev && m.ino() == file.ino),
+        } => {
+            let file = *file;
+            let same = move |p: &std::path::Path| {
+                std::fs::symlink_metadata(p).map(|m| m.dev() == file.dev && m.ino() == file.ino)
+            };
+            let own = std::path::PathBuf::from("/proc/self");
+            match lookup::in_view(Lookup::StillOnDisk, own, path, same) {
+                Ok(same) => same.unwrap_or(false),
+                Err(_) => true,
+            }
+        }
         _ => true,
     }
 }

@@ -3,7 +3,14 @@
 //! timer tick also tells the engine the time (`CLOCK_BOOTTIME`, the clock of the kernel's
 //! `bpf_ktime_get_boot_ns` timestamps), so a takeover window ends without a later event, and
 //! at most once a second the kernel's loss counters are read for notices (`notice::Losses`).
-use std::{future::Future, io, sync::Mutex, time::Duration};
+use std::{
+    any::Any,
+    future::Future,
+    io,
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::Mutex,
+    time::Duration,
+};
 
 use tokio::{
     io::{Interest, unix::AsyncFd},
@@ -13,7 +20,7 @@ use tokio::{
 use crate::{
     events::{KernelEvent, decode::DecodeError},
     kernel::loader::{EventReader, KernelCounters},
-    pipeline::{Pipeline, notice::Losses},
+    pipeline::{Pipeline, lock, notice::Losses},
     scan::ScanReport,
 };
 
@@ -58,13 +65,13 @@ pub async fn pump(
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
                 // Read before the pipeline is locked: the probes have a lock of their own.
                 let notices = losses.poll(now, &counters);
-                let mut p = pipeline.lock().expect("pipeline lock");
+                let mut p = lock(pipeline);
                 p.tick(now)?;
                 p.notices(&notices)?;
             }
             Some((ts_ns, report)) = sweeps.recv() => {
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
-                let mut p = pipeline.lock().expect("pipeline lock");
+                let mut p = lock(pipeline);
                 let seeded = p.reconcile(ts_ns, &report)?;
                 p.flush()?;
                 log::debug!("sweep: {} path sockets, {seeded} seeded in the kernel table", report.sockets.len());
@@ -77,30 +84,32 @@ pub async fn pump(
     let last = counters()
         .map(|c| losses.check(&c, now))
         .unwrap_or_default();
-    let mut p = pipeline.lock().expect("pipeline lock");
+    let mut p = lock(pipeline);
     p.finish()?;
     p.notices(&last)?;
     Ok(stats)
 }
 
+/// Drains the ring buffer, locking the pipeline for one event at a time: a scrape or an API
+/// call waits for one event's handling at most, never for a whole drain.
 fn drain_into(
     reader: &mut EventReader,
     pipeline: &Mutex<Pipeline>,
     stats: &mut PumpStats,
 ) -> io::Result<()> {
-    let mut pipeline = pipeline.lock().expect("pipeline lock");
     let mut result = Ok(());
-    let n = reader.drain(|record| take(&mut pipeline, stats, &mut result, record));
+    let n = reader.drain(|record| take(&mut lock(pipeline), stats, &mut result, record));
     result?;
     if n > 0 {
-        pipeline.flush()?;
+        lock(pipeline).flush()?;
     }
     Ok(())
 }
 
 /// One record off the ring buffer: an event goes through the pipeline (until one fails,
 /// which ends the drain with that error; a live pipeline's output drops what it cannot write,
-/// counted, rather than fail); a malformed one is counted and dropped.
+/// counted, rather than fail); a malformed one is counted and dropped, and so is an event
+/// whose handling panicked.
 fn take(
     pipeline: &mut Pipeline,
     stats: &mut PumpStats,
@@ -111,7 +120,11 @@ fn take(
         Ok(ev) => {
             stats.delivered += 1;
             if result.is_ok() {
-                *result = pipeline.event(ev);
+                let kind = ev.kind;
+                match catch_unwind(AssertUnwindSafe(|| pipeline.event(ev))) {
+                    Ok(handled) => *result = handled,
+                    Err(panic) => pipeline.event_failed(kind, panic_message(&*panic)),
+                }
             }
         }
         Err(e) => {
@@ -120,6 +133,15 @@ fn take(
             log::warn!("dropped a malformed event record: {e}");
         }
     }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 #[cfg(test)]
@@ -166,5 +188,34 @@ mod tests {
             "{}",
             metrics.render()
         );
+    }
+
+    #[test]
+    fn a_poisoned_pipeline_lock_is_taken_and_a_failed_event_counted_by_kind() {
+        let metrics = Arc::new(Metrics::new());
+        let mut pipeline = Pipeline::replay(
+            Engine::new(Limits::default()).expect("engine"),
+            JsonLines::new(Box::new(io::sink())),
+        );
+        pipeline.observe(metrics.clone(), Arc::new(Config::default()));
+        let shared = Arc::new(Mutex::new(pipeline));
+        let holder = shared.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = holder.lock();
+            panic!("a failure while the lock is held");
+        })
+        .join();
+        assert!(panicked.is_err() && shared.is_poisoned());
+
+        let mut p = lock(&shared);
+        p.event_failed(agent_common::EventKind::Connect, "test");
+        p.event_failed(agent_common::EventKind::Connect, "test");
+        let text = metrics.render();
+        let failures = |kind: &str| format!("sockwatch_event_failures_total{{kind=\"{kind}\"}} ");
+        assert!(
+            text.contains(&format!("{}2", failures("connect"))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{}0", failures("bind"))), "{text}");
     }
 }

@@ -17,6 +17,7 @@ use super::{
         self, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SYS_ADMIN, CAP_SYS_PTRACE, Cap, CapSet,
     },
     diag::{self, DiagSocket, NetNs, NsDump},
+    lookup::{self, Lookup, NetworkMounts},
     model::{Counts, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, System, Watched},
     mounts::{self, MountInfo},
     procfd::{self, Holder, ProcStats, ProcTable},
@@ -60,12 +61,24 @@ impl ProcSystem {
 }
 
 impl System for ProcSystem {
+    /// Under the lookup deadline, and never into a FUSE or network filesystem: such a file
+    /// is an error other than "not found" (its state unknown).
     fn stat(&self, view: Option<u32>, path: &Path) -> io::Result<Stat> {
-        let m = match view {
-            None => fs::metadata(path)?,
-            Some(pid) => fs::metadata(self.view_path(pid, path))?,
+        let stat = |p: &Path| fs::metadata(p).map(|m| Stat::from_metadata(&m));
+        let through_fd = procfs::fd_path(path.as_os_str().as_bytes()).is_some();
+        let looked = match view {
+            // The holder's descriptor leads there, whatever its mounts say.
+            Some(pid) if through_fd => {
+                let path = self.view_path(pid, path);
+                lookup::with_deadline(Lookup::ScanStat, move || stat(&path))
+            }
+            _ => {
+                let pid = view.map_or_else(|| "self".to_owned(), |v| v.to_string());
+                let dir = self.proc_root.join(pid);
+                lookup::in_view(Lookup::ScanStat, dir, &path.to_string_lossy(), stat)
+            }
         };
-        Ok(Stat::from_metadata(&m))
+        looked.unwrap_or_else(|f| Err(io::Error::other(format!("not looked up: {f:?}"))))
     }
 
     fn holder(&self, tgid: u32) -> Option<Holder> {
@@ -128,7 +141,8 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
         .collect();
 
     let watched_paths: Vec<PathBuf> = watched.iter().map(|w| w.path.clone()).collect();
-    let walked = walk::walk_sockets(&watched_paths, &opts.limits.walk);
+    let network = NetworkMounts::new(&own_mounts);
+    let walked = walk::walk_sockets(&watched_paths, &opts.limits.walk, &network);
     tally.walk(&walked, &opts.limits.walk);
 
     let unreadable = table.unreadable;
@@ -141,7 +155,9 @@ pub fn scan(opts: &ScanOptions) -> Result<ScanReport, ScanError> {
         own_mntns: own_ns(proc_root, "mnt"),
     };
     let sys = ProcSystem::new(proc_root.clone(), procfd::cgroup2_root(&own_mounts));
+    let stats_failed = lookup::tally_of(Lookup::ScanStat).failed();
     let mut analysis = analyze(&snap, &sys);
+    tally.unanswered_stats(lookup::tally_of(Lookup::ScanStat).failed() - stats_failed);
     if !analysis.findings.is_empty() {
         let again = dump_all(own_net, &others)?;
         analysis.findings.confirm(&merged(&again));
@@ -388,10 +404,28 @@ impl Tally {
                 limits.max_entries, limits.max_depth
             ));
         }
+        for (point, fstype) in &walked.skipped {
+            self.warnings.push(format!(
+                "{} is on a {} filesystem: not looked into (FUSE and network filesystems may \
+                 never answer; --lookup-network-filesystems allows it)",
+                crate::quote::quote_bytes(point.as_os_str().as_bytes()),
+                crate::quote::quote(fstype)
+            ));
+        }
         if walked.unreadable > 0 {
             self.warnings.push(format!(
                 "could not list {} directories below the watched paths",
                 walked.unreadable
+            ));
+        }
+    }
+
+    fn unanswered_stats(&mut self, n: u64) {
+        if n > 0 {
+            self.warnings.push(format!(
+                "{n} paths not looked up (on a FUSE or network filesystem, or no answer within \
+                 {} ms): their sockets' state is unknown",
+                lookup::DEADLINE.as_millis()
             ));
         }
     }

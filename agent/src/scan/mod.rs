@@ -51,6 +51,7 @@ pub mod caps;
 mod collect;
 pub mod diag;
 mod findings;
+pub mod lookup;
 mod model;
 pub mod mounts;
 pub mod procfd;

@@ -419,7 +419,22 @@ impl Actor {
     /// An actor run from `exe`, a link to the test binary elsewhere: to the agent, whose
     /// /proc/PID/exe names that path, another program.
     pub fn spawn_from(exe: &std::path::Path) -> Actor {
-        let mut child = Command::new(exe)
+        Self::spawn_with(exe, |_| {})
+    }
+
+    /// An actor running as user and group `id` (an unprivileged one: 65534, nobody).
+    pub fn spawn_as(id: u32) -> Actor {
+        use std::os::unix::process::CommandExt as _;
+        let exe = std::env::current_exe().expect("test binary");
+        Self::spawn_with(&exe, |cmd| {
+            cmd.uid(id).gid(id);
+        })
+    }
+
+    fn spawn_with(exe: &std::path::Path, configure: impl FnOnce(&mut Command)) -> Actor {
+        let mut cmd = Command::new(exe);
+        configure(&mut cmd);
+        let mut child = cmd
             .args([
                 "--ignored",
                 "--exact",

@@ -206,7 +206,12 @@ impl Agent {
 
     /// Whether the agent still runs (not exited).
     pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().expect("wait").is_none()
+        self.exit_status().is_none()
+    }
+
+    /// How the agent exited, if it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("wait")
     }
 
     /// Stops the agent with `signal` and returns how it exited.
