@@ -71,8 +71,27 @@ fn runtime_options() -> [&'static str; 6] {
 /// `sockwatch check` exits 0 and names the tier `run` would attach for every hook.
 fn check(pod: &Pod, image: &str) -> anyhow::Result<()> {
     let name = format!("sockwatch-image-check-{}", std::process::id());
-    let out = cmd::output(&mut podman_run(pod, image, &name, &["check".into()]))
-        .context("`sockwatch check` in the image")?;
+    let run = podman_run(pod, image, &name, &["check".into()])
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot start podman (apt-get install podman)")?;
+    let last_error = String::from_utf8_lossy(&run.stderr)
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    match run.status.code() {
+        Some(0) => {}
+        // podman's own failures: it could not create or start the container.
+        Some(code @ 125..=127) => {
+            bail!("podman cannot run the image here (exit {code}): {last_error}")
+        }
+        _ => bail!(
+            "`sockwatch check` in the image failed ({}): {last_error}",
+            run.status
+        ),
+    }
+    let out = String::from_utf8_lossy(&run.stdout);
     for hook in HOOKS {
         let prefix = format!("run would attach {hook}: ");
         let tier = out

@@ -27,7 +27,7 @@ pub fn build(arch: Arch) -> anyhow::Result<String> {
 /// for this machine's architecture, `REPOSITORY:VERSION-<debian arch>` for another one (one
 /// local store holds both).
 pub fn build_from(arch: Arch, bin: &Path) -> anyhow::Result<String> {
-    ensure_static(bin)?;
+    ensure_static(arch, bin)?;
     let context = cmd::target_dir().join("image").join(arch.to_string());
     if context.exists() {
         std::fs::remove_dir_all(&context)
@@ -71,11 +71,19 @@ fn image_id(reference: &str) -> Option<String> {
         .map(|id| id.trim().to_owned())
 }
 
-/// Fails unless `bin` is a static executable (no ELF program interpreter, whatever its
-/// architecture): the image holds nothing beside it.
-fn ensure_static(bin: &Path) -> anyhow::Result<()> {
-    let elf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
-    if has_interpreter(&elf).with_context(|| format!("{} is no ELF64 file", bin.display()))? {
+/// Fails unless `bin` is a static executable (no ELF program interpreter) for `arch`: the
+/// image holds nothing beside it.
+fn ensure_static(arch: Arch, bin: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
+    let elf = Elf::parse(&bytes).with_context(|| format!("{} is no ELF64 file", bin.display()))?;
+    if elf.machine != arch.elf_machine() {
+        bail!(
+            "{} is built for ELF machine {}, not {arch}",
+            bin.display(),
+            elf.machine
+        );
+    }
+    if elf.interpreter {
         bail!(
             "{} is linked dynamically; the image has no libraries (build it with `cargo xtask \
              build --static`)",
@@ -85,23 +93,37 @@ fn ensure_static(bin: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether a little-endian ELF64 executable has a `PT_INTERP` program header (a dynamic
-/// loader to run it); `None` when `elf` is not one.
-fn has_interpreter(elf: &[u8]) -> Option<bool> {
-    const PT_INTERP: u32 = 3;
-    if elf.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
+/// What the image needs to know of a little-endian ELF64 executable.
+#[derive(Debug, PartialEq)]
+struct Elf {
+    /// `e_machine`: the architecture it runs on.
+    machine: u16,
+    /// Whether it has a `PT_INTERP` program header (a dynamic loader to run it).
+    interpreter: bool,
+}
+
+impl Elf {
+    /// `None` when `elf` is not a little-endian ELF64 file or its headers are cut short.
+    fn parse(elf: &[u8]) -> Option<Elf> {
+        const PT_INTERP: u32 = 3;
+        if elf.get(..6)? != b"\x7fELF\x02\x01" {
+            return None;
+        }
+        let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
+        let phoff =
+            usize::try_from(u64::from_le_bytes(elf.get(0x20..0x28)?.try_into().ok()?)).ok()?;
+        let (entry_size, entries) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+        let mut interpreter = false;
+        for i in 0..entries {
+            let at = phoff + i * entry_size;
+            let kind = u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?);
+            interpreter |= kind == PT_INTERP;
+        }
+        Some(Elf {
+            machine: u16_at(0x12)?,
+            interpreter,
+        })
     }
-    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
-    let phoff = usize::try_from(u64::from_le_bytes(elf.get(0x20..0x28)?.try_into().ok()?)).ok()?;
-    let (entry_size, entries) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
-    let mut interp = false;
-    for i in 0..entries {
-        let at = phoff + i * entry_size;
-        let kind = u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?);
-        interp |= kind == PT_INTERP;
-    }
-    Some(interp)
 }
 
 #[cfg(test)]
@@ -145,10 +167,11 @@ mod tests {
         assert!(ours.contains(&r#"ENTRYPOINT ["/usr/local/bin/sockwatch"]"#.to_owned()));
     }
 
-    /// An ELF64 header whose program headers (at 64, 56 bytes each) have these types.
+    /// An x86-64 ELF64 header whose program headers (at 64, 56 bytes each) have these types.
     fn elf(types: &[u32]) -> Vec<u8> {
         let mut e = vec![0u8; 64];
         e[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        e[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
         e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         e[0x38..0x3a].copy_from_slice(&u16::try_from(types.len()).unwrap().to_le_bytes());
@@ -161,12 +184,19 @@ mod tests {
     }
 
     #[test]
-    fn interpreter() {
-        assert_eq!(has_interpreter(&elf(&[6, 3, 1])), Some(true), "dynamic");
-        assert_eq!(has_interpreter(&elf(&[1, 1, 2])), Some(false), "static");
-        assert_eq!(has_interpreter(b"#!/bin/sh\n"), None, "no ELF");
+    fn elf_headers() {
+        let x86 = |interpreter| {
+            Some(Elf {
+                machine: 62,
+                interpreter,
+            })
+        };
+        assert_eq!(Elf::parse(&elf(&[6, 3, 1])), x86(true), "dynamic");
+        assert_eq!(Elf::parse(&elf(&[1, 1, 2])), x86(false), "static");
+        assert_eq!(Elf::parse(b"#!/bin/sh\n"), None, "no ELF");
         let mut cut = elf(&[1, 3]);
         cut.truncate(64 + 56 + 2);
-        assert_eq!(has_interpreter(&cut), None, "headers cut short");
+        assert_eq!(Elf::parse(&cut), None, "headers cut short");
+        assert_eq!(Arch::X86_64.elf_machine(), 62);
     }
 }
