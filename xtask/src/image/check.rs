@@ -56,15 +56,13 @@ fn podman_run(pod: &Pod, image: &str, name: &str, args: &[String]) -> Command {
 /// - explicit rlimits: podman's defaults (nofile and nproc at 1048576 and 4194304) exceed the
 ///   hard limits of a machine that withholds CAP_SYS_RESOURCE, and the runtime's setrlimit
 ///   fails. 1024 open files is containerd's default for a pod; root is exempt from nproc.
-/// - no network: a pod has a network namespace of its own, as here, but no CNI is needed.
-fn runtime_options() -> [&'static str; 6] {
+fn runtime_options() -> [&'static str; 5] {
     [
         "--runtime=runc",
         "--ulimit",
         "nofile=1024:1024",
         "--ulimit",
         "nproc=4096:4096",
-        "--network=none",
     ]
 }
 

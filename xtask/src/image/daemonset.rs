@@ -1,7 +1,7 @@
 //! The DaemonSet's container (deploy/30-daemonset.yaml, its ConfigMap beside it) as `podman run`
-//! options: the same capabilities, host pid namespace, read-only root, mounts at the same
-//! paths, user, command, arguments and environment, read from the manifests so the check
-//! follows them.
+//! options: the same capabilities, host pid namespace, network namespace of its own,
+//! read-only root, limits, mounts at the same paths, user, command, arguments and environment,
+//! read from the manifests so the check follows them.
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -38,6 +38,7 @@ pub fn pod(deploy: &Path, node: &str, config_dir: &dyn Fn(&str) -> PathBuf) -> a
         config_files: Vec::new(),
     };
     pod.security(spec, &container["securityContext"])?;
+    pod.limits(&container["resources"]["limits"])?;
     pod.environment(&container["env"], node)?;
     for mount in list(&container["volumeMounts"])? {
         let name = text(&mount["name"])?;
@@ -63,9 +64,14 @@ impl Pod {
         if spec["hostPID"].as_bool() == Some(true) {
             self.options.push("--pid=host".into());
         }
-        if spec["hostNetwork"].as_bool() == Some(true) {
-            self.options.push("--network=host".into());
-        }
+        // Without hostNetwork a pod has a network namespace of its own: so does the
+        // container, with loopback only (no pod network is needed here).
+        self.options
+            .push(if spec["hostNetwork"].as_bool() == Some(true) {
+                "--network=host".into()
+            } else {
+                "--network=none".into()
+            });
         if security["readOnlyRootFilesystem"].as_bool() == Some(true) {
             // Only the DaemonSet's own mounts are writable: no tmpfs of podman's on /run, /tmp.
             self.options
@@ -85,6 +91,23 @@ impl Pod {
         if security["seccompProfile"]["type"].as_str() != Some("RuntimeDefault") {
             bail!("the DaemonSet's seccomp profile is not RuntimeDefault: update the image check");
         }
+        Ok(())
+    }
+
+    /// The memory and CPU limits (the BPF maps are charged to the memory one).
+    fn limits(&mut self, limits: &Yaml) -> anyhow::Result<()> {
+        let memory = text(&limits["memory"])?;
+        let mib = memory
+            .strip_suffix("Mi")
+            .with_context(|| format!("memory limit {memory} is not in Mi"))?;
+        self.options.push(format!("--memory={mib}m"));
+        let cpu = text(&limits["cpu"])?;
+        let millicores: u32 = cpu
+            .strip_suffix('m')
+            .and_then(|m| m.parse().ok())
+            .with_context(|| format!("CPU limit {cpu} is not in millicores"))?;
+        self.options
+            .push(format!("--cpus={}", f64::from(millicores) / 1000.0));
         Ok(())
     }
 
@@ -224,10 +247,13 @@ mod tests {
                 "--cap-add=SYS_PTRACE",
                 "--cap-add=DAC_READ_SEARCH",
                 "--pid=host",
+                "--network=none",
                 "--read-only",
                 "--read-only-tmpfs=false",
                 "--user=0:0",
                 "--security-opt=apparmor=unconfined",
+                "--memory=256m",
+                "--cpus=0.5",
                 "--env=SOCKWATCH_LOG=info",
                 "--env=NODE_NAME=node-1",
                 "--volume=/sys/kernel/btf:/sys/kernel/btf:ro",
