@@ -212,6 +212,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 "--check runs the image here: build it for {} to check it",
                 Arch::host()
             );
+            anyhow::ensure!(
+                !check || cmd::is_root(),
+                "--check runs the image as the DaemonSet does (host pid namespace, BPF): run it \
+                 as root"
+            );
             let reference = image::build(arch)?;
             if check {
                 image::check::run(&reference)?;
