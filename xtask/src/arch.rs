@@ -39,6 +39,14 @@ impl Arch {
         }
     }
 
+    /// `e_machine` of its ELF executables (`EM_X86_64`, `EM_AARCH64`).
+    pub fn elf_machine(self) -> u16 {
+        match self {
+            Arch::X86_64 => 62,
+            Arch::Aarch64 => 183,
+        }
+    }
+
     /// `GOARCH` for the Go listener the guest runs.
     pub fn go_arch(self) -> &'static str {
         match self {

@@ -6,6 +6,7 @@ mod cmd;
 mod fuzz;
 mod headroom;
 mod healthy;
+mod image;
 mod initramfs;
 mod kernels;
 mod setup;
@@ -33,8 +34,8 @@ struct Cli {
 enum Command {
     /// Install what is missing for building (Debian packages, nightly's rust-src, bpf-linker).
     Setup {
-        /// Also what the QEMU tests need: QEMU, busybox, cpio and Debian's kernels (5.10 from
-        /// Debian 11, 6.1 and 6.12 from Debian 12).
+        /// Also what the rest of the suite needs: QEMU, busybox, cpio and Debian's kernels (5.10
+        /// from Debian 11, 6.1 and 6.12 from Debian 12) for the guests, podman for the image.
         #[arg(long)]
         vm: bool,
     },
@@ -44,6 +45,22 @@ enum Command {
         /// The architecture to build for; this machine's by default.
         #[arg(long, value_enum)]
         target: Option<Arch>,
+        /// Link glibc statically, for an image with nothing beside the binary (the arm64
+        /// build always is).
+        #[arg(long = "static")]
+        static_libc: bool,
+    },
+    /// Build the agent's OCI image with podman from the static binary on an empty base
+    /// (deploy/Containerfile; nothing pulled from a registry); prints the image's reference.
+    Image {
+        /// The architecture to build for; this machine's by default.
+        #[arg(long, value_enum)]
+        target: Option<Arch>,
+        /// Then run it under podman as the DaemonSet runs it (the suite's image step): `check`
+        /// exits 0, `run` reports a bind made on this machine (root; this machine's
+        /// architecture only).
+        #[arg(long)]
+        check: bool,
     },
     /// Set up, build the agent (release) and run it with these arguments: `cargo xtask run -- run`.
     Run {
@@ -162,13 +179,51 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Setup { vm } => {
             let fetch = vm::Plan::fetch(&vm::Plan::suite(&Series::ALL, &[]));
             setup::setup(&if vm {
-                setup::Wanted::guests(&fetch)
+                setup::Wanted {
+                    image: true,
+                    ..setup::Wanted::guests(&fetch)
+                }
             } else {
                 setup::Wanted::default()
             })?;
             Ok(true)
         }
-        Command::Build { target } => build(target.unwrap_or_else(Arch::host)),
+        Command::Build {
+            target,
+            static_libc,
+        } => {
+            let arch = target.unwrap_or_else(Arch::host);
+            setup::setup(&setup::Wanted {
+                cross: vec![arch],
+                ..setup::Wanted::default()
+            })?;
+            let linking = if static_libc {
+                Linking::Static
+            } else {
+                Linking::Default
+            };
+            println!("{}", build(arch, linking)?.display());
+            Ok(true)
+        }
+        Command::Image { target, check } => {
+            let arch = target.unwrap_or_else(Arch::host);
+            anyhow::ensure!(
+                !check || arch == Arch::host(),
+                "--check runs the image here: build it for {} to check it",
+                Arch::host()
+            );
+            anyhow::ensure!(
+                !check || cmd::is_root(),
+                "--check runs the image as the DaemonSet does (host pid namespace, BPF): run it \
+                 as root"
+            );
+            let reference = image::build(arch)?;
+            if check {
+                image::check::run(&reference)?;
+            }
+            println!("{reference}");
+            Ok(true)
+        }
         Command::Run { args } => run_agent(args),
         Command::Test(a) => Ok(suite::run(
             &a.plans(true)?,
@@ -211,13 +266,19 @@ fn run_agent(args: Vec<OsString>) -> anyhow::Result<bool> {
     Err(err).with_context(|| format!("cannot execute {}", bin.display()))
 }
 
-/// `cargo xtask build`: the release agent for `arch`, its eBPF object built for that
-/// architecture by the same build script.
-fn build(arch: Arch) -> anyhow::Result<bool> {
-    setup::setup(&setup::Wanted {
-        guests: None,
-        cross: vec![arch],
-    })?;
+/// How `build` links the C library.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Linking {
+    /// This machine's build links glibc dynamically; a cross-build for arm64 statically
+    /// (`.cargo/config.toml`).
+    Default,
+    /// glibc linked in for every architecture: the image's binary, alone on an empty base.
+    Static,
+}
+
+/// `cargo xtask build` once set up: the release agent for `arch`, its eBPF object built for
+/// that architecture by the same build script; the binary's path.
+pub fn build(arch: Arch, linking: Linking) -> anyhow::Result<std::path::PathBuf> {
     let mut build = cmd::cargo();
     build.args([
         "build",
@@ -229,11 +290,19 @@ fn build(arch: Arch) -> anyhow::Result<bool> {
         "sockwatch",
     ]);
     let mut dir = cmd::target_dir();
-    if arch != Arch::host() {
+    // With `--target`, the flags reach the target's crates only, not the build scripts and
+    // proc-macros (which cannot link glibc statically).
+    if arch != Arch::host() || linking == Linking::Static {
         build.args(["--target", arch.rust_target()]);
         dir.push(arch.rust_target());
     }
+    if linking == Linking::Static {
+        let triple = arch.rust_target().to_uppercase().replace('-', "_");
+        build.env(
+            format!("CARGO_TARGET_{triple}_RUSTFLAGS"),
+            "-C target-feature=+crt-static",
+        );
+    }
     cmd::run(&mut build)?;
-    println!("{}", dir.join("release/sockwatch").display());
-    Ok(true)
+    Ok(dir.join("release/sockwatch"))
 }

@@ -50,6 +50,9 @@ const TESTED_NIGHTLY: &str = "nightly-2026-05-19";
 /// glibc it links statically (only a Recommends of the linker's package, which apt here does
 /// not install: without it the link finds no crt1.o and no -lc).
 const AARCH64_BUILD_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"];
+/// What `cargo xtask image` and the suite's image step need: podman, and runc as its runtime
+/// (crun 1.8 refuses to start anything on a node with cgroup v1 and v2 mounted side by side).
+const IMAGE_PACKAGES: &[&str] = &["podman", "runc"];
 /// What the arm64 guests need beyond the x86-64 ones.
 const AARCH64_VM_PACKAGES: &[&str] = &["qemu-system-arm"];
 
@@ -66,6 +69,8 @@ pub struct Wanted<'a> {
     pub guests: Option<&'a [(Arch, Vec<Series>)]>,
     /// Cross-building for these architectures (their guests imply them).
     pub cross: Vec<Arch>,
+    /// Building and running the agent's image.
+    pub image: bool,
 }
 
 impl<'a> Wanted<'a> {
@@ -73,6 +78,7 @@ impl<'a> Wanted<'a> {
         Wanted {
             guests: Some(guests),
             cross: guests.iter().map(|(a, _)| *a).collect(),
+            image: false,
         }
     }
 }
@@ -89,6 +95,9 @@ pub fn setup(wanted: &Wanted) -> anyhow::Result<Ready> {
     let mut packages = BUILD_PACKAGES.to_vec();
     if wanted.guests.is_some() {
         packages.extend_from_slice(VM_PACKAGES);
+    }
+    if wanted.image {
+        packages.extend_from_slice(IMAGE_PACKAGES);
     }
     if cross.contains(&Arch::Aarch64) {
         packages.extend_from_slice(AARCH64_BUILD_PACKAGES);

@@ -6,8 +6,9 @@ use std::{
 };
 
 use crate::{
+    Linking,
     arch::Arch,
-    cmd, fuzz, headroom, healthy,
+    cmd, fuzz, headroom, healthy, image,
     setup::{self, Ready},
     soak,
     testrun::{self, Counts},
@@ -103,7 +104,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     let mut results = Results::default();
     step("setup --vm", &mut || {
         let fetch = vm::Plan::fetch(plans);
-        ready = Some(setup::setup(&setup::Wanted::guests(&fetch))?);
+        ready = Some(setup::setup(&setup::Wanted {
+            image: true,
+            ..setup::Wanted::guests(&fetch)
+        })?);
         Ok(())
     });
     step("cargo fmt --check", &mut || {
@@ -167,6 +171,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             &mut results,
         )
     });
+    step(
+        "image: built, run under podman as the DaemonSet runs it",
+        &mut || image_step(plans),
+    );
     step("verifier table (docs/VERIFIER.md)", &mut || {
         let guests: usize = plans.iter().map(|p| p.series.len()).sum();
         headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
@@ -210,6 +218,26 @@ fn clippy_ebpf() -> anyhow::Result<()> {
             .env_remove("RUSTC_WORKSPACE_WRAPPER")
             .env_remove("RUSTUP_TOOLCHAIN");
         cmd::run(&mut c)?;
+    }
+    Ok(())
+}
+
+/// The agent's image for this machine (its static build) run under podman with the
+/// DaemonSet's settings, and the arm64 image from the static binary the arm64 guests ran
+/// (built, not run: the image layer costs a second).
+fn image_step(plans: &[vm::Plan]) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let bin = crate::build(Arch::host(), Linking::Static)?;
+    let reference = image::build_from(Arch::host(), &bin)?;
+    println!(
+        "xtask: image: {reference} built in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    image::check::run(&reference)?;
+    if plans.iter().any(|p| p.arch == Arch::Aarch64) && Arch::host() != Arch::Aarch64 {
+        let guests = cmd::target_dir().join(Arch::Aarch64.rust_target());
+        let arm64 = image::build_from(Arch::Aarch64, &guests.join("release/sockwatch"))?;
+        println!("xtask: image: {arm64} built from the arm64 guests' agent");
     }
     Ok(())
 }
