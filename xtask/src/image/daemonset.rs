@@ -255,6 +255,7 @@ mod tests {
                 "--memory=256m",
                 "--cpus=0.5",
                 "--env=SOCKWATCH_LOG=info",
+                "--env=SOCKWATCH_LOG_FORMAT=text",
                 "--env=NODE_NAME=node-1",
                 "--volume=/sys/kernel/btf:/sys/kernel/btf:ro",
                 "--volume=/sys/kernel/tracing:/sys/kernel/tracing:rw",
