@@ -120,18 +120,30 @@ pub fn timeline(a: &PathAnswer) -> Vec<String> {
                 .map(|s| now(s, &names, a.boot_to_wall_ns, on_disk)),
         );
     }
-    lines.extend(a.on_disk.as_ref().map(|d| at_the_path(d, &a.sockets)));
+    let socket_file = |file| known_socket_file(file, &a.sockets);
+    lines.extend(a.on_disk.as_ref().map(|d| at_the_path(d, socket_file)));
     lines
 }
 
-/// What is at the path now, from the filesystem; a socket file is live when a socket the
-/// agent knows is bound to it.
-fn at_the_path(on_disk: &OnDisk, sockets: &[SocketView]) -> String {
-    let OnDisk::Socket { file } = on_disk else {
-        return not_a_socket_file(on_disk);
-    };
-    let f = inode(*file);
-    match sockets.iter().find(|s| s.state.file == *file) {
+/// The `now:` line of what is at the path, from the filesystem; `socket_file` tells a socket
+/// file there as the source of the answer knows it.
+fn at_the_path(on_disk: &OnDisk, socket_file: impl Fn(FileId) -> String) -> String {
+    match on_disk {
+        OnDisk::Absent => "now: the path does not exist".into(),
+        OnDisk::Socket { file } => socket_file(*file),
+        OnDisk::Other { file_type } => {
+            format!("now: the path is {}, not a socket file", file_type.noun())
+        }
+        OnDisk::Unreadable { error } => {
+            format!("now: the path could not be looked up: {}", quote(error))
+        }
+    }
+}
+
+/// A socket file at the path: live when a socket the agent knows is bound to it.
+fn known_socket_file(file: FileId, sockets: &[SocketView]) -> String {
+    let f = inode(file);
+    match sockets.iter().find(|s| s.state.file == file) {
         Some(s) if s.state.is_live() => {
             format!("now: the path is socket file inode {f}, bound to a live socket")
         }
@@ -143,20 +155,6 @@ fn at_the_path(on_disk: &OnDisk, sockets: &[SocketView]) -> String {
             "now: the path is socket file inode {f}, of no socket the agent knows (bound \
              before it started, or outside its watches)"
         ),
-    }
-}
-
-/// The `now:` line of a path where no socket file is.
-fn not_a_socket_file(on_disk: &OnDisk) -> String {
-    match on_disk {
-        OnDisk::Absent => "now: the path does not exist".into(),
-        OnDisk::Other { file_type } => {
-            format!("now: the path is {}, not a socket file", file_type.noun())
-        }
-        OnDisk::Unreadable { error } => {
-            format!("now: the path could not be looked up: {}", quote(error))
-        }
-        OnDisk::Socket { .. } => unreachable!("a socket file is told by at_the_path"),
     }
 }
 
@@ -447,23 +445,21 @@ pub fn scanned(path: &str, report: &ScanReport, on_disk: &OnDisk) -> Vec<String>
         lines.push("now: no socket is bound at the path".into());
     }
     lines.extend(here);
-    lines.push(scanned_at_the_path(on_disk, report));
+    lines.push(at_the_path(on_disk, |file| {
+        scanned_socket_file(file, report)
+    }));
     let findings = finding_lines(&report.findings.about(path));
     lines.extend(findings.into_iter().map(|f| format!("finding: {f}")));
     lines
 }
 
-/// What is at the path now, from the filesystem; a socket file is live when the scan found a
-/// socket bound to it.
-fn scanned_at_the_path(on_disk: &OnDisk, report: &ScanReport) -> String {
-    let OnDisk::Socket { file } = on_disk else {
-        return not_a_socket_file(on_disk);
-    };
-    let f = inode(*file);
+/// A socket file at the path: live when the scan found a socket bound to it.
+fn scanned_socket_file(file: FileId, report: &ScanReport) -> String {
+    let f = inode(file);
     let bound = report.sockets.iter().any(|s| {
         s.file.is_some_and(|b| match s.ino_low32 {
             true => b.dev == file.dev && b.ino == u64::from(file.ino as u32),
-            false => b == *file,
+            false => b == file,
         })
     });
     match bound {
