@@ -44,6 +44,11 @@ impl Engine {
             return;
         }
         let entry = file.and_then(|f| self.sockets.get(&f).map(|s| (f, s.is_live())));
+        // A file the engine tracks was bound in scope; another is judged by the path.
+        if entry.is_none() && !self.scope.covers(path) {
+            self.counters.ignored.connect_outside_watch += 1;
+            return;
+        }
         // A listening target is a bound one.
         let bound = view.bound.or(view.listening.filter(|l| *l));
         let decided_by = match (bound, entry) {
@@ -73,11 +78,6 @@ impl Engine {
                 return;
             }
         };
-        // A file the engine tracks was bound in scope; another is judged by the path.
-        if entry.is_none() && !self.scope.covers(path) {
-            self.counters.ignored.connect_outside_watch += 1;
-            return;
-        }
         let known = entry.and_then(|(f, _)| self.sockets.get(&f));
         let kind = stale_kind(view.nlink, known);
         out.push(Verdict::StaleConnect {
@@ -174,7 +174,15 @@ mod tests {
             e.apply(&refused_at_dead_file(5, "/run/sibling/dead.sock"))
                 .is_empty()
         );
-        assert_eq!(e.stats().ignored.connect_outside_watch, 1);
+        assert!(
+            e.apply(&refused_unresolved(5, "/run/sibling/view.sock"))
+                .is_empty()
+        );
+        let ignored = e.stats().ignored;
+        assert_eq!(
+            (ignored.connect_outside_watch, ignored.connect_undecided),
+            (2, 0)
+        );
         let inside = e.apply(&refused_at_dead_file(6, "/run/w/dead.sock"));
         assert!(
             matches!(

@@ -33,8 +33,8 @@ pub struct IgnoredCounters {
     pub unlink_ambiguous: u64,
     /// ECONNREFUSED on a file the engine does not know, without the kernel's view of it.
     pub connect_undecided: u64,
-    /// ECONNREFUSED on a file the engine does not track, at a path outside every watched
-    /// directory.
+    /// ECONNREFUSED on a file the engine does not track (or no file named), at a path
+    /// outside every watched directory: counted here, not as an errno or undecided.
     pub connect_outside_watch: u64,
     /// Scanned sockets without a file identity.
     pub scan_without_file: u64,
