@@ -18,6 +18,11 @@ pub const LIVE: &str = "LIVE";
 pub const LIVE_CAPACITY: u32 = 65_536;
 /// Hashes of the base names of live sockets' files: the tracepoint tier's filter.
 pub const LIVE_NAMES: &str = "LIVE_NAMES";
+/// Hashes of the base names of the files of sockets released lately (LRU): the tracepoint
+/// tier's filter also passes their removal, a daemon's cleanup after its close.
+pub const RELEASED_NAMES: &str = "RELEASED_NAMES";
+/// Entries `RELEASED_NAMES` holds: the latest releases, the oldest forgotten first.
+pub const RELEASED_NAMES_CAPACITY: u32 = 4_096;
 /// Processes that hold (or descend from a holder of) a live socket: fork/exit filter.
 pub const TRACKED: &str = "TRACKED";
 /// Entries `TRACKED` holds.

@@ -6,7 +6,7 @@ use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot
 use crate::{
     counters::count,
     current,
-    maps::{LIVE, LIVE_NAMES, TRACKED},
+    maps::{LIVE, LIVE_NAMES, RELEASED_NAMES, TRACKED},
     record::Pending,
     shim::{self, Dentry, File},
     watch,
@@ -68,6 +68,9 @@ pub fn released(file: &File) -> Option<LiveSock> {
     }
     let _ = LIVE.remove(id);
     drop_name(live.name_hash);
+    // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
+    // removal of it, is still news to the engine.
+    let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
     Some(live)
 }
 
@@ -166,10 +169,10 @@ fn drop_name(hash: u64) {
     }
 }
 
-/// Is a live socket's file named like the last component of this path? The tracepoint
-/// tier's filter for unlinks and renames, which cannot see inodes.
+/// Is a live (or lately released) socket's file named like the last component of this
+/// path? The tracepoint tier's filter for unlinks and renames, which cannot see inodes.
 #[inline(always)]
 pub fn name_is_live(hash: u64) -> bool {
-    // SAFETY: only presence is tested; the value is never read.
-    unsafe { LIVE_NAMES.get(hash) }.is_some()
+    // SAFETY: only presence is tested; the values are never read.
+    unsafe { LIVE_NAMES.get(hash).is_some() || RELEASED_NAMES.get(hash).is_some() }
 }

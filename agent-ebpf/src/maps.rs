@@ -33,6 +33,11 @@ pub static LIVE: HashMap<FileId, LiveSock> = HashMap::with_max_entries(maps::LIV
 #[map(name = "LIVE_NAMES")]
 pub static LIVE_NAMES: HashMap<u64, u64> = HashMap::with_max_entries(maps::LIVE_CAPACITY, 0);
 
+/// name hash -> 1 for the files of sockets released lately (see `live::released`).
+#[map(name = "RELEASED_NAMES")]
+pub static RELEASED_NAMES: LruHashMap<u64, u8> =
+    LruHashMap::with_max_entries(maps::RELEASED_NAMES_CAPACITY, 0);
+
 /// tgid -> 1 for processes that bound a live socket or descend from one.
 #[map(name = "TRACKED")]
 pub static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(maps::TRACKED_CAPACITY, 0);

@@ -53,9 +53,23 @@ pub enum Command {
 pub struct ReplayArgs {
     /// The event log; `-` is stdin.
     pub file: PathBuf,
-    /// The takeover window the recording agent ran with (its `--takeover-window`).
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = config::parse_takeover_window, env = "SOCKWATCH_TAKEOVER_WINDOW")]
-    pub takeover_window: std::time::Duration,
+    /// The recording agent's settings file (TOML): its watches and takeover window are
+    /// used. Flags override it.
+    #[arg(long, value_name = "FILE", env = "SOCKWATCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The directories the recording agent watched (its `--watch`): as `run`, no verdict
+    /// about a path outside them. Default: every path.
+    #[arg(
+        long = "watch",
+        value_name = "[NAME=]DIR",
+        env = "SOCKWATCH_WATCH",
+        value_delimiter = ','
+    )]
+    pub watch: Vec<WatchConfig>,
+    /// The takeover window the recording agent ran with (its `--takeover-window`). Default
+    /// 3s.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_takeover_window, env = "SOCKWATCH_TAKEOVER_WINDOW")]
+    pub takeover_window: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -345,7 +359,15 @@ mod tests {
             panic!("not replay")
         };
         assert_eq!(a.file, PathBuf::from("/tmp/log.jsonl"));
-        assert_eq!(a.takeover_window, std::time::Duration::from_secs(3));
+        assert_eq!(a.takeover_window, None);
+        assert!(a.watch.is_empty());
+        let Command::Replay(a) = parse(&["replay", "-", "--watch", "/run/a"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not replay")
+        };
+        assert_eq!(a.watch[0].path, PathBuf::from("/run/a"));
         assert!(parse(&["replay"]).is_err());
     }
 

@@ -464,3 +464,67 @@ fn names_with_a_newline_or_an_escape_are_quoted_on_one_line() {
         "{scanned:#?}"
     );
 }
+
+/// A daemon closes its listener, then removes its own file: no verdict, a quiet cleanup in the
+/// timeline, and `explain` (from the agent, then from a scan) says what the filesystem says
+/// now: the path does not exist.
+#[test]
+fn an_owners_close_then_unlink_is_a_quiet_cleanup_and_explain_says_the_path_is_gone() {
+    if !root("readable_cleanup") {
+        return;
+    }
+    let tmp = tempdir();
+    let sock = tmp.path().join("daemon.sock");
+    let (agent, addr) = text_agent(tmp.path());
+    let mut a = Actor::spawn();
+    let a_name = actor_named(&mut a);
+    let h = a.must(&format!("listen-on {}", s(&sock)));
+    let file = inode(stat_id(&sock));
+    a.must(&format!("close {h}"));
+    a.must(&format!("unlink {}", s(&sock)));
+
+    let cleanup =
+        format!("{a_name} removed inode {file}, the file of its own closed socket: a cleanup");
+    let deadline = std::time::Instant::now() + patience();
+    let timeline = loop {
+        let lines = explain(&sock, addr);
+        if lines.iter().any(|l| l.ends_with(&cleanup)) || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    eprintln!("explain printed:\n{}", timeline.join("\n"));
+    let (bound, listens, closed) = (
+        format!("{a_name} bound the path: inode {file}"),
+        format!("{a_name} listens on inode {file}"),
+        format!("{a_name} closed the socket of inode {file}"),
+    );
+    let gone = format!("now: inode {file} is gone: its socket closed, its file removed");
+    in_order(
+        &timeline,
+        &[
+            ("the bind", &|l| l == bound),
+            ("the listen", &|l| l == listens),
+            ("the close", &|l| l == closed),
+            ("the cleanup", &|l| l == cleanup),
+            ("the socket now", &|l| l == gone),
+        ],
+    );
+    assert_eq!(
+        timeline.last().map(String::as_str),
+        Some("now: the path does not exist")
+    );
+    let lines = agent.stop_text();
+    let about: Vec<&String> = lines.iter().filter(|l| l.contains(s(&sock))).collect();
+    assert!(about.is_empty(), "a cleanup is no verdict: {about:#?}");
+
+    let scanned = explain(&sock, free_addr());
+    eprintln!("explain without an agent printed:\n{}", scanned.join("\n"));
+    assert_eq!(
+        scanned[1..],
+        [
+            "now: no socket is bound at the path",
+            "now: the path does not exist"
+        ]
+    );
+}

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use crate::{
     cli::ExplainArgs,
     http::client,
-    scan::{self, ScanOptions, ScanReport},
+    scan::{self, OnDisk, ScanOptions, ScanReport},
     text::{
         Format,
         timeline::{self, PathAnswer},
@@ -47,15 +47,17 @@ fn from_agent(body: &str, format: Format) -> anyhow::Result<Vec<String>> {
     })
 }
 
-/// What the scan shows at `path`: one JSON object, or lines.
+/// What the scan shows at `path`, and what is there on the filesystem now: one JSON object,
+/// or lines.
 fn from_scan(path: &str, report: &ScanReport, format: Format) -> Vec<String> {
+    let on_disk = OnDisk::read(path);
     match format {
-        Format::Json => vec![scan_json(path, report).to_string()],
-        Format::Text => timeline::scanned(path, report),
+        Format::Json => vec![scan_json(path, report, &on_disk).to_string()],
+        Format::Text => timeline::scanned(path, report, &on_disk),
     }
 }
 
-fn scan_json(path: &str, report: &ScanReport) -> serde_json::Value {
+fn scan_json(path: &str, report: &ScanReport, on_disk: &OnDisk) -> serde_json::Value {
     let sockets: Vec<serde_json::Value> = report
         .sockets
         .iter()
@@ -71,5 +73,11 @@ fn scan_json(path: &str, report: &ScanReport) -> serde_json::Value {
         })
         .collect();
     let findings = scan::report::to_json(report);
-    serde_json::json!({ "source": "scan", "path": path, "sockets": sockets, "scan": findings })
+    serde_json::json!({
+        "source": "scan",
+        "path": path,
+        "sockets": sockets,
+        "on_disk": on_disk,
+        "scan": findings,
+    })
 }

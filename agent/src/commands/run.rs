@@ -43,11 +43,6 @@ fn settle(args: &RunArgs) -> anyhow::Result<Config> {
     Ok(merged)
 }
 
-/// The takeover window in the engine's unit (boot-clock ns).
-fn window_ns(config: &Config) -> u64 {
-    u64::try_from(config.takeover_window.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP reopens the events file.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Until the handler that reopens the events file is installed: a logrotate's SIGHUP
@@ -84,7 +79,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.probes(&probes.report);
     let guard_state = guard::start(&mut probes, &config, &metrics)?;
     let reader = probes.events()?;
-    let engine = Engine::new(Limits::default())?.with_takeover_window(window_ns(&config));
+    let engine = Engine::new(Limits::default())?
+        .with_takeover_window(config.takeover_window_ns())
+        .with_scope(config.scope());
     let mut pipeline = Pipeline::live(engine, out, probes.live_table()?);
     pipeline.filter_output(config.events_filter);
     if probes.coverage.missing().contains(&Hook::Release) {

@@ -431,6 +431,16 @@ impl Config {
             .map_or("", |w| w.name.as_str())
     }
 
+    /// The engine's scope: the watched directories (none: the whole node).
+    pub fn scope(&self) -> crate::engine::Scope {
+        crate::engine::Scope::watching(self.watches.iter().map(|w| w.path.clone()))
+    }
+
+    /// The takeover window in the engine's unit (boot-clock ns).
+    pub fn takeover_window_ns(&self) -> u64 {
+        u64::try_from(self.takeover_window.as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// The guard settings of each guard slot: slot 0 is the top level, slot `i + 1` watch `i`.
     pub fn guard_slots(&self) -> Vec<GuardConfig> {
         let watches = self.watches.iter().map(|w| w.guard.over(&self.guard));

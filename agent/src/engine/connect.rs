@@ -44,6 +44,11 @@ impl Engine {
             return;
         }
         let entry = file.and_then(|f| self.sockets.get(&f).map(|s| (f, s.is_live())));
+        // A file the engine tracks was bound in scope; another is judged by the path.
+        if entry.is_none() && !self.scope.covers(path) {
+            self.counters.ignored.connect_outside_watch += 1;
+            return;
+        }
         // A listening target is a bound one.
         let bound = view.bound.or(view.listening.filter(|l| *l));
         let decided_by = match (bound, entry) {
@@ -154,6 +159,63 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(e.stats().ignored.connect_undecided, 1);
+    }
+
+    /// A refusal the kernel saw as unbound, at a file it resolved.
+    fn refused_at_dead_file(ts_ns: u64, path: &str) -> Input {
+        super::super::tests::connect_seen(ts_ns, &c(), path, 111, fid(9), (1, false, false))
+    }
+
+    #[test]
+    fn a_stale_connect_to_an_untracked_file_outside_the_watches_is_no_verdict() {
+        let scope = super::super::Scope::watching(["/run/w".into()]);
+        let mut e = engine().with_scope(scope);
+        assert!(
+            e.apply(&refused_at_dead_file(5, "/run/sibling/dead.sock"))
+                .is_empty()
+        );
+        assert!(
+            e.apply(&refused_unresolved(5, "/run/sibling/view.sock"))
+                .is_empty()
+        );
+        let ignored = e.stats().ignored;
+        assert_eq!(
+            (ignored.connect_outside_watch, ignored.connect_undecided),
+            (2, 0)
+        );
+        let inside = e.apply(&refused_at_dead_file(6, "/run/w/dead.sock"));
+        assert!(
+            matches!(
+                inside.as_slice(),
+                [Verdict::StaleConnect { kind: StaleKind::DeadListener, file: Some(f), .. }]
+                    if *f == fid(9)
+            ),
+            "{inside:?}"
+        );
+    }
+
+    #[test]
+    fn a_tracked_socket_reached_by_a_path_outside_the_watches_stays_in_scope() {
+        let scope = super::super::Scope::watching(["/run/w".into()]);
+        let mut e = engine().with_scope(scope);
+        e.apply(&super::super::tests::bind(1, &a(), fid(1), 11, P));
+        e.apply(&listen(2, &a(), fid(1), 11));
+        e.apply(&unlink_path(3, &b(), P));
+        e.apply(&release(4, &a(), fid(1), 11));
+        let out = e.apply(&super::super::tests::connect_seen(
+            5,
+            &c(),
+            "/elsewhere/view.sock",
+            111,
+            fid(1),
+            (0, false, false),
+        ));
+        assert!(
+            out.iter()
+                .any(|v| matches!(v, Verdict::StaleConnect { .. })),
+            "a bind mount of a watched file: {out:?}"
+        );
+        assert_eq!(e.stats().ignored.connect_outside_watch, 0);
     }
 
     #[test]

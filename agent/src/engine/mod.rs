@@ -32,6 +32,7 @@ pub mod model;
 mod owners;
 mod removal;
 mod scan;
+mod scope;
 pub mod sockets;
 pub mod stats;
 mod takeover;
@@ -47,6 +48,7 @@ pub use model::{
     Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp,
     ScanSnapshot, ScannedSocket, Workload,
 };
+pub use scope::Scope;
 pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};
 pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts};
 pub use verdict::{CloseReason, DecidedBy, Guarded, OrphanCause, Relation, StaleKind, Verdict};
@@ -117,6 +119,8 @@ pub struct Engine {
     owners: Owners,
     pending: PendingRemovals,
     counters: Counters,
+    /// The watched directories, for what the kernel could not keep to them.
+    scope: Scope,
 }
 
 impl Engine {
@@ -135,6 +139,7 @@ impl Engine {
             owners: Owners::new(limits.max_procs),
             pending: PendingRemovals::new(limits.max_pending_removals, DEFAULT_TAKEOVER_WINDOW_NS),
             counters: Counters::default(),
+            scope: Scope::default(),
         })
     }
 
@@ -143,6 +148,13 @@ impl Engine {
     #[must_use]
     pub fn with_takeover_window(mut self, window_ns: u64) -> Self {
         self.pending.window_ns = window_ns;
+        self
+    }
+
+    /// Keeps verdicts to the watched directories (see [`Scope`]); by default the whole node.
+    #[must_use]
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
         self
     }
 

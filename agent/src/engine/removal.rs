@@ -340,6 +340,8 @@ impl Engine {
             // A dead socket's file: cleanup, whoever does it.
             self.counters.quiet.stale_file_removed += 1;
             self.mark_removed(file, ts_ns, actor, removal_how, None);
+            self.sockets
+                .record(&file, ts_ns, actor.tgid, HistoryEvent::CleanedUp);
             return;
         }
         // Another name of a file whose path is gone already (HAProxy's `.bak` link of the

@@ -104,6 +104,8 @@ pub enum HistoryEvent {
     FdReceived,
     Forked,
     OwnerUnlink,
+    /// The file of a closed socket was removed (or renamed over): a cleanup, whoever made it.
+    CleanedUp,
     /// One of several names of the file was removed (S20).
     LinkRemoved,
     ForeignUnlink,

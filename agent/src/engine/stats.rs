@@ -33,6 +33,9 @@ pub struct IgnoredCounters {
     pub unlink_ambiguous: u64,
     /// ECONNREFUSED on a file the engine does not know, without the kernel's view of it.
     pub connect_undecided: u64,
+    /// ECONNREFUSED on a file the engine does not track (or no file named), at a path
+    /// outside every watched directory: counted here, not as an errno or undecided.
+    pub connect_outside_watch: u64,
     /// Scanned sockets without a file identity.
     pub scan_without_file: u64,
     /// Scanned sockets outside every watched path that the engine did not track already.

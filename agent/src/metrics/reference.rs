@@ -130,8 +130,10 @@ pub fn reference_markdown() -> String {
     md.push_str("\n## Label values\n\n| label | values |\n| --- | --- |\n");
     let _ = writeln!(
         md,
-        "| watch | a configured watch name; `{NO_WATCH}` outside every watch (or without \
-         watches); `{OTHER_WATCH}` past {WATCH_LABELS} names |"
+        "| watch | a configured watch name; `{NO_WATCH}` without watches, or for a watched \
+         socket named by a path outside every watch (a client's bind-mounted view of its file, \
+         a file moved out: nothing outside the watches is reported otherwise); `{OTHER_WATCH}` \
+         past {WATCH_LABELS} names |"
     );
     let _ = writeln!(md, "| map | a kernel map name (at most {MAX_MAPS}) |");
     let _ = writeln!(

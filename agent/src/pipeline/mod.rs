@@ -276,8 +276,8 @@ impl Pipeline {
     fn emit(&mut self, verdicts: Vec<Verdict>) -> io::Result<()> {
         for v in verdicts {
             if self.live.is_some() && !still_on_disk(&v) {
-                // The tracepoint tier cannot see an unlink once the socket was closed (its
-                // name is no longer live): a file that is gone is not stale.
+                // The tracepoint tier misses an unlink once the closed socket's name left
+                // the kernel's released names: a file that is gone is not stale.
                 continue;
             }
             if self.releases_unseen && !still_open(&v) {
@@ -388,7 +388,8 @@ impl Pipeline {
     }
 
     /// What `explain` reads about `path`: the engine's sockets there with their owners and
-    /// history, and the kept verdicts about them, timed by the clocks as of now.
+    /// history, the kept verdicts about them, timed by the clocks as of now, and what is at
+    /// the path on the filesystem now.
     pub fn path_answer(&self, path: &str) -> PathAnswer {
         let sockets = self
             .engine
@@ -400,7 +401,12 @@ impl Pipeline {
             })
             .collect();
         let at = (path, self.out.node());
-        PathAnswer::new(at, output::boot_to_wall_ns(), sockets, &self.recent)
+        let answer = PathAnswer::new(at, output::boot_to_wall_ns(), sockets, &self.recent);
+        // The agent's view of the node's files: only an absolute path is one to look up.
+        match path.starts_with('/') {
+            true => answer.on_disk(crate::scan::OnDisk::read(path)),
+            false => answer,
+        }
     }
 
     /// Reopens the events file when `trigger` asks for it (a no-op on stdout); a failed

@@ -72,7 +72,7 @@ pub use model::{
     System, Watched,
 };
 pub use procfd::Holder;
-pub use stat::Stat;
+pub use stat::{FileType, OnDisk, Stat};
 
 #[cfg(test)]
 mod tests;

@@ -22,8 +22,8 @@ use crate::{
     },
     quote::inert,
     scan::{
-        Counts, Findings, Holder, OrphanCause as ScanCause, OrphanedListener, ScanReport,
-        ScannedSocket, SocketFileMount, StaleBindMount, StaleCause, StaleSocketFile,
+        Counts, FileType, Findings, Holder, OnDisk, OrphanCause as ScanCause, OrphanedListener,
+        ScanReport, ScannedSocket, SocketFileMount, StaleBindMount, StaleCause, StaleSocketFile,
         report::finding_lines,
     },
 };
@@ -314,12 +314,13 @@ fn set_ts(v: &mut Verdict, ts: u64) {
     }
 }
 
-const HISTORY: [HistoryEvent; 20] = [
+const HISTORY: [HistoryEvent; 21] = [
     HistoryEvent::Bound,
     HistoryEvent::Listen,
     HistoryEvent::FdReceived,
     HistoryEvent::Forked,
     HistoryEvent::OwnerUnlink,
+    HistoryEvent::CleanedUp,
     HistoryEvent::LinkRemoved,
     HistoryEvent::ForeignUnlink,
     HistoryEvent::RemovalDenied,
@@ -485,6 +486,29 @@ fn report(u: &[String]) -> ScanReport {
     }
 }
 
+/// What the agent found at the path, by `pick`: nothing looked up, each kind, or an error
+/// holding one of the hostile strings.
+fn on_disk(u: &[String], pick: usize) -> Option<OnDisk> {
+    let file = FileId { dev: 2049, ino: 1 };
+    [
+        None,
+        Some(OnDisk::Absent),
+        Some(OnDisk::Socket { file }),
+        Some(OnDisk::Socket {
+            file: FileId { dev: 2049, ino: 77 },
+        }),
+        Some(OnDisk::Other {
+            file_type: FileType::Directory,
+        }),
+        Some(OnDisk::Unreadable {
+            error: u[4].clone(),
+        }),
+    ]
+    .into_iter()
+    .nth(pick)
+    .flatten()
+}
+
 /// `text` is one line a terminal shows as it is: no control, no line break of any kind.
 fn one_inert_line(text: &str) -> Result<(), TestCaseError> {
     prop_assert!(inert(text), "not inert: {text:?}");
@@ -505,8 +529,13 @@ proptest! {
     }
 
     #[test]
-    fn every_timeline_line_is_inert_one_per_step(u in strings(), omitted in 0usize..3) {
+    fn every_timeline_line_is_inert_one_per_step(
+        u in strings(),
+        omitted in 0usize..3,
+        disk in 0usize..6,
+    ) {
         let kept = verdicts(&u, 10_000);
+        let on_disk = on_disk(&u, disk);
         let answer = PathAnswer {
             path: u[11].clone(),
             node: u[15].clone(),
@@ -514,6 +543,7 @@ proptest! {
             sockets: sockets(&u),
             sockets_omitted: omitted,
             verdicts: kept,
+            on_disk: on_disk.clone(),
         };
         // As `explain` reads it: the agent's JSON answer.
         let served = serde_json::to_string(&answer).expect("serializes");
@@ -524,10 +554,11 @@ proptest! {
             one_inert_line(l)?;
         }
         // The heading, the note of left-out sockets, every history line, every verdict (none
-        // tells a history line: their times differ), one `now:` per socket.
+        // tells a history line: their times differ), one `now:` per socket, one for the path
+        // when the agent looked at it.
         let history: usize = answer.sockets.iter().map(|s| s.state.history.len()).sum();
         let want = 1 + usize::from(omitted > 0) + history + answer.verdicts.len()
-            + answer.sockets.len();
+            + answer.sockets.len() + usize::from(on_disk.is_some());
         prop_assert_eq!(lines.len(), want);
     }
 
@@ -539,12 +570,13 @@ proptest! {
         for l in &table {
             one_inert_line(l)?;
         }
-        let lines = scanned(&u[11], &r);
+        let error = OnDisk::Unreadable { error: u[4].clone() };
+        let lines = scanned(&u[11], &r, &error);
         for l in &lines {
             one_inert_line(l)?;
         }
         let about = finding_lines(&r.findings.about(&u[11])).len();
-        prop_assert_eq!(lines.len(), 1 + r.sockets.len() + about);
+        prop_assert_eq!(lines.len(), 2 + r.sockets.len() + about);
     }
 }
 

@@ -13,7 +13,7 @@ use super::{
 use crate::{
     engine::{FileId, HistoryEntry, HistoryEvent, OrphanCause, Proc, SocketState, Verdict},
     quote::quote,
-    scan::{Holder, ScanReport, report::finding_lines},
+    scan::{Holder, OnDisk, ScanReport, report::finding_lines},
 };
 
 /// Socket files an answer holds, the latest bound: a path bound anew at every restart would
@@ -34,6 +34,9 @@ pub struct PathAnswer {
     pub sockets_omitted: usize,
     /// The verdicts the agent keeps about the path or one of these files, oldest first.
     pub verdicts: Vec<Verdict>,
+    /// What is at the path as the agent answered (`lstat`); absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_disk: Option<OnDisk>,
 }
 
 /// One socket file as the engine knows it, with its owner set.
@@ -71,7 +74,15 @@ impl PathAnswer {
             sockets,
             sockets_omitted,
             verdicts,
+            on_disk: None,
         }
+    }
+
+    /// With what is at the path now, on the filesystem.
+    #[must_use]
+    pub fn on_disk(mut self, on_disk: OnDisk) -> Self {
+        self.on_disk = Some(on_disk);
+        self
     }
 }
 
@@ -96,15 +107,55 @@ pub fn timeline(a: &PathAnswer) -> Vec<String> {
              or its entries were evicted"
                 .into(),
         );
-        return lines;
+    } else {
+        lines.extend(
+            happenings(a, &names)
+                .into_iter()
+                .map(|(ts, what)| format!("{}  {what}", wall_of(ts, a.boot_to_wall_ns))),
+        );
+        let on_disk = a.on_disk.as_ref();
+        lines.extend(
+            a.sockets
+                .iter()
+                .map(|s| now(s, &names, a.boot_to_wall_ns, on_disk)),
+        );
     }
-    lines.extend(
-        happenings(a, &names)
-            .into_iter()
-            .map(|(ts, what)| format!("{}  {what}", wall_of(ts, a.boot_to_wall_ns))),
-    );
-    lines.extend(a.sockets.iter().map(|s| now(s, &names, a.boot_to_wall_ns)));
+    let socket_file = |file| known_socket_file(file, &a.sockets);
+    lines.extend(a.on_disk.as_ref().map(|d| at_the_path(d, socket_file)));
     lines
+}
+
+/// The `now:` line of what is at the path, from the filesystem; `socket_file` tells a socket
+/// file there as the source of the answer knows it.
+fn at_the_path(on_disk: &OnDisk, socket_file: impl Fn(FileId) -> String) -> String {
+    match on_disk {
+        OnDisk::Absent => "now: the path does not exist".into(),
+        OnDisk::Socket { file } => socket_file(*file),
+        OnDisk::Other { file_type } => {
+            format!("now: the path is {}, not a socket file", file_type.noun())
+        }
+        OnDisk::Unreadable { error } => {
+            format!("now: the path could not be looked up: {}", quote(error))
+        }
+    }
+}
+
+/// A socket file at the path: live when a socket the agent knows is bound to it.
+fn known_socket_file(file: FileId, sockets: &[SocketView]) -> String {
+    let f = inode(file);
+    match sockets.iter().find(|s| s.state.file == file) {
+        Some(s) if s.state.is_live() => {
+            format!("now: the path is socket file inode {f}, bound to a live socket")
+        }
+        Some(_) => format!(
+            "now: the path is socket file inode {f}, a stale one: its socket is closed, so \
+             connects are refused"
+        ),
+        None => format!(
+            "now: the path is socket file inode {f}, of no socket the agent knows (bound \
+             before it started, or outside its watches)"
+        ),
+    }
 }
 
 /// Every history line of every socket, and every verdict none of them tells, in time order.
@@ -119,7 +170,7 @@ fn happenings(a: &PathAnswer, names: &Names) -> Vec<(u64, String)> {
                     *told = true;
                     sentence(v)
                 }
-                None => plain(h, s.state.file, names),
+                None => plain(h, &s.state, names),
             };
             out.push((h.ts_ns, what));
         }
@@ -149,9 +200,9 @@ fn tells(v: &Verdict, h: &HistoryEntry, file: FileId) -> bool {
     }
 }
 
-/// A history line no kept verdict tells.
-fn plain(h: &HistoryEntry, file: FileId, names: &Names) -> String {
-    let (who, f) = (names.who(h.tgid), inode(file));
+/// A history line of socket file `st` no kept verdict tells.
+fn plain(h: &HistoryEntry, st: &SocketState, names: &Names) -> String {
+    let (who, f) = (names.who(h.tgid), inode(st.file));
     match h.event {
         HistoryEvent::Bound => format!("{who} bound the path: inode {f}"),
         HistoryEvent::Listen => format!("{who} listens on inode {f}"),
@@ -160,6 +211,13 @@ fn plain(h: &HistoryEntry, file: FileId, names: &Names) -> String {
         }
         HistoryEvent::Forked => format!("{who} inherited the socket of inode {f} by fork"),
         HistoryEvent::OwnerUnlink => format!("{who}, an owner, removed inode {f} from the path"),
+        HistoryEvent::CleanedUp => {
+            let whose = match was_owner(st, h.tgid) {
+                true => "its own closed socket",
+                false => "a closed socket",
+            };
+            format!("{who} removed inode {f}, the file of {whose}: a cleanup")
+        }
         HistoryEvent::LinkRemoved => {
             format!("{who} removed one name of inode {f}; another name leads to it")
         }
@@ -198,12 +256,27 @@ fn plain(h: &HistoryEntry, file: FileId, names: &Names) -> String {
     }
 }
 
-/// What holds now for one socket file.
-fn now(s: &SocketView, names: &Names, boot_to_wall_ns: i64) -> String {
+/// Did `tgid` bind or close the socket of `st`?
+fn was_owner(st: &SocketState, tgid: u32) -> bool {
+    let closer = st.released.as_ref().and_then(|r| r.by.as_ref());
+    st.binder.tgid == tgid || closer.is_some_and(|p| p.tgid == tgid)
+}
+
+/// What holds now for one socket file: the engine's view, corrected by the filesystem's
+/// (`on_disk`) where the engine still takes its file for linked: a removal the tier could
+/// not see.
+fn now(s: &SocketView, names: &Names, boot_to_wall_ns: i64, on_disk: Option<&OnDisk>) -> String {
     let st = &s.state;
     let f = inode(st.file);
     let owners = owners(&s.owners);
-    match (st.is_live(), st.is_linked(), &st.orphan) {
+    let at_path = on_disk.and_then(|d| d.leads_to(st.file)) != Some(false);
+    match (st.is_live(), st.is_linked() && at_path, &st.orphan) {
+        (true, false, None) if st.is_linked() => format!(
+            "now: inode {f} is still open (owners: {owners}) but the path no longer leads to it"
+        ),
+        (false, false, _) if st.is_linked() => {
+            format!("now: inode {f} is gone: its socket closed, the path no longer leads to it")
+        }
         (true, true, _) => {
             let how = match st.listening {
                 true => "listening",
@@ -332,9 +405,9 @@ fn procs_of(v: &Verdict) -> Vec<&Proc> {
     }
 }
 
-/// The lines `explain` prints without an agent: what a scan of the node shows at `path` now;
-/// no history (only a running agent keeps one).
-pub fn scanned(path: &str, report: &ScanReport) -> Vec<String> {
+/// The lines `explain` prints without an agent: what a scan of the node shows at `path` now
+/// and what is at the path (`on_disk`); no history (only a running agent keeps one).
+pub fn scanned(path: &str, report: &ScanReport, on_disk: &OnDisk) -> Vec<String> {
     let mut lines = vec![format!(
         "{}, as a scan of this node shows it now (no agent answered: no history):",
         quote(path)
@@ -373,9 +446,30 @@ pub fn scanned(path: &str, report: &ScanReport) -> Vec<String> {
         lines.push("now: no socket is bound at the path".into());
     }
     lines.extend(here);
+    lines.push(at_the_path(on_disk, |file| {
+        scanned_socket_file(file, report)
+    }));
     let findings = finding_lines(&report.findings.about(path));
     lines.extend(findings.into_iter().map(|f| format!("finding: {f}")));
     lines
+}
+
+/// A socket file at the path: live when the scan found a socket bound to it.
+fn scanned_socket_file(file: FileId, report: &ScanReport) -> String {
+    let f = inode(file);
+    let bound = report.sockets.iter().any(|s| {
+        s.file.is_some_and(|b| match s.ino_low32 {
+            true => b.dev == file.dev && b.ino == u64::from(file.ino as u32),
+            false => b == file,
+        })
+    });
+    match bound {
+        true => format!("now: the path is socket file inode {f}, bound to a live socket"),
+        false => format!(
+            "now: the path is socket file inode {f}, a stale one: the scan found no socket \
+             bound to it, so connects are refused"
+        ),
+    }
 }
 
 fn holders(h: &[Holder]) -> String {
@@ -613,6 +707,120 @@ mod tests {
         );
     }
 
+    /// A daemon binds and listens, closes its socket, and (`unlinked`) removes its file.
+    fn closed_then(unlinked: bool) -> Engine {
+        let a = proc(100, "daemon");
+        let mut e = Engine::new(Limits::default()).expect("valid limits");
+        let mut inputs = Vec::from(bind(S, &a, 1));
+        inputs.push(Input::Release {
+            ts_ns: 2 * S,
+            proc: a.clone(),
+            file: file(1),
+            sock_ino: 10,
+        });
+        if unlinked {
+            inputs.push(Input::Unlink {
+                ts_ns: 3 * S,
+                proc: a,
+                path: P.into(),
+                file: None,
+                fidelity: agent_common::Fidelity::PathOnly,
+                live: None,
+            });
+        }
+        for i in &inputs {
+            assert_eq!(e.apply(i), [], "quiet: {i:?}");
+        }
+        e
+    }
+
+    #[test]
+    fn an_owners_close_then_unlink_is_a_quiet_cleanup_and_the_path_is_absent_now() {
+        let e = closed_then(true);
+        let lines = timeline(&answer(&e, &[]).on_disk(OnDisk::Absent));
+        assert_eq!(
+            lines,
+            [
+                "/run/multus/multus.sock, as the agent on node-1 saw it:",
+                "2026-12-02T17:20:01.000Z  daemon (pid 100) bound the path: inode 2049:1",
+                "2026-12-02T17:20:01.000Z  daemon (pid 100) listens on inode 2049:1",
+                "2026-12-02T17:20:02.000Z  daemon (pid 100) closed the socket of inode 2049:1",
+                "2026-12-02T17:20:03.000Z  daemon (pid 100) removed inode 2049:1, the file of its \
+                 own closed socket: a cleanup",
+                "now: inode 2049:1 is gone: its socket closed, its file removed",
+                "now: the path does not exist",
+            ]
+        );
+    }
+
+    #[test]
+    fn another_process_removing_a_closed_sockets_file_is_a_cleanup_too() {
+        let mut e = closed_then(false);
+        let b = proc(200, "tmpreaper");
+        let removal = Input::Unlink {
+            ts_ns: 3 * S,
+            proc: b,
+            path: P.into(),
+            file: Some(file(1)),
+            fidelity: agent_common::Fidelity::Exact,
+            live: None,
+        };
+        assert_eq!(e.apply(&removal), []);
+        let lines = timeline(&answer(&e, &[]));
+        assert_eq!(
+            lines[4],
+            "2026-12-02T17:20:03.000Z  tmpreaper (pid 200) removed inode 2049:1, the file of a \
+             closed socket: a cleanup"
+        );
+    }
+
+    #[test]
+    fn the_filesystem_corrects_a_file_the_agent_last_saw_linked() {
+        let e = closed_then(false);
+        let now = |on_disk: OnDisk| {
+            let lines = timeline(&answer(&e, &[]).on_disk(on_disk));
+            lines[lines.len() - 2..].to_vec()
+        };
+        assert_eq!(
+            now(OnDisk::Absent),
+            [
+                "now: inode 2049:1 is gone: its socket closed, the path no longer leads to it",
+                "now: the path does not exist",
+            ]
+        );
+        assert_eq!(
+            now(OnDisk::Socket { file: file(1) }),
+            [
+                "now: inode 2049:1 is a stale socket file: no socket is bound to it, so \
+                 connects are refused",
+                "now: the path is socket file inode 2049:1, a stale one: its socket is closed, \
+                 so connects are refused",
+            ]
+        );
+        assert_eq!(
+            now(OnDisk::Other {
+                file_type: crate::scan::FileType::Regular
+            }),
+            [
+                "now: inode 2049:1 is gone: its socket closed, the path no longer leads to it",
+                "now: the path is a regular file, not a socket file",
+            ]
+        );
+        let (live, _) = s1();
+        let lines = timeline(&answer(&live, &[]).on_disk(OnDisk::Socket { file: file(9) }));
+        assert_eq!(
+            lines[lines.len() - 3..],
+            [
+                "now: inode 2049:1 is gone: its socket closed, its file removed",
+                "now: ORPHANED LISTENER: inode 2049:2 still listens (owners: multus (pid 200)) \
+                 but no path leads to it, since 2026-12-02T17:20:03.000Z (its file was removed \
+                 by golistener (pid 100))",
+                "now: the path is socket file inode 2049:9, of no socket the agent knows (bound \
+                 before it started, or outside its watches)",
+            ]
+        );
+    }
+
     fn scanned_socket(sock_ino: u64, linked: Option<bool>, listening: bool) -> ScannedSocket {
         ScannedSocket {
             sock_ino,
@@ -669,7 +877,7 @@ mod tests {
             unreadable: None,
         };
         assert_eq!(
-            scanned(P, &report),
+            scanned(P, &report, &OnDisk::Socket { file: file(3) }),
             [
                 "/run/multus/multus.sock, as a scan of this node shows it now (no agent \
                  answered: no history):",
@@ -678,6 +886,7 @@ mod tests {
                 "now: socket:[3] (inode 2049:3) serves the path, held by multus (pid 200)",
                 "now: socket:[4] (inode 2049:4 (low 32 bits)) was bound at the path, held by \
                  multus (pid 200); whether the path still leads to it is unknown",
+                "now: the path is socket file inode 2049:3, bound to a live socket",
                 "finding: orphaned-listener  /run/multus/multus.sock  unlinked; socket:[2] on \
                  dev 8:1 ino 2; held by no known holder",
             ]
@@ -688,8 +897,12 @@ mod tests {
             ..report
         };
         assert_eq!(
-            scanned(P, &empty)[1..],
-            ["now: no socket is bound at the path"]
+            scanned(P, &empty, &OnDisk::Socket { file: file(2) })[1..],
+            [
+                "now: no socket is bound at the path",
+                "now: the path is socket file inode 2049:2, a stale one: the scan found no socket \
+                 bound to it, so connects are refused"
+            ]
         );
     }
 }
