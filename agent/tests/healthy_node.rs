@@ -3,7 +3,7 @@
 //! - Debian's HAProxy reloaded with `-sf` every 20 s (an HTTP frontend on a UNIX socket and
 //!   the stats socket: a rename hand-over each);
 //! - a kubelet restart every 60 s with two device plugins re-registering (actors play kubelet
-//!   from its documented behaviour, as production.rs explains: kubelet cannot run here);
+//!   from its documented behaviour: common/scenes.rs; kubelet cannot run here);
 //! - a rolling restart every 30 s of a Go daemon carrying the seed's fix (its successor
 //!   removes the socket's directory and listens; the old one exits);
 //! - a rolling restart every 30 s of a Debian Node.js server (the old one's `server.close()`
@@ -28,11 +28,11 @@ use std::{
 };
 
 use common::{
-    actor::Actor,
     daemons::{Running, alerting, haproxy_config, program, start_haproxy, wait_for},
     go::{GoDaemon, go_or_skip},
     prom::{Stack, query, runs_here, wait_until},
     s,
+    scenes::{Kubelet, seed_001},
 };
 use serde_json::Value;
 
@@ -75,56 +75,6 @@ impl Haproxy {
         for l in &self.listeners {
             UnixStream::connect(l)
                 .unwrap_or_else(|e| panic!("{} not served after the reload: {e}", s(l)));
-        }
-    }
-}
-
-/// kubelet's device manager and two plugins, as production.rs's S24 plays them.
-struct Kubelet {
-    dir: PathBuf,
-    kubelet: Actor,
-    plugins: Vec<(Actor, PathBuf, String)>,
-}
-
-impl Kubelet {
-    fn start(dir: &Path) -> Kubelet {
-        let mut kubelet = Actor::spawn();
-        kubelet.must(&format!("listen-on {}", s(&dir.join("kubelet.sock"))));
-        let plugins = ["gpu.sock", "nic.sock"]
-            .into_iter()
-            .map(|name| {
-                let mut p = Actor::spawn();
-                let path = dir.join(name);
-                let h = p.must(&format!("listen-on {}", s(&path)));
-                (p, path, h)
-            })
-            .collect();
-        Kubelet {
-            dir: dir.to_path_buf(),
-            kubelet,
-            plugins,
-        }
-    }
-
-    /// kubelet stops (its server's Close unlinks its own socket) and starts again, removing
-    /// every file in the directory; each plugin serves its path again.
-    fn restart(&mut self) {
-        let sock = self.dir.join("kubelet.sock");
-        self.kubelet.must(&format!("unlink {}", s(&sock)));
-        self.kubelet = Actor::spawn();
-        for entry in std::fs::read_dir(&self.dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            self.kubelet.must(&format!("unlink {}", s(&path)));
-        }
-        self.kubelet.must(&format!("listen-on {}", s(&sock)));
-        for (p, path, h) in &mut self.plugins {
-            p.must(&format!("close {h}"));
-            assert_eq!(
-                p.try_do(&format!("unlink {}", s(path))),
-                Err(libc::ENOENT),
-                "kubelet removed it already"
-            );
-            *h = p.must(&format!("listen-on {}", s(path)));
         }
     }
 }
@@ -315,16 +265,7 @@ fn ten_minutes_of_healthy_reloads_and_restarts_page_nothing_and_seed_001_still_d
     );
 
     // Seed 001: the stale owner's unlink of its successor's socket still fires.
-    let multus = dir("multus").join("multus");
-    std::fs::create_dir_all(&multus).expect("mkdir");
-    let sock = multus.join("multus.sock");
-    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
-    let a_handle = a.must(&format!("listen-on {}", s(&sock)));
-    b.must(&format!("rmtree {}", s(&multus)));
-    b.must(&format!("mkdir {}", s(&multus)));
-    b.must(&format!("listen-on {}", s(&sock)));
-    a.must(&format!("close {a_handle}"));
-    a.must(&format!("unlink {}", s(&sock)));
+    let (a, b) = seed_001(&dir("multus").join("multus"));
     let seed = Instant::now();
     wait_until(
         "SockwatchForeignUnlink fires for the multus watch",

@@ -16,10 +16,9 @@ mod common;
 use std::{
     io::{BufRead, BufReader},
     os::unix::net::UnixStream,
-    path::PathBuf,
     process::{Command, Stdio},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -29,6 +28,7 @@ use common::{
     actor::Actor,
     agent::Agent,
     daemons::{Running, assert_nothing_pages, haproxy_config, program, start_haproxy, wait_for},
+    scenes::Kubelet,
     *,
 };
 use serde_json::Value;
@@ -56,50 +56,21 @@ fn s24_kubelet_restart_with_plugins_re_registering_pages_nothing() {
     let dir = tmp.path().join("device-plugins");
     std::fs::create_dir(&dir).expect("mkdir");
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let kubelet_sock = dir.join("kubelet.sock");
-    let mut old_kubelet = Actor::spawn();
-    old_kubelet.must(&format!("listen-on {}", s(&kubelet_sock)));
-    let mut plugins: Vec<(Actor, PathBuf, String)> = ["gpu.sock", "nic.sock"]
-        .into_iter()
-        .map(|name| {
-            let mut p = Actor::spawn();
-            let path = dir.join(name);
-            let h = p.must(&format!("listen-on {}", s(&path)));
-            (p, path, h)
-        })
-        .collect();
-    // kubelet stops (its gRPC server's Close unlinks its own socket) and starts again.
-    old_kubelet.must(&format!("unlink {}", s(&kubelet_sock)));
-    drop(old_kubelet);
-    let mut kubelet = Actor::spawn();
-    for entry in std::fs::read_dir(&dir).expect("read_dir") {
-        let path = entry.expect("entry").path();
-        kubelet.must(&format!("unlink {}", s(&path)));
-    }
-    kubelet.must(&format!("listen-on {}", s(&kubelet_sock)));
-    // Each plugin sees kubelet.sock created: stops its server and serves its path again.
-    for (p, path, h) in &mut plugins {
-        p.must(&format!("close {h}"));
-        assert_eq!(
-            p.try_do(&format!("unlink {}", s(path))),
-            Err(libc::ENOENT),
-            "kubelet removed it already"
-        );
-        p.must(&format!("listen-on {}", s(path)));
-    }
-    for (p, path, _) in &plugins {
+    let mut k = Kubelet::start(&dir);
+    k.restart();
+    for p in &k.plugins {
         let t = agent.expect_verdict("the plugin's re-registration", |v| {
-            v["verdict"] == "takeover" && v["path"] == s(path)
+            v["verdict"] == "takeover" && v["path"] == s(&p.path)
         });
         assert_eq!(t["served_by"], "owner", "{t}");
-        assert_eq!(tgid(&t, "remover"), u64::from(kubelet.pid), "{t}");
+        assert_eq!(tgid(&t, "remover"), u64::from(k.kubelet.pid), "{t}");
         assert_eq!(
             (tgid(&t, "predecessor"), tgid(&t, "successor")),
-            (u64::from(p.pid), u64::from(p.pid)),
+            (u64::from(p.actor.pid), u64::from(p.actor.pid)),
             "{t}"
         );
     }
-    drop((plugins, kubelet));
+    drop(k);
     let verdicts = agent.stop();
     assert_nothing_pages(&verdicts);
     let takeovers = verdicts.iter().filter(|v| v["verdict"] == "takeover");
@@ -240,20 +211,26 @@ fn s23_haproxy_reload_is_one_takeover_per_listener_and_pages_nothing() {
     wait_for("haproxy listens", || {
         UnixStream::connect(&web).is_ok() && UnixStream::connect(&stats).is_ok()
     });
-    let (stop, connects, refused) = (
+    let (stop, connects, failures) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
+        Arc::new(Mutex::new(Vec::new())),
     );
     let client = {
-        let (stop, connects, refused, web) =
-            (stop.clone(), connects.clone(), refused.clone(), web.clone());
+        let (stop, connects, failures, web) = (
+            stop.clone(),
+            connects.clone(),
+            failures.clone(),
+            web.clone(),
+        );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match UnixStream::connect(&web) {
-                    Ok(_) => connects.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => refused.fetch_add(1, Ordering::Relaxed),
-                };
+                    Ok(_) => {
+                        connects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => failures.lock().expect("failures").push(e.to_string()),
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         })
@@ -267,13 +244,17 @@ fn s23_haproxy_reload_is_one_takeover_per_listener_and_pages_nothing() {
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     client.join().expect("client");
-    let (ok, bad) = (
-        connects.load(Ordering::Relaxed),
-        refused.load(Ordering::Relaxed),
+    let ok = connects.load(Ordering::Relaxed);
+    let failed = failures.lock().expect("failures").clone();
+    eprintln!(
+        "s23: {ok} connects through the reload, {} failed",
+        failed.len()
     );
-    eprintln!("s23: {ok} connects through the reload, {bad} refused");
     assert!(ok > 0, "the client never connected");
-    assert_eq!(bad, 0, "connects failed during the reload");
+    assert!(
+        failed.is_empty(),
+        "connects failed during the reload: {failed:?}"
+    );
     for path in [&web, &stats] {
         let t = agent.expect_verdict("the listener's hand-over", |v| {
             v["verdict"] == "takeover" && v["path"] == s(path)

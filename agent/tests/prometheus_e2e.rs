@@ -28,8 +28,8 @@ use std::{
 };
 
 use common::{
-    actor::Actor,
     prom::{Reaped, Stack, firing, http_get, query, repo, runs_here, tail, wait_until},
+    scenes::seed_001,
 };
 use serde_json::Value;
 
@@ -37,10 +37,6 @@ use serde_json::Value;
 #[ignore = "helper process for the scenario, run by common::actor"]
 fn actor() {
     common::actor::serve();
-}
-
-fn s(p: &Path) -> String {
-    p.to_str().expect("utf-8 path").to_string()
 }
 
 /// Every panel expression of every dashboard, Grafana variables replaced as
@@ -226,16 +222,7 @@ fn s1_fires_the_alerts_and_every_dashboard_query_has_data() {
 
     // S1: A listens on P; its successor B removes P's directory, re-creates it and listens on
     // P (a takeover); A closes its listener and unlinks P, by then B's socket (the incident).
-    let dir = s1_watch.join("multus");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let sock = dir.join("multus.sock");
-    let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
-    let a_handle = a.must(&format!("listen-on {}", s(&sock)));
-    b.must(&format!("rmtree {}", s(&dir)));
-    b.must(&format!("mkdir {}", s(&dir)));
-    b.must(&format!("listen-on {}", s(&sock)));
-    a.must(&format!("close {a_handle}"));
-    a.must(&format!("unlink {}", s(&sock)));
+    let (a, b) = seed_001(&s1_watch.join("multus"));
     let s1_done = Instant::now();
     eprintln!("S1 done after {:?}", started.elapsed());
 
