@@ -47,6 +47,7 @@ fn named(pid: u32, comm: &str) -> String {
         cgroup_id: 0,
         workload: Attributor::default().workload(pid),
         exe: None,
+        runtime: None,
     })
 }
 

@@ -33,7 +33,7 @@ impl Engine {
             .record(&d.file, ts_ns, actor.tgid, HistoryEvent::RemovalDenied);
         out.push(Verdict::UnlinkDenied {
             ts_ns,
-            actor: actor.clone(),
+            actor: self.with_known_runtime(actor),
             victim,
             operation: d.operation,
             policy: d.policy,

@@ -44,7 +44,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use model::{
-    Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, ScanSnapshot,
+    Fidelity, FileId, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, Runtime, ScanSnapshot,
     ScannedSocket, Workload,
 };
 pub use sockets::{HistoryEntry, HistoryEvent, Orphan, Released, Removal, RemovalHow, SocketState};

@@ -68,6 +68,11 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
         out.write_all(b",\"exe\":")?;
         string(out, exe)?;
     }
+    if let Some(r) = line.runtime {
+        out.write_all(b",\"runtime\":\"")?;
+        out.write_all(r.name().as_bytes())?;
+        out.write_all(b"\"")?;
+    }
     out.write_all(b"}")
 }
 
@@ -155,9 +160,18 @@ mod tests {
 
     use super::*;
     use crate::{
-        engine::Workload,
+        engine::{Runtime, Workload},
         events::{KernelEvent, line::Stamped},
     };
+
+    fn runtime() -> impl Strategy<Value = Runtime> {
+        select(vec![
+            Runtime::Go,
+            Runtime::Node,
+            Runtime::Socat,
+            Runtime::Python,
+        ])
+    }
 
     fn file_id() -> impl Strategy<Value = FileId> {
         (any::<u64>(), any::<u64>()).prop_map(|(dev, ino)| FileId { dev, ino })
@@ -262,8 +276,10 @@ mod tests {
             event in event(),
             workload in of(workload()),
             moved in of(file_id()),
+            exe in of(text()),
+            runtime in of(runtime()),
         ) {
-            let line = EventLine { event, workload, moved , exe: None };
+            let line = EventLine { event, workload, moved, exe, runtime };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             let reference = serde_json::to_vec(&line).expect("serde");
@@ -275,10 +291,11 @@ mod tests {
             event in event(),
             workload in of(workload()),
             moved in of(file_id()),
+            runtime in of(runtime()),
             wall_ns in any::<u64>(),
             node in text(),
         ) {
-            let line = EventLine { event, workload, moved , exe: None };
+            let line = EventLine { event, workload, moved, exe: None, runtime };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             stamp(&mut ours, &wall::rfc3339(wall_ns), &node).expect("write to a Vec");

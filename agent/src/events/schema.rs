@@ -96,6 +96,7 @@ fn event_lines() -> Vec<EventLine> {
                 workload: (kind == EventKind::Bind).then(|| workload.clone()),
                 moved,
                 exe: None,
+                runtime: None,
             }
         })
         .collect()
@@ -109,6 +110,7 @@ fn proc(tgid: u32) -> Proc {
         cgroup_id: u64::from(tgid),
         workload: None,
         exe: None,
+        runtime: None,
     }
 }
 

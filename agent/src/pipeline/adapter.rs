@@ -13,6 +13,7 @@ pub fn to_input(line: EventLine) -> Input {
         workload,
         moved,
         exe,
+        runtime,
     } = line;
     let ts_ns = ev.ts_ns;
     let (path, from_path) = (std::mem::take(&mut ev.path), ev.from_path.take());
@@ -23,6 +24,7 @@ pub fn to_input(line: EventLine) -> Input {
         cgroup_id: ev.cgroup_id,
         workload,
         exe,
+        runtime,
     };
     let file = FileId {
         dev: ev.dev,
@@ -159,6 +161,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
         })
     }
 

@@ -462,6 +462,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
         })
         .expect("buffered");
         let closed = Verdict::OrphanClosed {

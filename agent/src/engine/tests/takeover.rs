@@ -202,6 +202,7 @@ fn takeover_by_the_removers_cgroup_or_pod() {
             ..b().workload.expect("b runs in a pod")
         }),
         exe: None,
+        runtime: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
@@ -218,6 +219,7 @@ fn takeover_by_the_removers_cgroup_or_pod() {
         cgroup_id: 1,
         workload: None,
         exe: None,
+        runtime: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
