@@ -27,7 +27,7 @@ const BUILD_PACKAGES: &[&str] = &[
 /// Debian packages the whole test suite needs beyond the build: QEMU and busybox for the VM
 /// layers, Go for S1 with a real `net.Listen("unix", …)` listener, Prometheus (and promtool)
 /// for the end-to-end alert test and the rule tests, and the daemons the production-pattern
-/// tests drive on the host (HAProxy's reload, socat and Python).
+/// tests drive on the host (HAProxy's reload, socat, Python and Node.js).
 const VM_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
@@ -37,6 +37,7 @@ const VM_PACKAGES: &[&str] = &[
     "haproxy",
     "socat",
     "python3",
+    "nodejs",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -64,7 +64,7 @@ pub enum Runtime {
     Go,
     /// Node.js (`node`, `nodejs`): libuv unlinks a pipe server's path on close.
     Node,
-    /// socat: `unlink-close`, on by default for a listener, unlinks its path on exit.
+    /// socat: `unlink-close`, on by default for UNIX sockets, unlinks its path on exit.
     Socat,
     /// CPython (`python3*`): asyncio unlinks on close only since 3.13, after an inode check.
     Python,

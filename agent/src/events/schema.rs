@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::{
     engine::{
-        CloseReason, DecidedBy, HandOver, OrphanCause, Proc, Relation, ServedBy, StaleKind,
-        Verdict, Workload,
+        CloseReason, DecidedBy, HandOver, OrphanCause, Proc, Relation, Runtime, ServedBy,
+        StaleKind, Verdict, Workload,
     },
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
     kernel::{loader::HookReport, probes::Hook},
@@ -95,8 +95,12 @@ fn event_lines() -> Vec<EventLine> {
                 event: e,
                 workload: (kind == EventKind::Bind).then(|| workload.clone()),
                 moved,
-                exe: None,
-                runtime: None,
+                exe: (kind == EventKind::Bind).then(|| "/usr/bin/app".into()),
+                runtime: match kind {
+                    EventKind::Bind => Some(Runtime::Go),
+                    EventKind::Unlink => Some(Runtime::Node),
+                    _ => None,
+                },
             }
         })
         .collect()
@@ -116,7 +120,11 @@ fn proc(tgid: u32) -> Proc {
 
 /// One verdict of each variant, optional fields set in some, not in others.
 fn verdicts() -> Vec<Verdict> {
-    let (actor, victim) = (proc(20), proc(10));
+    let actor = Proc {
+        runtime: Some(Runtime::Socat),
+        ..proc(20)
+    };
+    let victim = proc(10);
     vec![
         Verdict::ForeignUnlink {
             ts_ns: 3,

@@ -179,8 +179,8 @@ fn remedy(runtime: Option<Runtime>) -> Remedy {
                   and remove the path only before listen, after checking its inode",
         },
         Some(Runtime::Socat) => Remedy {
-            why: "its exit unlinked the path (socat's unlink-close, on by default for a \
-                  listener, removes the path on close, SIGTERM included)",
+            why: "its exit unlinked the path (socat's unlink-close, on by default for UNIX \
+                  sockets, removes the path when it closes the address, SIGTERM included)",
             fix: "give the listener unlink-close=0, and use unlink-early only on a path it \
                   owns",
         },
@@ -658,9 +658,9 @@ mod tests {
             ),
             (
                 Some(Runtime::Socat),
-                "its exit unlinked the path (socat's unlink-close, on by default for a \
-                 listener, removes the path on close, SIGTERM included); fix: give the \
-                 listener unlink-close=0, and use unlink-early only on a path it owns.",
+                "its exit unlinked the path (socat's unlink-close, on by default for UNIX \
+                 sockets, removes the path when it closes the address, SIGTERM included); fix: \
+                 give the listener unlink-close=0, and use unlink-early only on a path it owns.",
             ),
             (
                 Some(Runtime::Python),
