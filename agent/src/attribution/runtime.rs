@@ -157,6 +157,7 @@ impl Elf {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing)] // the fixtures write a file of known layout
 mod tests {
     use std::io::Cursor;
 
