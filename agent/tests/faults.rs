@@ -17,7 +17,7 @@ use std::{
 
 use common::{
     actor::Actor,
-    agent::{Agent, sockwatch_bin},
+    agent::{Agent, sockets_at, sockwatch_bin},
     *,
 };
 use serde_json::Value;
@@ -77,21 +77,6 @@ fn wait_for_every_line_dropped(addr: std::net::SocketAddr, path: &Path, tgid: u3
         known && dropped == lines_produced(&m)
     });
     dropped
-}
-
-/// The engine's sockets at `path`, from the agent's `GET /api/sockets?path=`.
-fn sockets_at(addr: std::net::SocketAddr, path: &Path) -> Vec<Value> {
-    let encoded: String = s(path)
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => char::from(b).into(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let target = format!("/api/sockets?path={encoded}");
-    let body = sockwatch::http::client::get(addr, &target).expect("GET /api/sockets");
-    let v: Value = serde_json::from_str(&body).expect("JSON");
-    v["sockets"].as_array().cloned().unwrap_or_default()
 }
 
 /// The log lines saying the events output failed.

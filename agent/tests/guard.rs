@@ -14,7 +14,7 @@ use std::{
 use agent_common::Tier;
 use common::{
     actor::Actor,
-    agent::Agent,
+    agent::{Agent, wait_bound},
     go::{GoDaemon, go_listen, go_or_skip, go_stop},
     *,
 };
@@ -108,10 +108,11 @@ fn assert_nothing_refused(verdicts: &[Value]) {
 /// daemon, `-rmdir`) removes the directory, re-creates it and listens there, then the old
 /// daemon shuts down (its Close unlinks the path). Returns the old daemon's pid, the
 /// successor's file and the successor, which serves until dropped.
-fn incident(go: &Path, dir: &Path) -> (u32, (u64, u64), GoDaemon) {
+fn incident(go: &Path, dir: &Path, addr: SocketAddr) -> (u32, (u64, u64), GoDaemon) {
     std::fs::create_dir(dir).expect("mkdir");
     let sock = dir.join("multus.sock");
     let (mut old, mut out) = go_listen(go, &[], &sock);
+    wait_bound(addr, &sock, old.id());
     let new = GoDaemon::listen(go, &["-keep", "-rmdir"], &sock);
     let successor = stat_id(&sock);
     let old_pid = old.id();
@@ -136,7 +137,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     let mut client = Actor::spawn();
 
     let dir = tmp.path().join("multus");
-    let (old, successor, b) = incident(&go, &dir);
+    let (old, successor, b) = incident(&go, &dir, addr);
     let sock = dir.join("multus.sock");
     assert_eq!(
         stat_id(&sock),
@@ -175,7 +176,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     expect_log(&agent, "guard: paused (signal)");
     assert_eq!(guard_state(addr, "paused"), 1.0);
     let paused_dir = tmp.path().join("paused");
-    let (old2, _, _b2) = incident(&go, &paused_dir);
+    let (old2, _, _b2) = incident(&go, &paused_dir, addr);
     assert!(
         !paused_dir.join("multus.sock").exists(),
         "paused, the Close unlinks the successor's socket as without the guard"
@@ -187,7 +188,7 @@ fn s1_go_stale_owner_is_refused_and_the_successor_stays_reachable() {
     signal(&agent, libc::SIGUSR2);
     expect_log(&agent, "guard: on (signal)");
     let resumed_dir = tmp.path().join("resumed");
-    let (old3, successor3, b3) = incident(&go, &resumed_dir);
+    let (old3, successor3, b3) = incident(&go, &resumed_dir, addr);
     assert_eq!(stat_id(&resumed_dir.join("multus.sock")), successor3);
     agent.expect_verdict("the resumed guard's refusal", |v| {
         is(v, "unlink_denied") && tgid(v, "actor") == u64::from(old3)
@@ -230,10 +231,10 @@ fn the_text_output_says_the_incident_was_prevented() {
         "--format",
         "text",
     ];
-    let agent = Agent::start(tmp.path(), tmp.path(), &args);
+    let (agent, addr) = start_listening(tmp.path(), &args);
     let mut client = Actor::spawn();
     let dir = tmp.path().join("multus");
-    let (old, (dev, ino), b) = incident(&go, &dir);
+    let (old, (dev, ino), b) = incident(&go, &dir, addr);
     let sock = dir.join("multus.sock");
     assert_eq!(client.must(&format!("connect {}", s(&sock))), "0");
     let want = format!(
@@ -467,7 +468,7 @@ fn without_bpf_lsm_the_guard_is_unavailable_and_only_observes() {
     assert_eq!(guard_state(addr, "unavailable"), 1.0);
     assert_eq!(guard_state(addr, "on"), 0.0);
     let dir = tmp.path().join("multus");
-    let (old, _, _b) = incident(&go, &dir);
+    let (old, _, _b) = incident(&go, &dir, addr);
     assert!(
         !dir.join("multus.sock").exists(),
         "nothing is refused: the incident happens"
@@ -550,7 +551,7 @@ fn the_default_probe_mode_guards_where_bpf_lsm_loads() {
         " stale_owner; lsm (unlink, rename)); SIGUSR1 pauses it",
     );
     let dir = tmp.path().join("multus");
-    let (old, successor, b) = incident(&go, &dir);
+    let (old, successor, b) = incident(&go, &dir, addr);
     assert_eq!(
         stat_id(&dir.join("multus.sock")),
         successor,
@@ -602,7 +603,7 @@ fn audit_mode_lets_s1_through_and_says_it_would_have_refused() {
     );
     assert_eq!(guard_state(addr, "audit"), 1.0);
     let dir = tmp.path().join("multus");
-    let (old, successor, b) = incident(&go, &dir);
+    let (old, successor, b) = incident(&go, &dir, addr);
     assert!(
         !dir.join("multus.sock").exists(),
         "audit refuses nothing: the Close removed the successor's file"

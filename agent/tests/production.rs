@@ -11,11 +11,16 @@
 //! - S23, an HAProxy reload (Debian's haproxy, host only): `haproxy -sf OLD` links the old
 //!   file to `P.PID.bak`, binds `P.PID.tmp`, renames it over `P` and unlinks the `.bak`;
 //!   clients connect through it.
+//! - Rolling restarts whose old generation's close unlinks the successor's file (host only):
+//!   Node.js `server.close()` (libuv) and socat on SIGTERM (`unlink-close`), each a stale
+//!   owner's foreign unlink whose sentence names the runtime's fix; a Python asyncio server's
+//!   close leaves the successor's file (a takeover, nothing pages).
 mod common;
 
 use std::{
     io::{BufRead, BufReader},
     os::unix::net::UnixStream,
+    path::Path,
     process::{Command, Stdio},
     sync::{
         Arc, Mutex,
@@ -32,6 +37,7 @@ use common::{
     *,
 };
 use serde_json::Value;
+use sockwatch::{engine::Verdict, text::verdict::sentence};
 
 #[test]
 #[ignore = "helper process for the other tests, started by them"]
@@ -284,4 +290,264 @@ fn s23_haproxy_reload_is_one_takeover_per_listener_and_pages_nothing() {
     assert_nothing_pages(&verdicts);
     let takeovers = verdicts.iter().filter(|v| v["verdict"] == "takeover");
     assert_eq!(takeovers.count(), 2, "one per listener: {verdicts:#?}");
+}
+
+/// A daemon run by `program` that prints `listening` once it listens and, on SIGTERM, closes
+/// its server and exits.
+fn start_daemon(program: &Path, args: &[&str]) -> Running {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "listening", "{}", program.display());
+    Running(child)
+}
+
+/// SIGTERM to `daemon`, then reaped: it has closed its server by the time this returns. It
+/// exits with 0, or 128 + SIGTERM as socat does.
+fn terminate(daemon: &mut Running) {
+    // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
+    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGTERM) };
+    let status = daemon.0.wait().expect("wait");
+    assert!(
+        status.success() || status.code() == Some(128 + libc::SIGTERM),
+        "{status}"
+    );
+}
+
+/// The listening sockets bound at `path`, from /proc/net/unix (flag `__SO_ACCEPTCON`).
+fn listeners_at(path: &Path) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    table
+        .lines()
+        .filter(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            fields.get(3) == Some(&"00010000") && fields.get(7) == Some(&s(path))
+        })
+        .count()
+}
+
+/// Waits until the agent has written process `pid`'s bind: its program was read then (a
+/// daemon gone before the agent completed its events would not be recognised).
+fn bind_seen(agent: &Agent, pid: u32) {
+    agent.expect_line("the daemon's bind", |l| {
+        l["kind"] == "bind" && l["tgid"] == pid
+    });
+}
+
+/// A rolling restart the test drove: the old and the new daemon, and the new one's file.
+struct Restart {
+    old: u32,
+    new: u32,
+    new_file: (u64, u64),
+}
+
+/// The new daemon took the path over from the old one, then the old one's exit removed the
+/// new one's file: one takeover, then the stale owner's foreign unlink naming `runtime`
+/// (in the agent's verdict and in a replay of its events) and its `fix`.
+fn assert_stale_owner_unlink(agent: Agent, sock: &Path, r: &Restart, runtime: &str, fix: &str) {
+    let t = agent.expect_verdict("the new daemon's takeover", |v| v["verdict"] == "takeover");
+    assert_eq!(
+        (tgid(&t, "remover"), tgid(&t, "predecessor")),
+        (u64::from(r.new), u64::from(r.old)),
+        "{t}"
+    );
+    let v = agent.expect_verdict("the old daemon's unlink", |v| {
+        v["verdict"] == "foreign_unlink"
+    });
+    assert_eq!(
+        (tgid(&v, "actor"), tgid(&v, "victim")),
+        (u64::from(r.old), u64::from(r.new)),
+        "{v}"
+    );
+    assert_eq!(
+        (&v["file"]["dev"], &v["file"]["ino"], &v["stale_owner"]),
+        (&r.new_file.0.into(), &r.new_file.1.into(), &true.into()),
+        "{v}"
+    );
+    assert_eq!(v["actor"]["runtime"], runtime, "{v}");
+    let verdict: Verdict = serde_json::from_value(v.clone()).expect("a verdict");
+    let text = sentence(&verdict);
+    assert!(text.ends_with(&format!("; fix: {fix}.")), "{text}");
+    let events = agent.events.clone();
+    let verdicts = agent.stop();
+    let foreign: Vec<&Value> = verdicts
+        .iter()
+        .filter(|v| v["verdict"] == "foreign_unlink")
+        .collect();
+    assert_eq!(foreign, [&v], "one foreign unlink");
+    let replayed = replay(&events);
+    let again: Vec<&Value> = replayed
+        .iter()
+        .filter(|v| v["verdict"] == "foreign_unlink")
+        .collect();
+    assert_eq!(again.len(), 1, "{replayed:#?}");
+    assert_eq!(again[0]["actor"]["runtime"], runtime, "{}", again[0]);
+    assert!(
+        !sock.exists(),
+        "the old daemon's exit left the new one's file"
+    );
+}
+
+/// The verdicts `sockwatch replay` decides from a recorded events file.
+fn replay(events: &Path) -> Vec<Value> {
+    let out = Command::new(common::agent::sockwatch_bin())
+        .arg("replay")
+        .arg(events)
+        .output()
+        .expect("sockwatch replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .filter(|v: &Value| v.get("verdict").is_some())
+        .collect()
+}
+
+/// A Node.js server on a UNIX path; the new one removes a file left at the path before it
+/// listens; SIGTERM closes the server (libuv's close unlinks the path).
+const NODE_SERVER: &str = "const fs = require('fs'), net = require('net'), p = process.argv[1];\n\
+    try { fs.unlinkSync(p); } catch (e) {}\n\
+    const s = net.createServer((c) => c.end());\n\
+    process.on('SIGTERM', () => s.close(() => process.exit(0)));\n\
+    s.listen(p, () => console.log('listening'));\n";
+
+/// A rolling restart of a Node.js daemon: the old one's `server.close()` after its successor
+/// listens unlinks the successor's file (libuv's `uv__pipe_close`).
+#[test]
+fn node_server_close_after_the_successor_bound_is_a_stale_owners_unlink() {
+    let test = "node_restart";
+    if !root(test) {
+        return;
+    }
+    let Some(node) = program("node", test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let sock = tmp.path().join("api.sock");
+    let mut old = start_daemon(&node, &["-e", NODE_SERVER, s(&sock)]);
+    bind_seen(&agent, old.0.id());
+    let old_file = stat_id(&sock);
+    let new = start_daemon(&node, &["-e", NODE_SERVER, s(&sock)]);
+    let new_file = stat_id(&sock);
+    assert_ne!(old_file, new_file, "the successor bound a new file");
+    terminate(&mut old);
+    let restart = Restart {
+        old: old.0.id(),
+        new: new.0.id(),
+        new_file,
+    };
+    let fix = "do not rely on server.close() to remove the socket file: exit without it, and \
+               remove the path only before listen, after checking its inode";
+    assert_stale_owner_unlink(agent, &sock, &restart, "node", fix);
+    drop(new);
+}
+
+/// A rolling restart of socat (`UNIX-LISTEN:…,fork`): the old one, killed with SIGTERM after
+/// its successor listens, unlinks the successor's file on its way out (`unlink-close`).
+#[test]
+fn socat_sigterm_after_the_successor_bound_is_a_stale_owners_unlink() {
+    let test = "socat_restart";
+    if !root(test) {
+        return;
+    }
+    let Some(socat) = program("socat", test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let sock = tmp.path().join("api.sock");
+    let listen = format!("UNIX-LISTEN:{},fork,unlink-early", s(&sock));
+    let spawn = || {
+        let child = Command::new(&socat)
+            .args([listen.as_str(), "/dev/null"])
+            .spawn()
+            .expect("socat");
+        Running(child)
+    };
+    let mut old = spawn();
+    wait_for("the old socat listens", || listeners_at(&sock) == 1);
+    bind_seen(&agent, old.0.id());
+    let new = spawn();
+    wait_for("the new socat listens", || listeners_at(&sock) == 2);
+    let new_file = stat_id(&sock);
+    terminate(&mut old);
+    let restart = Restart {
+        old: old.0.id(),
+        new: new.0.id(),
+        new_file,
+    };
+    let fix = "give the listener unlink-close=0, and use unlink-early only on a path it owns";
+    assert_stale_owner_unlink(agent, &sock, &restart, "socat", fix);
+    drop(new);
+}
+
+/// An asyncio server: `start_unix_server` removes a socket file left at the path before it
+/// binds; SIGTERM closes the server.
+const ASYNCIO_SERVER: &str = "import asyncio, signal, sys\n\
+    async def main():\n\
+    \x20   s = await asyncio.start_unix_server(lambda r, w: w.close(), path=sys.argv[1])\n\
+    \x20   stop = asyncio.Event()\n\
+    \x20   asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)\n\
+    \x20   print('listening', flush=True)\n\
+    \x20   await stop.wait()\n\
+    \x20   s.close()\n\
+    \x20   await s.wait_closed()\n\
+    asyncio.run(main())\n";
+
+/// A rolling restart of a Python asyncio daemon: the successor's `start_unix_server` removes
+/// the old socket file (a takeover); the old server's close leaves the successor's file (before
+/// 3.13 asyncio never unlinks on close, since 3.13 only its own inode): nothing pages.
+#[test]
+fn asyncio_server_close_after_the_successor_bound_leaves_its_file() {
+    let test = "asyncio_restart";
+    if !root(test) {
+        return;
+    }
+    let Some(python) = program("python3", test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let sock = tmp.path().join("api.sock");
+    let mut old = start_daemon(&python, &["-c", ASYNCIO_SERVER, s(&sock)]);
+    bind_seen(&agent, old.0.id());
+    let old_file = stat_id(&sock);
+    let new = start_daemon(&python, &["-c", ASYNCIO_SERVER, s(&sock)]);
+    let new_file = stat_id(&sock);
+    assert_ne!(old_file, new_file, "the successor bound a new file");
+    terminate(&mut old);
+    let t = agent.expect_verdict("the new daemon's takeover", |v| v["verdict"] == "takeover");
+    assert_eq!(
+        (tgid(&t, "remover"), tgid(&t, "predecessor")),
+        (u64::from(new.0.id()), u64::from(old.0.id())),
+        "{t}"
+    );
+    assert_eq!(
+        (&t["old_file"]["ino"], &t["new_file"]["ino"]),
+        (&old_file.1.into(), &new_file.1.into()),
+        "{t}"
+    );
+    assert_eq!(
+        stat_id(&sock),
+        new_file,
+        "the successor's file is still at the path"
+    );
+    let closed = agent.expect_verdict("the old listener's close", |v| {
+        v["verdict"] == "orphan_closed" && v["file"]["ino"] == old_file.1
+    });
+    assert_eq!(closed["reason"], "released", "{closed}");
+    drop(new);
+    let verdicts = agent.stop();
+    assert_nothing_pages(&verdicts);
 }

@@ -10,7 +10,7 @@ use std::{net::SocketAddr, os::unix::ffi::OsStrExt as _, path::Path, process::Co
 
 use common::{
     actor::{Actor, hex},
-    agent::{Agent, sockwatch_bin},
+    agent::{Agent, sockwatch_bin, wait_bound},
     go::{GoDaemon, go_listen, go_or_skip, go_stop},
     *,
 };
@@ -47,6 +47,7 @@ fn named(pid: u32, comm: &str) -> String {
         cgroup_id: 0,
         workload: Attributor::default().workload(pid),
         exe: None,
+        runtime: None,
     })
 }
 
@@ -158,6 +159,7 @@ fn s1_sentences_and_the_timeline_explain_tells() {
     let (agent, addr) = text_agent(tmp.path());
     let (mut old, mut out) = go_listen(&go, &[], &sock);
     let old_pid = old.id();
+    wait_bound(addr, &sock, old_pid);
     let old_name = named(old_pid, "golistener");
     let old_file = inode(stat_id(&sock));
     // The successor: the same Go daemon, whose start-up removes the socket's directory.

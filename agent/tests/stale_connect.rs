@@ -194,7 +194,7 @@ fn stale_connects_after(agent: Agent, n: usize) -> Vec<Value> {
 #[test]
 fn s15_exec_probes_through_a_stale_bind_mount() {
     if !is_root() {
-        eprintln!("SKIP s15: needs root");
+        skip("s15", "needs root");
         return;
     }
     for mode in loadable_modes("s15") {
@@ -249,7 +249,7 @@ fn s15_under(mode: &str) {
 #[test]
 fn s4_dead_listener_with_a_short_lived_client() {
     if !is_root() {
-        eprintln!("SKIP s4_short: needs root");
+        skip("s4_short", "needs root");
         return;
     }
     for mode in loadable_modes("s4_short") {

@@ -11,6 +11,7 @@ use common::{
     *,
 };
 use serde_json::Value;
+use sockwatch::attribution::runtime::is_go_binary;
 
 #[test]
 #[ignore = "helper process for the other tests, started by them"]
@@ -90,6 +91,9 @@ fn s1_rolling_restart() {
         "the stale owner's unlink waited {latency:?}, as if for a takeover (10 s window)"
     );
     assert_eq!(tgid(&by_a, "victim"), u64::from(b.pid), "{by_a}");
+    // The actors are this Rust test binary: no runtime known, so the neutral cause.
+    assert_eq!(by_a["stale_owner"], true, "{by_a}");
+    assert_eq!(by_a["actor"].get("runtime"), None, "{by_a}");
     assert_eq!(by_a["path"], s(&sock));
     assert!(file_is(&by_a, "file", b_file), "{by_a}");
     let orphan = agent.expect_verdict("B orphaned", |v| {
@@ -127,6 +131,11 @@ fn s1_go_listener_close_unlinks_successor() {
     let sock = dir.join("multus.sock");
     let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let (mut old, mut out) = go_listen(&go, &[], &sock);
+    // The old daemon's program is read as the agent completes its bind: it ran for longer
+    // than that in the incident, and must here too.
+    agent.expect_line("the old daemon's bind", |l| {
+        l["kind"] == "bind" && l["tgid"] == old.id()
+    });
     // The successor: the same Go daemon, whose start-up removes the socket's directory.
     let (mut new, mut new_out) = go_listen(&go, &["-keep", "-rmdir"], &sock);
     let b_pid = new.id();
@@ -144,6 +153,11 @@ fn s1_go_listener_close_unlinks_successor() {
     });
     assert_eq!(tgid(&v, "victim"), u64::from(b_pid), "{v}");
     assert_eq!(v["actor"]["comm"], "golistener");
+    assert_eq!(
+        (&v["stale_owner"], &v["actor"]["runtime"]),
+        (&true.into(), &"go".into()),
+        "{v}"
+    );
     let orphan = agent.expect_verdict("B orphaned", |v| {
         is(v, "orphan_opened") && tgid(v, "owner") == u64::from(b_pid)
     });
@@ -155,6 +169,21 @@ fn s1_go_listener_close_unlinks_successor() {
         foreign, 1,
         "only the Close's unlink is foreign: {verdicts:#?}"
     );
+}
+
+/// The Go listener is told a Go binary by its build-info section, this Rust test binary not.
+#[test]
+fn a_go_binary_is_told_by_its_build_info_section() {
+    let Some(go) = go_or_skip("go_build_info") else {
+        return;
+    };
+    let is_go = |path: &Path| {
+        let mut file = std::fs::File::open(path).expect("open");
+        is_go_binary(&mut file).expect("an ELF file")
+    };
+    assert!(is_go(&go), "{}", go.display());
+    let me = std::env::current_exe().expect("the test binary");
+    assert!(!is_go(&me), "{}", me.display());
 }
 
 /// S22: the seed's fix. A Go listener with `SetUnlinkOnClose(false)` is rolled over by a Go

@@ -2,6 +2,7 @@
 //! tgid.
 use std::{
     collections::{BTreeMap, HashMap},
+    fs::File,
     path::PathBuf,
     time::Duration,
 };
@@ -9,9 +10,10 @@ use std::{
 use super::{
     cgroup::parse_proc_cgroup,
     pods::{DEFAULT_PODS_LOG_ROOT, PodIndex, is_static_pod_uid, workload_name},
+    runtime,
 };
 use crate::{
-    engine::Workload,
+    engine::{Runtime, Workload},
     scan::{
         lookup::{self, Lookup},
         procfs::{self, DEFAULT_PROC_ROOT},
@@ -25,8 +27,15 @@ struct Entry {
     /// Insertion number: the key in `Attributor::order`.
     seq: u64,
     workload: Option<Workload>,
-    /// The executable and the command name it was read under (an exec changes both).
-    exe: Option<(String, Option<String>)>,
+    /// The program and the command name it was read under (an exec changes both).
+    program: Option<(String, Program)>,
+}
+
+/// A process's program: its executable and the runtime recognised in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Program {
+    pub exe: Option<String>,
+    pub runtime: Option<Runtime>,
 }
 
 /// Attributes processes to workloads, caching one answer per tgid.
@@ -101,24 +110,30 @@ impl Attributor {
         workload
     }
 
-    /// The executable of process `tgid`, whose thread reported `comm`: read once per
-    /// program the process runs (a changed command name means an exec, so it is read again).
-    /// `None` for a vanished process or an unreadable link.
-    pub fn exe(&mut self, tgid: u32, comm: &str) -> Option<String> {
-        if let Some((seen, exe)) = self.entries.get(&tgid).and_then(|e| e.exe.as_ref())
+    /// The program of process `tgid`, whose thread reported `comm`: read once per program
+    /// the process runs (a changed command name means an exec, so it is read again). Nothing
+    /// is known of a vanished process or an unreadable link.
+    pub fn program(&mut self, tgid: u32, comm: &str) -> Program {
+        if let Some((seen, program)) = self.entries.get(&tgid).and_then(|e| e.program.as_ref())
             && seen == comm
         {
-            return exe.clone();
+            return program.clone();
         }
         let link = procfs::pid_path(&self.proc_root, tgid, "exe");
         // A read that did not answer in time is not remembered: the next bind tries again.
-        let read =
-            lookup::with_deadline(Lookup::Exe, move || procfs::read_link_bytes(&link)).ok()?;
-        let exe = read.ok().map(|b| exe_name(&b));
+        let Ok(program) = lookup::with_deadline(Lookup::Exe, move || {
+            let exe = procfs::read_link_bytes(&link).ok().map(|b| exe_name(&b));
+            let runtime = exe
+                .as_deref()
+                .and_then(|name| runtime::recognise(name, || File::open(&link)));
+            Program { exe, runtime }
+        }) else {
+            return Program::default();
+        };
         if let Some(entry) = self.entries.get_mut(&tgid) {
-            entry.exe = Some((comm.to_owned(), exe.clone()));
+            entry.program = Some((comm.to_owned(), program.clone()));
         }
-        exe
+        program
     }
 
     /// Drops what is known of `tgid` (on its exit).
@@ -160,7 +175,7 @@ impl Attributor {
             Entry {
                 seq,
                 workload,
-                exe: None,
+                program: None,
             },
         );
     }

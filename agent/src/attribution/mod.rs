@@ -7,6 +7,8 @@
 //!   namespace and pod name of a pod uid (see [`parse_pod_log_dir`]), and the pod name gives a
 //!   best guess of its owner's name (see [`workload_name`]).
 //!
+//! - `/proc/<tgid>/exe` gives the program, and the runtime it is (see [`runtime`]).
+//!
 //! [`Attributor`] puts the two together behind a bounded per-tgid cache, cheap enough to call
 //! for every event. A plain host process has no workload: `None`, never a guess.
 //!
@@ -16,9 +18,10 @@
 mod cache;
 mod cgroup;
 mod pods;
+pub mod runtime;
 
 pub use crate::scan::procfs::DEFAULT_PROC_ROOT;
-pub use cache::{Attributor, DEFAULT_CAPACITY};
+pub use cache::{Attributor, DEFAULT_CAPACITY, Program};
 pub use cgroup::{CgroupInfo, QosClass, parse_cgroup_path, parse_proc_cgroup};
 pub use pods::{
     DEFAULT_PODS_LOG_ROOT, DEFAULT_REFRESH_INTERVAL, MAX_POD_DIRS, PodRef, parse_pod_log_dir,

@@ -34,7 +34,7 @@ impl Engine {
         };
         let guarded = Guarded {
             ts_ns,
-            actor: actor.clone(),
+            actor: self.with_known_runtime(actor),
             victim,
             operation: d.operation,
             policy: d.policy,

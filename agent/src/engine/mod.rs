@@ -45,7 +45,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use model::{
-    Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp,
+    Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, Runtime,
     ScanSnapshot, ScannedSocket, Workload,
 };
 pub use scope::Scope;

@@ -21,6 +21,10 @@ pub struct Proc {
     /// successor of the same program from another program (see `engine::workload`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exe: Option<String>,
+    /// The runtime the executable was recognised as, read with `exe` for binders and for
+    /// removers of socket files: it names the cause and the fix of a stale owner's unlink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 impl Proc {
@@ -47,6 +51,34 @@ impl Proc {
             || self.cgroup_id != sighting.cgroup_id
             || self.workload != sighting.workload
             || (sighting.exe.is_some() && self.exe != sighting.exe)
+            || (sighting.runtime.is_some() && self.runtime != sighting.runtime)
+    }
+}
+
+/// A runtime whose own code unlinks a listener's path by name, told from its executable
+/// (see `attribution::runtime`). Each has its own cause and fix for a stale owner's unlink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runtime {
+    /// A Go binary (its `.go.buildinfo` section): `net.UnixListener.Close` unlinks its path.
+    Go,
+    /// Node.js (`node`, `nodejs`): libuv unlinks a pipe server's path on close.
+    Node,
+    /// socat: `unlink-close`, on by default for UNIX sockets, unlinks its path on exit.
+    Socat,
+    /// CPython (`python3*`): asyncio unlinks on close only since 3.13, after an inode check.
+    Python,
+}
+
+impl Runtime {
+    /// The name as the JSON lines spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Go => "go",
+            Runtime::Node => "node",
+            Runtime::Socat => "socat",
+            Runtime::Python => "python",
+        }
     }
 }
 

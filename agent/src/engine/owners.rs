@@ -166,8 +166,10 @@ impl Owners {
             // (compared first: most sightings repeat them, and a clone allocates).
             if !proc.is_unknown() && e.proc.differs_from(proc) {
                 let exe = proc.exe.clone().or_else(|| e.proc.exe.take());
+                let runtime = proc.runtime.or(e.proc.runtime);
                 e.proc = Proc {
                     exe,
+                    runtime,
                     ..proc.clone()
                 };
             }

@@ -364,7 +364,7 @@ impl Engine {
         }
         let mut facts = RemovalFacts {
             ts_ns,
-            actor: actor.clone(),
+            actor: self.with_known_runtime(actor),
             victim: self.victim(s, kernel_owner),
             path: path.to_owned(),
             victim_path: s.display_path(),
@@ -462,6 +462,18 @@ impl Engine {
             successor: None,
         };
         self.open_orphan(file, decided_ns, orphan, out);
+    }
+
+    /// `actor`, with the runtime its bind was read with when its removal's own reading came
+    /// too late (the process had exited).
+    pub(super) fn with_known_runtime(&self, actor: &Proc) -> Proc {
+        let runtime = actor
+            .runtime
+            .or_else(|| self.owners.proc(actor.tgid).and_then(|p| p.runtime));
+        Proc {
+            runtime,
+            ..actor.clone()
+        }
     }
 
     /// Whether `actor` removed a file outside the owner set, and who decided: the kernel's

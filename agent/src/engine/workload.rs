@@ -129,6 +129,7 @@ mod tests {
             cgroup_id: 7,
             workload: None,
             exe: exe.map(str::to_owned),
+            runtime: None,
         }
     }
 

@@ -74,12 +74,18 @@ impl Completer {
         if ev.kind == EventKind::Exit {
             self.namespaces.forget(ev.tgid);
         }
-        let (mut workload, mut exe) = (None, None);
+        let (mut workload, mut exe, mut runtime) = (None, None, None);
         if let Some(a) = self.attributor.as_mut() {
             workload = a.workload(ev.tgid);
-            // Only a binder's program decides anything (who serves a path again).
-            if ev.kind == EventKind::Bind {
-                exe = a.exe(ev.tgid, &ev.comm);
+            // A binder's program decides who serves a path again; a remover's runtime names
+            // the cause of a stale owner's unlink (its binds read it already: cached).
+            if matches!(
+                ev.kind,
+                EventKind::Bind | EventKind::Unlink | EventKind::Rename
+            ) {
+                let program = a.program(ev.tgid, &ev.comm);
+                runtime = program.runtime;
+                exe = program.exe.filter(|_| ev.kind == EventKind::Bind);
             }
             if ev.kind == EventKind::Exit {
                 a.forget(ev.tgid);
@@ -90,6 +96,7 @@ impl Completer {
             workload,
             moved,
             exe,
+            runtime,
             seen_in: None,
         }
     }

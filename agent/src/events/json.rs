@@ -68,6 +68,11 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
         out.write_all(b",\"exe\":")?;
         string(out, exe)?;
     }
+    if let Some(r) = line.runtime {
+        out.write_all(b",\"runtime\":\"")?;
+        out.write_all(r.name().as_bytes())?;
+        out.write_all(b"\"")?;
+    }
     if let Some(SeenIn::Proc) = line.seen_in {
         out.write_all(b",\"seen_in\":\"proc\"")?;
     }
@@ -160,9 +165,18 @@ mod tests {
 
     use super::*;
     use crate::{
-        engine::Workload,
+        engine::{Runtime, Workload},
         events::{KernelEvent, line::Stamped},
     };
+
+    fn runtime() -> impl Strategy<Value = Runtime> {
+        select(vec![
+            Runtime::Go,
+            Runtime::Node,
+            Runtime::Socat,
+            Runtime::Python,
+        ])
+    }
 
     fn file_id() -> impl Strategy<Value = FileId> {
         (any::<u64>(), any::<u64>()).prop_map(|(dev, ino)| FileId { dev, ino })
@@ -271,9 +285,10 @@ mod tests {
             workload in of(workload()),
             moved in of(file_id()),
             exe in of(text()),
+            runtime in of(runtime()),
             seen_in in of(Just(SeenIn::Proc)),
         ) {
-            let line = EventLine { event, workload, moved, exe, seen_in };
+            let line = EventLine { event, workload, moved, exe, runtime, seen_in };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             let reference = serde_json::to_vec(&line).expect("serde");
@@ -286,11 +301,12 @@ mod tests {
             workload in of(workload()),
             moved in of(file_id()),
             exe in of(text()),
+            runtime in of(runtime()),
             seen_in in of(Just(SeenIn::Proc)),
             wall_ns in any::<u64>(),
             node in text(),
         ) {
-            let line = EventLine { event, workload, moved, exe, seen_in };
+            let line = EventLine { event, workload, moved, exe, runtime, seen_in };
             let mut ours = Vec::new();
             write_line(&mut ours, &line).expect("write to a Vec");
             stamp(&mut ours, &wall::rfc3339(wall_ns), &node).expect("write to a Vec");

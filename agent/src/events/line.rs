@@ -3,7 +3,10 @@
 use agent_common::FileId;
 use serde::{Deserialize, Serialize};
 
-use crate::{engine::Workload, events::KernelEvent};
+use crate::{
+    engine::{Runtime, Workload},
+    events::KernelEvent,
+};
 
 /// The version of the lines' shape, written as `schema` on every line. Bumped when a field
 /// is removed or changes its type or meaning; a field added leaves it (readers ignore fields
@@ -26,6 +29,9 @@ pub struct EventLine {
     /// program from another program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exe: Option<String>,
+    /// Bind, unlink, rename: the runtime the acting process's executable was recognised as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
     /// Where the agent saw an event no kernel hook reported: a receive found in `/proc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen_in: Option<SeenIn>,

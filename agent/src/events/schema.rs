@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::{
     engine::{
         CloseReason, DecidedBy, GuardPolicy, Guarded, HandOver, OrphanCause, Proc, Relation,
-        RemovalOp, ServedBy, StaleKind, Verdict, Workload,
+        RemovalOp, Runtime, ServedBy, StaleKind, Verdict, Workload,
     },
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json, wall},
     kernel::{loader::HookReport, probes::Hook},
@@ -95,7 +95,12 @@ fn event_lines() -> Vec<EventLine> {
                 event: e,
                 workload: (kind == EventKind::Bind).then(|| workload.clone()),
                 moved,
-                exe: None,
+                exe: (kind == EventKind::Bind).then(|| "/usr/bin/app".into()),
+                runtime: match kind {
+                    EventKind::Bind => Some(Runtime::Go),
+                    EventKind::Unlink => Some(Runtime::Node),
+                    _ => None,
+                },
                 seen_in: (kind == EventKind::Receive).then_some(crate::events::SeenIn::Proc),
             }
         })
@@ -110,12 +115,17 @@ fn proc(tgid: u32) -> Proc {
         cgroup_id: u64::from(tgid),
         workload: None,
         exe: None,
+        runtime: None,
     }
 }
 
 /// One verdict of each variant, optional fields set in some, not in others.
 fn verdicts() -> Vec<Verdict> {
-    let (actor, victim) = (proc(20), proc(10));
+    let actor = Proc {
+        runtime: Some(Runtime::Socat),
+        ..proc(20)
+    };
+    let victim = proc(10);
     vec![
         Verdict::ForeignUnlink {
             ts_ns: 3,

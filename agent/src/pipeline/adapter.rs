@@ -13,6 +13,7 @@ pub fn to_input(line: EventLine) -> Input {
         workload,
         moved,
         exe,
+        runtime,
         seen_in: _,
     } = line;
     let ts_ns = ev.ts_ns;
@@ -24,6 +25,7 @@ pub fn to_input(line: EventLine) -> Input {
         cgroup_id: ev.cgroup_id,
         workload,
         exe,
+        runtime,
     };
     let file = FileId {
         dev: ev.dev,
@@ -121,6 +123,7 @@ pub fn would_deny_input(line: &EventLine) -> Option<Input> {
         cgroup_id: ev.cgroup_id,
         workload: line.workload.clone(),
         exe: line.exe.clone(),
+        runtime: line.runtime,
     };
     let file = FileId {
         dev: ev.dev,
@@ -187,6 +190,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
             seen_in: None,
         })
     }
@@ -301,6 +305,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
             seen_in: None,
         };
         let Some(Input::Denied {
@@ -326,6 +331,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
             seen_in: None,
         };
         assert!(would_deny_input(&plain).is_none());

@@ -462,6 +462,7 @@ mod tests {
             workload: None,
             moved: None,
             exe: None,
+            runtime: None,
             seen_in: None,
         })
         .expect("buffered");

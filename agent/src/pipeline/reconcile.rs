@@ -26,6 +26,7 @@ fn holder_proc(h: &crate::scan::procfd::Holder) -> Proc {
         cgroup_id: h.cgroup_id.unwrap_or(0),
         workload: None,
         exe: None,
+        runtime: None,
     }
 }
 

@@ -62,6 +62,7 @@ fn procs(u: &[String]) -> [Proc; 5] {
         cgroup_id: 7,
         workload: Some(workload),
         exe: Some(comm.clone()),
+        runtime: None,
     };
     let some = |i: usize| Some(u[i].clone());
     [

@@ -491,7 +491,7 @@ fn holders(h: &[Holder]) -> String {
 mod tests {
     use super::*;
     use crate::{
-        engine::{Engine, Input, Limits, LiveAtUnlink},
+        engine::{Engine, Input, Limits, LiveAtUnlink, Runtime},
         scan::{Findings, OrphanCause as ScanCause, OrphanedListener, ScannedSocket},
     };
 
@@ -508,6 +508,7 @@ mod tests {
             cgroup_id: 9,
             workload: None,
             exe: Some("/usr/bin/multus".into()),
+            runtime: Some(Runtime::Go),
         }
     }
 

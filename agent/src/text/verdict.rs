@@ -3,7 +3,7 @@
 //! ([`super::line`]).
 use crate::engine::{
     CloseReason, FileId, GuardPolicy, Guarded, HandOver, OrphanCause, Proc, Relation, RemovalOp,
-    ServedBy, StaleKind, Verdict,
+    Runtime, ServedBy, StaleKind, Verdict,
 };
 
 use super::words::{duration, inode, inode_or_unknown, relation, who};
@@ -152,11 +152,52 @@ fn socket(listening: bool) -> &'static str {
     }
 }
 
+/// Why a stale owner's unlink happened and how to stop it, for what its runtime does on close.
+struct Remedy {
+    /// What removed the path: the remover's close, as its runtime does it.
+    why: &'static str,
+    fix: &'static str,
+}
+
+fn remedy(runtime: Option<Runtime>) -> Remedy {
+    match runtime {
+        Some(Runtime::Go) => Remedy {
+            why: "its Close unlinked the path (Go's net.UnixListener unlinks its path on Close)",
+            fix: "call SetUnlinkOnClose(false) or remove only your own inode",
+        },
+        Some(Runtime::Node) => Remedy {
+            why: "its server.close() unlinked the path (Node.js: libuv unlinks a pipe server's \
+                  path on close, whichever file is there by then)",
+            fix: "do not rely on server.close() to remove the socket file: exit without it, \
+                  and remove the path only before listen, after checking its inode",
+        },
+        Some(Runtime::Socat) => Remedy {
+            why: "its exit unlinked the path (socat's unlink-close, on by default for UNIX \
+                  sockets, removes the path when it closes the address, SIGTERM included)",
+            fix: "give the listener unlink-close=0, and use unlink-early only on a path it \
+                  owns",
+        },
+        Some(Runtime::Python) => Remedy {
+            why: "it unlinked the path (Python's asyncio unlinks a server's path on close only \
+                  since 3.13, and only if the inode is still its own: an os.unlink, or an \
+                  older cleanup, does not check)",
+            fix: "compare the path's st_ino with your socket's before os.unlink",
+        },
+        None => Remedy {
+            why: "it unlinked a path whose socket it no longer owned",
+            fix: "remove only your own inode (compare st_ino before unlink)",
+        },
+    }
+}
+
 /// The incident's cause and fix: sockwatch knows the remover lost its own listener here.
-const STALE_OWNER: &str = "likely cause: the remover is a stale owner, its own listener at \
-     this path was already replaced, yet its Close unlinked the path (Go's net.UnixListener \
-     unlinks its path on Close); fix: call SetUnlinkOnClose(false) or remove only your own \
-     inode";
+fn stale_owner_cause(runtime: Option<Runtime>) -> String {
+    let Remedy { why, fix } = remedy(runtime);
+    format!(
+        "likely cause: the remover is a stale owner, its own listener at this path was \
+         already replaced, yet {why}; fix: {fix}"
+    )
+}
 
 fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
     let what = format!(
@@ -168,7 +209,7 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
         r.socket_of_owner()
     );
     match stale_owner {
-        true => format!("{what}; {STALE_OWNER}."),
+        true => format!("{what}; {}.", stale_owner_cause(r.actor.runtime)),
         false => format!(
             "{what} ({}); the remover did not bind the path again.",
             relation(rel)
@@ -177,16 +218,16 @@ fn foreign_unlink(r: &Removal, rel: Relation, stale_owner: bool) -> String {
 }
 
 /// Why the policy refuses (or would), and the fix for the remover where there is one.
-fn guard_reason(policy: GuardPolicy) -> (&'static str, &'static str) {
+fn guard_reason(policy: GuardPolicy, remover: &Proc) -> (&'static str, String) {
     match policy {
         GuardPolicy::StaleOwner => (
             "policy stale_owner: the remover's own listener at this path had already been \
              replaced",
-            "; fix the remover: call SetUnlinkOnClose(false) or remove only your own inode",
+            format!("; fix the remover: {}", remedy(remover.runtime).fix),
         ),
         GuardPolicy::Foreign | GuardPolicy::Off => (
             "policy foreign: the remover is outside the owner set and not on the allow-list",
-            "",
+            String::new(),
         ),
     }
 }
@@ -196,7 +237,7 @@ fn unlink_denied(g: &Guarded) -> String {
         RemovalOp::Unlink => "tried to remove",
         RemovalOp::Rename => "tried to rename another file over",
     };
-    let (why, fix) = guard_reason(g.policy);
+    let (why, fix) = guard_reason(g.policy, &g.actor);
     format!(
         "UNLINK DENIED: {} {tried} {} (inode {}), the file of the listening socket of {}; \
          the guard refused it with EPERM ({why}), so the listener stays reachable{fix}.",
@@ -212,7 +253,7 @@ fn unlink_would_deny(g: &Guarded) -> String {
         RemovalOp::Unlink => "removed",
         RemovalOp::Rename => "renamed another file over",
     };
-    let (why, fix) = guard_reason(g.policy);
+    let (why, fix) = guard_reason(g.policy, &g.actor);
     format!(
         "UNLINK WOULD BE DENIED: {} {did} {} (inode {}), the file of the listening socket of \
          {}; the guard, in audit mode, let it through: enforcing, it would have refused it with \
@@ -546,12 +587,16 @@ mod tests {
                 ..Workload::default()
             }),
             exe: None,
+            runtime: None,
         }
     }
 
-    /// The old daemon, its successor and a client.
+    /// The old daemon (a Go program), its successor and a client.
     fn old() -> Proc {
-        proc(100, "golistener", Some("multus-a"))
+        Proc {
+            runtime: Some(Runtime::Go),
+            ..proc(100, "golistener", Some("multus-a"))
+        }
     }
     fn new() -> Proc {
         proc(200, "multus", Some("multus-b"))
@@ -596,6 +641,57 @@ mod tests {
         );
     }
 
+    /// The cause and fix of a stale owner's unlink by a remover of `runtime`.
+    fn stale_owner_sentence(runtime: Option<Runtime>) -> String {
+        let mut v = foreign_unlink(true);
+        if let Verdict::ForeignUnlink { actor, .. } = &mut v {
+            actor.runtime = runtime;
+        }
+        let s = sentence(&v);
+        let cause = s.split_once("; likely cause: ").expect("a cause").1;
+        cause.to_owned()
+    }
+
+    #[test]
+    fn a_stale_owners_cause_and_fix_are_its_runtimes() {
+        let stale = "the remover is a stale owner, its own listener at this path was already \
+                     replaced, yet";
+        let cases = [
+            (
+                Some(Runtime::Node),
+                "its server.close() unlinked the path (Node.js: libuv unlinks a pipe server's \
+                 path on close, whichever file is there by then); fix: do not rely on \
+                 server.close() to remove the socket file: exit without it, and remove the \
+                 path only before listen, after checking its inode.",
+            ),
+            (
+                Some(Runtime::Socat),
+                "its exit unlinked the path (socat's unlink-close, on by default for UNIX \
+                 sockets, removes the path when it closes the address, SIGTERM included); fix: \
+                 give the listener unlink-close=0, and use unlink-early only on a path it owns.",
+            ),
+            (
+                Some(Runtime::Python),
+                "it unlinked the path (Python's asyncio unlinks a server's path on close only \
+                 since 3.13, and only if the inode is still its own: an os.unlink, or an older \
+                 cleanup, does not check); fix: compare the path's st_ino with your socket's \
+                 before os.unlink.",
+            ),
+            (
+                None,
+                "it unlinked a path whose socket it no longer owned; fix: remove only your own \
+                 inode (compare st_ino before unlink).",
+            ),
+        ];
+        for (runtime, cause) in cases {
+            assert_eq!(
+                stale_owner_sentence(runtime),
+                format!("{stale} {cause}"),
+                "{runtime:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_denial_names_who_tried_whose_listener_was_kept_and_the_policy() {
         let guarded = |operation, policy| Guarded {
@@ -635,6 +731,18 @@ mod tests {
              enforcing, it would have refused it with EPERM (policy stale_owner: the remover's \
              own listener at this path had already been replaced); fix the remover: call \
              SetUnlinkOnClose(false) or remove only your own inode."
+        );
+        let mut by_socat = denied(RemovalOp::Unlink, GuardPolicy::StaleOwner);
+        if let Verdict::UnlinkDenied(g) = &mut by_socat {
+            g.actor.runtime = Some(Runtime::Socat);
+        }
+        assert!(
+            sentence(&by_socat).ends_with(
+                "so the listener stays reachable; fix the remover: give the listener \
+                 unlink-close=0, and use unlink-early only on a path it owns."
+            ),
+            "{}",
+            sentence(&by_socat)
         );
     }
 

@@ -101,6 +101,7 @@ mod tests {
             cgroup_id: 7,
             workload,
             exe: None,
+            runtime: None,
         }
     }
 

@@ -2,13 +2,16 @@
 //! read back through its JSON-lines event file, every line of which must match
 //! docs/events.schema.json (so each end-to-end test on each tier checks the schema).
 use std::{
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command},
     sync::OnceLock,
     time::{Duration, Instant},
 };
 
-use super::patience;
+use serde_json::Value;
+
+use super::{patience, s};
 
 pub fn sockwatch_bin() -> String {
     std::env::var("SOCKWATCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sockwatch").to_string())
@@ -270,6 +273,37 @@ impl Drop for Agent {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// The engine's sockets at `path`, from the agent's `GET /api/sockets?path=`.
+pub fn sockets_at(addr: SocketAddr, path: &Path) -> Vec<Value> {
+    let encoded: String = s(path)
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => char::from(b).into(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let target = format!("/api/sockets?path={encoded}");
+    let body = sockwatch::http::client::get(addr, &target).expect("GET /api/sockets");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    v["sockets"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the engine knows `tgid` bound `path` (`--listen addr`): the agent read the
+/// binder's program then, which it cannot once the process is gone.
+pub fn wait_bound(addr: SocketAddr, path: &Path, tgid: u32) {
+    let deadline = Instant::now() + patience();
+    while !sockets_at(addr, path)
+        .iter()
+        .any(|s| s["binder"]["tgid"] == tgid)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never saw {tgid} bind {path:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -17,6 +17,7 @@ fn host_proc(tgid: u32, comm: &str, exe: &str) -> Proc {
         cgroup_id: 1,
         workload: None,
         exe: Some(exe.into()),
+        runtime: None,
     }
 }
 

@@ -36,6 +36,7 @@ pub fn a() -> Proc {
         cgroup_id: 1001,
         workload: pod("uid-a", "multus-aaaaa", "multus"),
         exe: None,
+        runtime: None,
     }
 }
 
@@ -48,6 +49,7 @@ pub fn b() -> Proc {
         cgroup_id: 2001,
         workload: pod("uid-b", "multus-bbbbb", "multus"),
         exe: None,
+        runtime: None,
     }
 }
 
@@ -60,6 +62,7 @@ pub fn c() -> Proc {
         cgroup_id: 3001,
         workload: pod("uid-c", "client-ccccc", "client"),
         exe: None,
+        runtime: None,
     }
 }
 
@@ -72,6 +75,7 @@ pub fn host() -> Proc {
         cgroup_id: 1,
         workload: None,
         exe: None,
+        runtime: None,
     }
 }
 

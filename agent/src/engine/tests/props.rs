@@ -42,6 +42,7 @@ fn proc_(tgid: u32) -> Proc {
         cgroup_id: u64::from(tgid % 4) + 1,
         workload,
         exe: None,
+        runtime: None,
     }
 }
 

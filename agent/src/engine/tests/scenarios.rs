@@ -579,6 +579,7 @@ fn s10_late_start_scan_learns_owners_and_reports_the_preexisting_orphan() {
         cgroup_id: 5001,
         workload: None,
         exe: None,
+        runtime: None,
     };
     let xp = "/run/x/x.sock";
     let snapshot = || {
@@ -670,6 +671,7 @@ fn s11_a_flood_keeps_state_bounded_and_a_scan_repairs_it() {
             cgroup_id: 7,
             workload: None,
             exe: None,
+            runtime: None,
         };
         let path = format!("/tmp/flood/{i}.sock");
         for input in [
@@ -704,6 +706,7 @@ fn s11_a_flood_keeps_state_bounded_and_a_scan_repairs_it() {
         cgroup_id: 77,
         workload: None,
         exe: None,
+        runtime: None,
     };
     let out = e.apply(&scan(
         100_000,

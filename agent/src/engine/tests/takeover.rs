@@ -3,7 +3,7 @@
 use super::*;
 use crate::engine::{
     CloseReason, DecidedBy, HandOver, HistoryEvent, OrphanCause, Relation, ServedBy, Verdict,
-    model::{Fidelity, Workload},
+    model::{Fidelity, Runtime, Workload},
 };
 
 const F1: u64 = 10;
@@ -202,6 +202,7 @@ fn takeover_by_the_removers_cgroup_or_pod() {
             ..b().workload.expect("b runs in a pod")
         }),
         exe: None,
+        runtime: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
@@ -218,6 +219,7 @@ fn takeover_by_the_removers_cgroup_or_pod() {
         cgroup_id: 1,
         workload: None,
         exe: None,
+        runtime: None,
     };
     let mut e = windowed();
     a_listens(&mut e);
@@ -465,4 +467,43 @@ fn an_unexplained_lost_file_is_an_orphan_at_the_next_sweep() {
         }]
     );
     quiet(&mut e, &[scan(T0 + 10_000, lost())]);
+}
+
+/// A stale owner whose unlink came with no runtime (it exited before the agent read one) is
+/// named by the runtime read at its bind; one read at the unlink is taken as it is.
+#[test]
+fn a_stale_owners_runtime_is_the_one_read_at_its_bind_when_its_unlink_has_none() {
+    let go_a = Proc {
+        runtime: Some(Runtime::Go),
+        ..a()
+    };
+    for (unlinker, want) in [
+        (a(), Some(Runtime::Go)),
+        (
+            Proc {
+                runtime: Some(Runtime::Node),
+                ..a()
+            },
+            Some(Runtime::Node),
+        ),
+    ] {
+        let mut e = windowed();
+        quiet(
+            &mut e,
+            &[
+                bind(1000, &go_a, fid(F1), 11, P),
+                listen(1001, &go_a, fid(F1), 11),
+                removes_a(&b()),
+            ],
+        );
+        e.apply(&bind(T0 + 100, &b(), fid(F2), 22, P));
+        let out = e.apply(&unlink_path(T0 + 500, &unlinker, P));
+        let Some(Verdict::ForeignUnlink {
+            actor, stale_owner, ..
+        }) = out.first()
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!((actor.runtime, *stale_owner), (want, true), "{out:?}");
+    }
 }

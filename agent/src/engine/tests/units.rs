@@ -35,6 +35,7 @@ fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
                 cgroup_id: 0,
                 workload: None,
                 exe: None,
+                runtime: None,
             },
             path: "/x".into(),
             file: None,
