@@ -111,6 +111,15 @@ impl NodeServer {
     }
 }
 
+/// A server the test did not stop (it failed first) is killed, never left listening: a
+/// node-wide test would take it for an orphaned listener.
+impl Drop for NodeServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn read_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
     out.read_line(&mut line).expect("read");
