@@ -39,7 +39,8 @@ pub enum Command {
     /// stale bind mounts, from sock_diag, /proc/*/fd and /proc/*/mountinfo; and the risk of
     /// live socket files bind-mounted into other mount namespaces. Exit status 0: clean (risks
     /// alone included), 1: problems found, 2: error, 3: nothing found but the scan could not
-    /// see everything (not root, missing capabilities).
+    /// see everything (not root, missing capabilities, a FUSE or network filesystem not looked
+    /// into).
     Scan(ScanArgs),
     /// Run a recorded event log (JSON lines, as `run` writes them) through the correlation
     /// engine again and print its verdicts.

@@ -85,7 +85,7 @@ fn a_lookup_stuck_in_fuse_times_out_and_its_thread_does_not_hold_the_exit() {
     });
 }
 
-/// The attack, against an agent run with `flags`: an unprivileged client's connect to a
+/// The attack, against an agent on the tracepoint tier run with `flags`: an unprivileged client's connect to a
 /// socket inode on a FUSE filesystem that never answers the agent. The agent must report
 /// the connect (its target unresolved), answer `/healthz` within a second throughout, report
 /// a bind made afterwards, and exit within 5 s of SIGTERM; `check` looks at its metrics, and
@@ -102,11 +102,11 @@ fn attack(flags: &[&str], check: impl FnOnce(&Exposition, &Agent, &FuseMount)) {
 
     let addr = free_addr();
     let listen = addr.to_string();
-    let agent = Agent::start(
-        tmp.path(),
-        &watched,
-        &[&["--listen", &listen], flags].concat(),
-    );
+    // The tracepoint tier: its agent resolves a refused connect's target itself. The exact
+    // tiers name it in the kernel, from the client's own lookup (which FUSE answers), and
+    // never look into the mount (6.12's fentry did just that in the guest).
+    let tier = ["--probe-mode", "tracepoint", "--listen", &listen];
+    let agent = Agent::start(tmp.path(), &watched, &[&tier[..], flags].concat());
     // Dropped first, the mount lets go of threads stuck in it: the agent can then be reaped.
     let run = Run { fuse, agent };
     let (agent, fuse) = (&run.agent, &run.fuse);

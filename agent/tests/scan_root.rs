@@ -244,9 +244,15 @@ fn json_scan(dir: &Path) -> (i32, serde_json::Value) {
 }
 
 /// The exit status of a scan that found nothing wrong: 0 when it saw everything, 3 when some
-/// process was unreadable (a sandbox's own init, to root too).
+/// process was unreadable (a sandbox's own init, to root too) or a warning names something
+/// else it did not see.
 fn clean_code(j: &serde_json::Value) -> i32 {
-    if j["complete"] == true { 0 } else { 3 }
+    let warned = j["warnings"].as_array().is_some_and(|w| !w.is_empty());
+    if j["complete"] == true && !warned {
+        0
+    } else {
+        3
+    }
 }
 
 fn path_str(p: &Path) -> String {

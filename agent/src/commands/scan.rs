@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// Exit status of a scan that found nothing wrong in what it saw, but could not see
-/// everything (processes it may not read): not "clean".
+/// everything (processes it may not read, paths it did not look into): not "clean".
 pub const INCOMPLETE: u8 = 3;
 
 /// `sockwatch scan`: exit status 0 when clean, 1 when something is wrong, 3 when nothing
@@ -34,10 +34,17 @@ pub fn scan(args: ScanArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(if !r.findings.is_empty() {
         ExitCode::from(1)
-    } else if !r.complete {
+    } else if !r.complete || !r.warnings.is_empty() {
+        // Every warning names something not seen: a process not readable, or a path not
+        // looked into (a FUSE or network filesystem, a lookup past its deadline).
+        let remedy = if r.complete {
+            "the warnings above name what it did not look into"
+        } else {
+            "run it as root, with the capabilities the warnings name"
+        };
         eprintln!(
             "sockwatch scan: not clean, only nothing found in what it could see (exit status {INCOMPLETE}): \
-             run it as root, with the capabilities the warnings name"
+             {remedy}"
         );
         ExitCode::from(INCOMPLETE)
     } else {
