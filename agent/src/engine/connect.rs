@@ -131,7 +131,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::super::{
-        StaleKind, Verdict,
+        Engine, StaleKind, Verdict,
         model::Input,
         tests::{P, a, b, c, engine, fid, listen, release, unlink_path},
     };
@@ -194,22 +194,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_tracked_socket_reached_by_a_path_outside_the_watches_stays_in_scope() {
-        let scope = super::super::Scope::watching(["/run/w".into()]);
-        let mut e = engine().with_scope(scope);
+    /// a's listener at `P` removed by b and closed; c is refused through a bind mount of the
+    /// file at `/elsewhere/view.sock` that still pins its inode.
+    fn refused_through_a_pinned_view(e: &mut Engine) -> Vec<Verdict> {
         e.apply(&super::super::tests::bind(1, &a(), fid(1), 11, P));
         e.apply(&listen(2, &a(), fid(1), 11));
         e.apply(&unlink_path(3, &b(), P));
         e.apply(&release(4, &a(), fid(1), 11));
-        let out = e.apply(&super::super::tests::connect_seen(
+        e.apply(&super::super::tests::connect_seen(
             5,
             &c(),
             "/elsewhere/view.sock",
             111,
             fid(1),
             (0, false, false),
-        ));
+        ))
+    }
+
+    #[test]
+    fn a_tracked_socket_reached_by_a_path_outside_the_watches_stays_in_scope() {
+        let scope = super::super::Scope::watching(["/run/w".into()]);
+        let mut e = engine().with_scope(scope);
+        let out = refused_through_a_pinned_view(&mut e);
         assert!(
             out.iter()
                 .any(|v| matches!(v, Verdict::StaleConnect { .. })),
@@ -221,18 +227,7 @@ mod tests {
     #[test]
     fn a_resolved_pinned_inode_names_its_binder_and_remover() {
         let mut e = engine();
-        e.apply(&super::super::tests::bind(1, &a(), fid(1), 11, P));
-        e.apply(&listen(2, &a(), fid(1), 11));
-        e.apply(&unlink_path(3, &b(), P));
-        e.apply(&release(4, &a(), fid(1), 11));
-        let out = e.apply(&super::super::tests::connect_seen(
-            5,
-            &c(),
-            "/elsewhere/view.sock",
-            111,
-            fid(1),
-            (0, false, false),
-        ));
+        let out = refused_through_a_pinned_view(&mut e);
         let stale = out
             .iter()
             .find(|v| matches!(v, Verdict::StaleConnect { .. }))

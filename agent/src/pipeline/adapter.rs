@@ -184,15 +184,20 @@ mod tests {
     use super::*;
     use agent_common::Owner;
 
-    fn input(e: &KernelEvent) -> Input {
-        to_input(EventLine {
+    /// `e` as the pump hands it on when userspace added nothing to it.
+    fn bare(e: &KernelEvent) -> EventLine {
+        EventLine {
             event: e.clone(),
             workload: None,
             moved: None,
             exe: None,
             runtime: None,
             seen_in: None,
-        })
+        }
+    }
+
+    fn input(e: &KernelEvent) -> Input {
+        to_input(bare(e))
     }
 
     fn ev(kind: EventKind) -> KernelEvent {
@@ -300,14 +305,7 @@ mod tests {
         e.tier = Tier::Lsm;
         e.flags.would_deny = true;
         e.guard_policy = Some(GuardPolicy::StaleOwner);
-        let line = EventLine {
-            event: e.clone(),
-            workload: None,
-            moved: None,
-            exe: None,
-            runtime: None,
-            seen_in: None,
-        };
+        let line = bare(&e);
         let Some(Input::Denied {
             decision,
             policy,
@@ -326,15 +324,7 @@ mod tests {
             "then the removal"
         );
         e.flags.would_deny = false;
-        let plain = EventLine {
-            event: e,
-            workload: None,
-            moved: None,
-            exe: None,
-            runtime: None,
-            seen_in: None,
-        };
-        assert!(would_deny_input(&plain).is_none());
+        assert!(would_deny_input(&bare(&e)).is_none());
     }
 
     #[test]

@@ -421,7 +421,17 @@ fn a_refused_removal_names_the_owner_and_leaves_the_listener_linked() {
     let mut e = engine();
     e.apply(&bind(1, &a(), fid(1), 11, P));
     e.apply(&listen(2, &a(), fid(1), 11));
-    let denied = Input::Denied {
+    let out = e.apply(&decided_for_c(GuardDecision::Denied));
+    assert_eq!(out, vec![Verdict::UnlinkDenied(guarded_by_c(3))]);
+    // Nothing was removed: the owner's later unlink is its own, no orphan and no verdict.
+    let own = e.apply(&unlink_exact(4, &a(), P, fid(1), live(100, 11, true)));
+    assert!(own.is_empty(), "{own:?}");
+    assert_eq!(e.stats().verdicts.unlink_denied, 1);
+}
+
+/// The guard's input at 3 ns: c's unlink of a's listener at `P` under policy `foreign`.
+fn decided_for_c(decision: GuardDecision) -> Input {
+    Input::Denied {
         ts_ns: 3,
         proc: c(),
         path: P.into(),
@@ -429,14 +439,8 @@ fn a_refused_removal_names_the_owner_and_leaves_the_listener_linked() {
         operation: RemovalOp::Unlink,
         policy: GuardPolicy::Foreign,
         live: live(100, 11, false).expect("live"),
-        decision: GuardDecision::Denied,
-    };
-    let out = e.apply(&denied);
-    assert_eq!(out, vec![Verdict::UnlinkDenied(guarded_by_c(3))]);
-    // Nothing was removed: the owner's later unlink is its own, no orphan and no verdict.
-    let own = e.apply(&unlink_exact(4, &a(), P, fid(1), live(100, 11, true)));
-    assert!(own.is_empty(), "{own:?}");
-    assert_eq!(e.stats().verdicts.unlink_denied, 1);
+        decision,
+    }
 }
 
 /// The guard's decision on c's unlink of a's listener at `P` (policy `foreign`).
@@ -458,18 +462,8 @@ fn an_audited_removal_is_reported_as_would_deny_and_then_happens() {
     let mut e = engine();
     e.apply(&bind(1, &a(), fid(1), 11, P));
     e.apply(&listen(2, &a(), fid(1), 11));
-    let audit = Input::Denied {
-        ts_ns: 3,
-        proc: c(),
-        path: P.into(),
-        file: fid(1),
-        operation: RemovalOp::Unlink,
-        policy: GuardPolicy::Foreign,
-        live: live(100, 11, false).expect("live"),
-        decision: GuardDecision::WouldDeny,
-    };
     assert_eq!(
-        e.apply(&audit),
+        e.apply(&decided_for_c(GuardDecision::WouldDeny)),
         vec![Verdict::UnlinkWouldDeny(guarded_by_c(3))]
     );
     // The removal went ahead: it is the foreign unlink it would have been without the guard.
