@@ -1,9 +1,12 @@
 //! `cargo xtask test`: every check and test layer in order, continuing past failures, then a
 //! step table, a layer table and one closing count line.
 use std::{
+    path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
+
+use anyhow::Context as _;
 
 use crate::{
     Linking,
@@ -141,6 +144,13 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             Ok(())
         },
     );
+    // The guests' test executables compile while the healthy node's ten minutes run out.
+    let mut initrds = None;
+    step("vm initramfs: built beside the healthy node", &mut || {
+        let ready = ready.as_ref().context("no kernels: setup --vm failed")?;
+        initrds = Some(vm::initramfs_per_arch(ready, plans, tiers)?);
+        Ok(())
+    });
     step("healthy node: ten minutes, collected", &mut || {
         let Some(run) = healthy.take() else {
             results.layers.push(Layer::new(
@@ -163,9 +173,7 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     });
     step("vm tests (QEMU)", &mut || {
         vm_tests(
-            ready.as_ref(),
-            plans,
-            tiers,
+            ready.as_ref().zip(initrds.as_deref()),
             vm_timeout,
             vm_jobs,
             &mut results,
@@ -270,21 +278,21 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
     failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
 }
 
-/// One layer per guest kernel; none but a failed `vm` layer without `kernels`.
+/// One layer per guest kernel; none but a failed `vm` layer without kernels or initramfs.
 fn vm_tests(
-    ready: Option<&Ready>,
-    plans: &[vm::Plan],
-    tiers: vm::Tiers,
+    prepared: Option<(&Ready, &[(Arch, PathBuf)])>,
     vm_timeout: Duration,
     vm_jobs: usize,
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
-    let Some(ready) = ready else {
-        results.layers.push(failed_vm("setup --vm failed".into()));
-        anyhow::bail!("no kernels: setup --vm failed");
+    let Some((ready, initrds)) = prepared else {
+        results
+            .layers
+            .push(failed_vm("setup --vm or the initramfs build failed".into()));
+        anyhow::bail!("no guests to boot: setup --vm or the initramfs build failed");
     };
-    let outcomes = match vm::test(ready, plans, tiers, vm_timeout, vm_jobs) {
+    let outcomes = match vm::boot_all(ready, initrds, vm_timeout, vm_jobs) {
         Ok(o) => o,
         Err(e) => {
             results.layers.push(failed_vm(format!("{e:#}")));

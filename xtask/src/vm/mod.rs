@@ -32,7 +32,7 @@ mod qemu;
 pub mod resume;
 
 use payload::{GO_LISTENER_GUEST, Payload};
-pub use plan::Plan;
+pub use plan::{Plan, agent_integration_tests};
 use resume::{Fault, Resumed};
 
 const VERDICT: &str = "SOCKWATCH-VM-VERDICT: ";
@@ -706,17 +706,40 @@ pub fn test(
     timeout: Duration,
     jobs: usize,
 ) -> anyhow::Result<Vec<Outcome>> {
+    let initrds = initramfs_per_arch(ready, plans, tiers)?;
+    boot_all(ready, &initrds, timeout, jobs)
+}
+
+/// Each plan's initramfs, built (the test executables compiled, the image written) before
+/// any guest boots, so the suite can build them while other work waits.
+pub fn initramfs_per_arch(
+    ready: &Ready,
+    plans: &[Plan],
+    tiers: Tiers,
+) -> anyhow::Result<Vec<(Arch, PathBuf)>> {
+    plans
+        .iter()
+        .map(|plan| {
+            let busybox = ready
+                .busybox
+                .iter()
+                .find(|(a, _)| *a == plan.arch)
+                .map(|(_, b)| b.as_path())
+                .with_context(|| format!("setup fetched no busybox for {}", plan.arch))?;
+            Ok((plan.arch, prepare(plan, busybox, &ready.kernels, tiers)?))
+        })
+        .collect()
+}
+
+/// Boots every kernel `ready` holds on its architecture's initramfs, `jobs` guests at a time,
+/// and reports each guest's outcome.
+pub fn boot_all(
+    ready: &Ready,
+    initrds: &[(Arch, PathBuf)],
+    timeout: Duration,
+    jobs: usize,
+) -> anyhow::Result<Vec<Outcome>> {
     let kernels = &ready.kernels;
-    let mut initrds = Vec::new();
-    for plan in plans {
-        let busybox = ready
-            .busybox
-            .iter()
-            .find(|(a, _)| *a == plan.arch)
-            .map(|(_, b)| b.as_path())
-            .with_context(|| format!("setup fetched no busybox for {}", plan.arch))?;
-        initrds.push((plan.arch, prepare(plan, busybox, kernels, tiers)?));
-    }
     let initrd_of = |k: &Kernel| {
         initrds
             .iter()
