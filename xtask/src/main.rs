@@ -143,7 +143,7 @@ impl VmArgs {
     /// The guests `test` (`suite`) or `vm-test` boots: see `--arch`.
     fn plans(&self, suite: bool) -> anyhow::Result<Vec<vm::Plan>> {
         let plans: Vec<vm::Plan> = if self.arches.is_empty() && suite {
-            vm::Plan::suite(&self.series(), &self.tests)
+            vm::Plan::suite(&self.series(), &self.tests, &vm::agent_integration_tests()?)
         } else if self.arches.is_empty() {
             vm::Plan::new(Arch::X86_64, &self.series(), self.tests.clone())
                 .into_iter()
@@ -177,7 +177,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         Command::Setup { vm } => {
-            let fetch = vm::Plan::fetch(&vm::Plan::suite(&Series::ALL, &[]));
+            let fetch = vm::Plan::fetch(&vm::Plan::suite(&Series::ALL, &[], &[]));
             setup::setup(&if vm {
                 setup::Wanted {
                     image: true,

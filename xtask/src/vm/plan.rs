@@ -1,4 +1,6 @@
 //! Which guests a run boots: per architecture, its kernel series and its tests.
+use anyhow::Context as _;
+
 use crate::{arch::Arch, kernels::Series};
 
 /// The tests the arm64 guests run in the whole suite (`cargo xtask test`, CI): the kernel
@@ -15,6 +17,42 @@ pub const AARCH64_SUITE_TESTS: &[&str] = &[
     "guard",
 ];
 
+/// Integration tests of the host layer alone, which the guests do not carry: each would only
+/// print its skip there. `http_abuse` measures a userspace server against time bounds that
+/// TCG would turn into bounds on the emulator; `prometheus_e2e` and `healthy_node` need
+/// Debian's Prometheus, HAProxy and Node.js, which the guests do not have.
+pub const HOST_ONLY_TESTS: &[&str] = &["healthy_node", "http_abuse", "prometheus_e2e"];
+
+/// The integration tests the x86-64 guests run in the whole suite: every one of
+/// `agent_tests` but [`HOST_ONLY_TESTS`]. Named one by one, so that cargo builds those
+/// executables alone, not the library's and the binary's own unit-test executables, which
+/// no guest runs.
+fn x86_64_suite_tests(agent_tests: &[String]) -> Vec<String> {
+    agent_tests
+        .iter()
+        .filter(|t| !HOST_ONLY_TESTS.contains(&t.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The agent's integration tests: the names of `agent/tests/*.rs`.
+pub fn agent_integration_tests() -> anyhow::Result<Vec<String>> {
+    let dir = crate::cmd::workspace_root().join("agent/tests");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir)
+        .with_context(|| format!("listing the agent's tests in {}", dir.display()))?
+    {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs")
+            && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+        {
+            names.push(stem.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// One architecture's guests.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -25,19 +63,23 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The guests of `cargo xtask test`: `series` on x86_64 with `only`, and those of them the
-    /// arm64 guest boots with `only` or else [`AARCH64_SUITE_TESTS`].
-    pub fn suite(series: &[Series], only: &[String]) -> Vec<Plan> {
-        let arm64_tests = if only.is_empty() {
-            AARCH64_SUITE_TESTS
-                .iter()
-                .map(|t| (*t).to_owned())
-                .collect()
+    /// The guests of `cargo xtask test`: `series` on x86_64 with `only` or else every one of
+    /// `agent_tests` but the host layer's own, and those of them the arm64 guest boots with
+    /// `only` or else [`AARCH64_SUITE_TESTS`].
+    pub fn suite(series: &[Series], only: &[String], agent_tests: &[String]) -> Vec<Plan> {
+        let (x86_tests, arm64_tests) = if only.is_empty() {
+            (
+                x86_64_suite_tests(agent_tests),
+                AARCH64_SUITE_TESTS
+                    .iter()
+                    .map(|t| (*t).to_owned())
+                    .collect(),
+            )
         } else {
-            only.to_vec()
+            (only.to_vec(), only.to_vec())
         };
         [
-            Plan::new(Arch::X86_64, series, only.to_vec()),
+            Plan::new(Arch::X86_64, series, x86_tests),
             Plan::new(Arch::Aarch64, series, arm64_tests),
         ]
         .into_iter()
@@ -63,16 +105,35 @@ mod tests {
 
     #[test]
     fn the_suite_runs_every_x86_kernel_and_the_arm64_subset_on_debian_12() {
-        let plans = Plan::suite(&Series::ALL, &[]);
+        let agent_tests = agent_integration_tests().expect("agent/tests");
+        assert!(
+            agent_tests.iter().any(|t| t == "verdicts"),
+            "{agent_tests:?}"
+        );
+        let plans = Plan::suite(&Series::ALL, &[], &agent_tests);
         assert_eq!(plans.len(), 2);
         assert_eq!(plans[0].series, Series::ALL);
-        assert!(plans[0].only.is_empty(), "x86_64 runs every test");
+        let guest_tests: Vec<&String> = agent_tests
+            .iter()
+            .filter(|t| !HOST_ONLY_TESTS.contains(&t.as_str()))
+            .collect();
+        assert_eq!(
+            plans[0].only.iter().collect::<Vec<_>>(),
+            guest_tests,
+            "x86_64 runs every test but the host layer's own"
+        );
+        assert!(
+            HOST_ONLY_TESTS
+                .iter()
+                .all(|t| agent_tests.iter().any(|a| a == t)),
+            "each host-only test exists"
+        );
         assert_eq!(plans[1].arch, Arch::Aarch64);
         assert_eq!(plans[1].series, [Series::V6_1, Series::V6_12]);
         assert_eq!(plans[1].only, AARCH64_SUITE_TESTS);
         // `--test` applies to both; an arm64-less series list boots no arm64 guest.
         let only = vec!["guard".to_owned()];
-        let plans = Plan::suite(&[Series::V5_10], &only);
+        let plans = Plan::suite(&[Series::V5_10], &only, &agent_tests);
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].only, only);
     }
