@@ -124,7 +124,7 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     step("clippy (eBPF crate)", &mut clippy_ebpf);
     let mut healthy = None;
     step(
-        "healthy node: build and start (runs beside fuzz and soak)",
+        "healthy node: build and start (runs beside fuzz, soak and the initramfs build)",
         &mut || {
             healthy = Some(healthy::start()?);
             Ok(())
