@@ -60,11 +60,25 @@ const TABLE_END: &str = "<!-- end of fuzz table -->";
 pub fn run(secs: u64, only: &[String], write_doc: bool) -> anyhow::Result<bool> {
     let targets = select(only)?;
     build()?;
+    // Each target is one single-threaded process with its own corpus: one per core at a time.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let mut outcomes = Vec::new();
-    for target in targets {
-        let o = fuzz_one(target, secs)?;
-        println!("{}", summary(&o));
-        outcomes.push(o);
+    for batch in targets.chunks(cores) {
+        let runs: Vec<_> = std::thread::scope(|s| {
+            let started: Vec<_> = batch
+                .iter()
+                .map(|&target| s.spawn(move || fuzz_one(target, secs)))
+                .collect();
+            started
+                .into_iter()
+                .map(|run| run.join().expect("a fuzz run's thread panicked"))
+                .collect()
+        });
+        for o in runs {
+            let o = o?;
+            println!("{}", summary(&o));
+            outcomes.push(o);
+        }
     }
     if write_doc {
         let doc = cmd::workspace_root().join("docs/RELIABILITY.md");

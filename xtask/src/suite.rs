@@ -124,16 +124,19 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     step("clippy (eBPF crate)", &mut clippy_ebpf);
     let mut healthy = None;
     step(
-        "healthy node: build and start (runs beside fuzz, soak and the initramfs build)",
+        "healthy node: build and start (runs beside fuzz and soak)",
         &mut || {
             healthy = Some(healthy::start()?);
             Ok(())
         },
     );
-    step("fuzz (each parser 20 s, committed corpus)", &mut || {
-        anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
-        Ok(())
-    });
+    step(
+        "fuzz (each parser 20 s, one per core, committed corpus)",
+        &mut || {
+            anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
+            Ok(())
+        },
+    );
     step(
         "soak (3 min at 20k events/s, sweeps, churning owners)",
         &mut || {
@@ -144,13 +147,6 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             Ok(())
         },
     );
-    // The guests' test executables compile while the healthy node's ten minutes run out.
-    let mut initrds = None;
-    step("vm initramfs: built beside the healthy node", &mut || {
-        let ready = ready.as_ref().context("no kernels: setup --vm failed")?;
-        initrds = Some(vm::initramfs_per_arch(ready, plans, tiers)?);
-        Ok(())
-    });
     step("healthy node: ten minutes, collected", &mut || {
         let Some(run) = healthy.take() else {
             results.layers.push(Layer::new(
@@ -168,9 +164,26 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         );
         done.failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
     });
-    step("host tests (root, host kernel)", &mut || {
-        host_tests(&mut results)
-    });
+    // The host layer mostly waits on its agents: the guests' test executables compile beside
+    // it, at the lowest priority, so its tests keep the cores whenever they want them.
+    let mut initrds = None;
+    step(
+        "host tests (root, host kernel), the guests' initramfs built beside them",
+        &mut || {
+            let ready = ready.as_ref().context("no kernels: setup --vm failed");
+            let (host, built) = std::thread::scope(|s| {
+                let build = s.spawn(move || {
+                    lowest_priority();
+                    vm::initramfs_per_arch(ready?, plans, tiers)
+                });
+                let host = host_tests(&mut results);
+                (host, build.join())
+            });
+            let built = built.map_err(|_| anyhow::anyhow!("the initramfs build panicked"))?;
+            initrds = built.as_ref().ok().cloned();
+            host.and(built.map(drop).context("vm initramfs"))
+        },
+    );
     let mut static_agent = None;
     step("vm tests (QEMU)", &mut || {
         static_agent = Some(std::thread::spawn(build_static_agent_when_idle));
@@ -235,10 +248,15 @@ fn clippy_ebpf() -> anyhow::Result<()> {
 /// The image's static agent, compiled at the lowest priority while the guests run: it takes
 /// the cores they leave idle (the last guest keeps one busy), not their share.
 fn build_static_agent_when_idle() -> anyhow::Result<PathBuf> {
+    lowest_priority();
+    crate::build(Arch::host(), Linking::Static)
+}
+
+/// Niceness 19 for the calling thread and the processes it starts from now on.
+fn lowest_priority() {
     // SAFETY: setpriority touches no memory. On Linux `who` 0 is this thread alone, and the
     // processes it starts (cargo, rustc) inherit its niceness.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-    crate::build(Arch::host(), Linking::Static)
 }
 
 /// The agent's image for this machine (its static build, `built` while the guests ran, else

@@ -747,13 +747,16 @@ pub fn boot_all(
             .map(|(_, p)| p.as_path())
             .with_context(|| format!("no initramfs for {}'s architecture {}", k.package, k.arch))
     };
+    let queue = longest_first(kernels, |k| {
+        initrd_of(k).map_or(0, |p| fs::metadata(p).map_or(0, |m| m.len()))
+    });
     // A queue of kernels: each of `jobs` threads boots the next one when its guest is done.
     let next = AtomicUsize::new(0);
     let booted = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, kernels.len().max(1)) {
             s.spawn(|| {
-                while let Some(kernel) = kernels.get(next.fetch_add(1, Ordering::Relaxed)) {
+                while let Some(kernel) = queue.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let o = initrd_of(kernel)
                         .and_then(|initrd| boot_and_report(kernel, initrd, timeout));
                     booted.lock().expect("outcomes lock").push(o);
@@ -769,6 +772,23 @@ pub fn boot_all(
     // In the order asked for, whichever guest finished first.
     outcomes.sort_by_key(|o| kernels.iter().position(|k| k.package == o.kernel.package));
     Ok(outcomes)
+}
+
+/// The guests in the order to boot them, the longest first, so that the last ones to start
+/// are short and no lone guest leaves a core idle at the end: a larger initramfs carries more
+/// test executables, and a newer kernel loads more tiers (each tier runs its tests again).
+fn longest_first(kernels: &[Kernel], initrd_size: impl Fn(&Kernel) -> u64) -> Vec<&Kernel> {
+    let mut queue: Vec<&Kernel> = kernels.iter().collect();
+    queue.sort_by_cached_key(|k| std::cmp::Reverse((initrd_size(k), version_key(k.upstream()))));
+    queue
+}
+
+/// `6.12.118` as `[6, 12, 118]`, for ordering versions by number.
+fn version_key(upstream: &str) -> Vec<u32> {
+    upstream
+        .split('.')
+        .map(|n| n.parse().unwrap_or(0))
+        .collect()
 }
 
 /// Builds `plan`'s payload and writes its initramfs, `target/vm/<arch>/initrd.gz`.
@@ -875,6 +895,42 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guests_boot_longest_first() {
+        let kernel = |arch, version: &str| Kernel {
+            package: format!("linux-image-{version}-{arch}"),
+            version: format!("{version}-1"),
+            arch,
+            vmlinuz: PathBuf::new(),
+            modules: Vec::new(),
+        };
+        // The order setup lists them in: by architecture, oldest kernel first.
+        let kernels = [
+            kernel(Arch::X86_64, "5.10.251"),
+            kernel(Arch::X86_64, "6.1.192"),
+            kernel(Arch::X86_64, "6.12.118"),
+            kernel(Arch::Aarch64, "6.1.192"),
+            kernel(Arch::Aarch64, "6.12.118"),
+            kernel(Arch::Aarch64, "6.9.1"),
+        ];
+        let initrd_size = |k: &Kernel| if k.arch == Arch::X86_64 { 90 } else { 40 };
+        let order: Vec<_> = longest_first(&kernels, initrd_size)
+            .iter()
+            .map(|k| format!("{} {}", k.arch, k.upstream()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "x86_64 6.12.118",
+                "x86_64 6.1.192",
+                "x86_64 5.10.251",
+                "aarch64 6.12.118",
+                "aarch64 6.9.1",
+                "aarch64 6.1.192",
+            ]
+        );
+    }
 
     #[test]
     fn console_lines_are_made_printable() {
