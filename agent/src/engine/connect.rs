@@ -16,18 +16,28 @@ pub(super) struct TargetView {
     pub listening: Option<bool>,
 }
 
+/// A connect by path as the engine takes it (see [`super::Input::Connect`]).
+#[derive(Clone, Copy)]
+pub(super) struct Connect<'a> {
+    pub ts_ns: u64,
+    pub actor: &'a Proc,
+    pub path: &'a str,
+    pub errno: i32,
+    /// The inode the path led to, where the tier could see it.
+    pub target: Option<FileId>,
+    pub view: TargetView,
+}
+
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_connect(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        path: &str,
-        errno: i32,
-        target: Option<FileId>,
-        view: TargetView,
-        out: &mut Vec<Verdict>,
-    ) {
+    pub(super) fn on_connect(&mut self, c: Connect, out: &mut Vec<Verdict>) {
+        let Connect {
+            ts_ns,
+            actor,
+            path,
+            errno,
+            target,
+            view,
+        } = c;
         // Without the kernel's inode, only an unambiguous path names a file.
         let file = target.or_else(|| match self.sockets.linked_at(path).as_slice() {
             [f] => Some(*f),

@@ -184,12 +184,9 @@ impl Engine {
         let start = out.len();
         self.expire_pending(input.ts_ns(), out);
         match input {
-            Input::Unlink { .. }
-            | Input::Rename { .. }
-            | Input::Denied { .. }
-            | Input::Connect { .. } => {
-                self.apply_path_op(input, out);
-            }
+            Input::Unlink { .. } | Input::Rename { .. } => self.apply_removal(input, out),
+            Input::Denied { .. } => self.apply_denied(input, out),
+            Input::Connect { .. } => self.apply_connect(input, out),
             Input::Tick { .. } => {}
             _ => self.apply_lifecycle(input, out),
         }
@@ -198,8 +195,8 @@ impl Engine {
         }
     }
 
-    /// Path operations: unlink, rename-over, connect by path.
-    fn apply_path_op(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+    /// Removals: an unlink, a rename (over a file, or an exchange).
+    fn apply_removal(&mut self, input: &Input, out: &mut Vec<Verdict>) {
         match input {
             Input::Unlink {
                 ts_ns,
@@ -208,7 +205,16 @@ impl Engine {
                 file,
                 fidelity,
                 live,
-            } => self.on_unlink(*ts_ns, proc, path, *file, *fidelity, live.as_ref(), out),
+            } => {
+                let op = removal::PathOp {
+                    ts_ns: *ts_ns,
+                    actor: proc,
+                    path,
+                    fidelity: *fidelity,
+                    live: live.as_ref(),
+                };
+                self.on_unlink(op, *file, out);
+            }
             Input::Rename {
                 ts_ns,
                 proc,
@@ -231,50 +237,64 @@ impl Engine {
                 };
                 self.on_rename(*ts_ns, proc, &rename, out);
             }
-            Input::Denied {
-                ts_ns,
-                proc,
-                path,
-                file,
-                operation,
-                policy,
-                live,
-                decision,
-            } => {
-                let d = guard::Denied {
-                    path,
-                    file: *file,
-                    operation: *operation,
-                    policy: *policy,
-                    live,
-                    decision: *decision,
-                };
-                self.on_denied(*ts_ns, proc, &d, out);
-            }
-            Input::Connect {
-                ts_ns,
-                proc,
-                path,
-                errno,
-                target,
-                target_nlink,
-                target_bound,
-                target_listening,
-            } => self.on_connect(
-                *ts_ns,
-                proc,
-                path,
-                *errno,
-                *target,
-                connect::TargetView {
-                    nlink: *target_nlink,
-                    bound: *target_bound,
-                    listening: *target_listening,
-                },
-                out,
-            ),
-            _ => unreachable!("apply_into routes only path operations here"),
+            _ => unreachable!("apply_into routes only unlinks and renames here"),
         }
+    }
+
+    /// A removal the guard refused (or, in audit mode, would have refused).
+    fn apply_denied(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+        let Input::Denied {
+            ts_ns,
+            proc,
+            path,
+            file,
+            operation,
+            policy,
+            live,
+            decision,
+        } = input
+        else {
+            unreachable!("apply_into routes only guard decisions here")
+        };
+        let d = guard::Denied {
+            path,
+            file: *file,
+            operation: *operation,
+            policy: *policy,
+            live,
+            decision: *decision,
+        };
+        self.on_denied(*ts_ns, proc, &d, out);
+    }
+
+    /// A connect by path.
+    fn apply_connect(&mut self, input: &Input, out: &mut Vec<Verdict>) {
+        let Input::Connect {
+            ts_ns,
+            proc,
+            path,
+            errno,
+            target,
+            target_nlink,
+            target_bound,
+            target_listening,
+        } = input
+        else {
+            unreachable!("apply_into routes only connects here")
+        };
+        let c = connect::Connect {
+            ts_ns: *ts_ns,
+            actor: proc,
+            path,
+            errno: *errno,
+            target: *target,
+            view: connect::TargetView {
+                nlink: *target_nlink,
+                bound: *target_bound,
+                listening: *target_listening,
+            },
+        };
+        self.on_connect(c, out);
     }
 
     /// A socket's and its processes' life: bind, listen, release, fork, exit, and scans.
@@ -312,7 +332,7 @@ impl Engine {
                 sock_ino,
             } => self.on_fd_received(*ts_ns, proc, *file, *sock_ino),
             Input::Scan(snapshot) => self.on_scan(snapshot, out),
-            _ => unreachable!("apply_into routes path operations elsewhere"),
+            _ => unreachable!("apply_into routes only a socket's or a process's life here"),
         }
     }
 

@@ -29,6 +29,30 @@ pub(super) struct Rename<'a> {
     pub live: Option<&'a LiveAtUnlink>,
 }
 
+/// An unlink, or the name a rename replaced: who made which path stop resolving, and what
+/// the kernel saw of the socket bound there.
+#[derive(Clone, Copy)]
+pub(super) struct PathOp<'a> {
+    pub ts_ns: u64,
+    pub actor: &'a Proc,
+    pub path: &'a str,
+    pub fidelity: Fidelity,
+    pub live: Option<&'a LiveAtUnlink>,
+}
+
+/// A socket file's new name after a rename (`to: None`: unknown).
+struct Move<'a> {
+    ts_ns: u64,
+    actor: &'a Proc,
+    file: FileId,
+    from: Option<String>,
+    to: Option<&'a str>,
+    exchanged_with: Option<FileId>,
+    fidelity: Fidelity,
+    /// Whether to report the move of a live socket (a rename-over's removal names it already).
+    report: bool,
+}
+
 /// How the file went away.
 enum How {
     Unlink,
@@ -36,23 +60,11 @@ enum How {
 }
 
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_unlink(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        path: &str,
-        file: Option<FileId>,
-        fidelity: Fidelity,
-        live: Option<&LiveAtUnlink>,
-        out: &mut Vec<Verdict>,
-    ) {
-        match self.resolve(path, file, actor, None) {
-            Target::Found(f) => {
-                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out);
-            }
-            Target::Untracked(f) if live.is_some() => {
-                self.remove_file(ts_ns, actor, path, f, fidelity, live, How::Unlink, out);
+    pub(super) fn on_unlink(&mut self, op: PathOp, file: Option<FileId>, out: &mut Vec<Verdict>) {
+        match self.resolve(op.path, file, op.actor, None) {
+            Target::Found(f) => self.remove_file(op, f, How::Unlink, out),
+            Target::Untracked(f) if op.live.is_some() => {
+                self.remove_file(op, f, How::Unlink, out);
             }
             Target::Untracked(_) | Target::NotFound => self.counters.ignored.unlink_unknown += 1,
             Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
@@ -83,17 +95,22 @@ impl Engine {
             self.exchange(ts_ns, actor, r, source, out);
             return;
         }
-        let (to, fidelity, live) = (r.to, r.fidelity, r.live);
+        let op = PathOp {
+            ts_ns,
+            actor,
+            path: r.to,
+            fidelity: r.fidelity,
+            live: r.live,
+        };
         let start = out.len();
         // Without the kernel's inode, the displaced file is whatever `to` resolved to.
-        let look_up_path = r.replaced.is_some() || fidelity == Fidelity::PathOnly || live.is_some();
+        let look_up_path =
+            r.replaced.is_some() || r.fidelity == Fidelity::PathOnly || r.live.is_some();
         if look_up_path {
             let how = How::Rename { new_file: source };
-            match self.resolve(to, r.replaced, actor, source) {
-                Target::Found(f) => self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out),
-                Target::Untracked(f) if live.is_some() => {
-                    self.remove_file(ts_ns, actor, to, f, fidelity, live, how, out);
-                }
+            match self.resolve(r.to, r.replaced, actor, source) {
+                Target::Found(f) => self.remove_file(op, f, how, out),
+                Target::Untracked(f) if r.live.is_some() => self.remove_file(op, f, how, out),
                 Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
                 // Renames over paths that are no socket files are not this engine's business.
                 Target::Untracked(_) | Target::NotFound => {}
@@ -115,10 +132,18 @@ impl Engine {
                     }
             )
         });
-        if let Some(f) = source {
-            let from = self.known_path(f, r.from);
-            let report = !replaced_one;
-            self.move_socket(ts_ns, actor, f, from, Some(to), None, fidelity, report, out);
+        if let Some(file) = source {
+            let to_new_name = Move {
+                ts_ns,
+                actor,
+                file,
+                from: self.known_path(file, r.from),
+                to: Some(r.to),
+                exchanged_with: None,
+                fidelity: r.fidelity,
+                report: !replaced_one,
+            };
+            self.move_socket(to_new_name, out);
         }
     }
 
@@ -154,15 +179,24 @@ impl Engine {
             .and_then(|f| self.known_path(f, r.from))
             .or(r.from.map(str::to_owned));
         let (moved_file, other_file) = (source.or(r.moved), other.or(r.replaced));
+        let swap = |file, from, to, exchanged_with| Move {
+            ts_ns,
+            actor,
+            file,
+            from,
+            to,
+            exchanged_with,
+            fidelity: r.fidelity,
+            report: true,
+        };
         if let Some(f) = source {
-            let to = Some(r.to);
-            let (from, fidelity) = (old.clone(), r.fidelity);
-            self.move_socket(ts_ns, actor, f, from, to, other_file, fidelity, true, out);
+            self.move_socket(swap(f, old.clone(), Some(r.to), other_file), out);
         }
         if let Some(f) = other {
-            let from = Some(r.to.to_owned());
-            let to = old.as_deref();
-            self.move_socket(ts_ns, actor, f, from, to, moved_file, r.fidelity, true, out);
+            self.move_socket(
+                swap(f, Some(r.to.to_owned()), old.as_deref(), moved_file),
+                out,
+            );
         }
     }
 
@@ -178,19 +212,17 @@ impl Engine {
     /// Points a socket file's path index at its new name (`None`: unknown, so no path leads
     /// to it as far as the engine knows) and, when `report`, reports the move of a live
     /// socket.
-    #[allow(clippy::too_many_arguments)]
-    fn move_socket(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        file: FileId,
-        from: Option<String>,
-        to: Option<&str>,
-        exchanged_with: Option<FileId>,
-        fidelity: Fidelity,
-        report: bool,
-        out: &mut Vec<Verdict>,
-    ) {
+    fn move_socket(&mut self, m: Move, out: &mut Vec<Verdict>) {
+        let Move {
+            ts_ns,
+            actor,
+            file,
+            from,
+            to,
+            exchanged_with,
+            fidelity,
+            report,
+        } = m;
         self.sockets.modify(&file, ts_ns, |s| {
             s.bind_path = to.map(str::to_owned);
             s.paths.clear();
@@ -314,18 +346,14 @@ impl Engine {
 
     /// `actor` made `file` stop resolving at `path`: decides whether it was the owners' to
     /// remove, reports it, and marks the file removed.
-    #[allow(clippy::too_many_arguments)]
-    fn remove_file(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        path: &str,
-        file: FileId,
-        fidelity: Fidelity,
-        live: Option<&LiveAtUnlink>,
-        how: How,
-        out: &mut Vec<Verdict>,
-    ) {
+    fn remove_file(&mut self, op: PathOp, file: FileId, how: How, out: &mut Vec<Verdict>) {
+        let PathOp {
+            ts_ns,
+            actor,
+            path,
+            fidelity,
+            live,
+        } = op;
         if let Some(l) = live {
             self.adopt_kernel_view(file, l, ts_ns, out);
         }
