@@ -152,9 +152,9 @@ fn each_missing_hook_is_a_notice_line_under_either_filter() {
             ("NODE_NAME", "notice-node"),
             ("SOCKWATCH_TAKEOVER_WINDOW", "0s"),
         ];
-        let before = sockwatch::pipeline::reconcile::boot_ns();
+        let before = sockwatch::host::clock::boot_ns();
         let agent = Agent::start_with_env(dir.path(), &watch, &["--events-filter", filter], &env);
-        let started = sockwatch::pipeline::reconcile::boot_ns();
+        let started = sockwatch::host::clock::boot_ns();
         let path = watch.join("a.sock");
         let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
         a.must(&format!("listen-on {}", path.display()));

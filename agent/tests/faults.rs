@@ -867,9 +867,9 @@ fn without_unix_diag_the_agent_runs_on_kernel_events_and_adopts_once_it_returns(
     let Some(gone) = WithoutUnixDiag::unload(test) else {
         return;
     };
-    let dump = sockwatch::scan::diag::dump_current();
+    let dump = sockwatch::host::diag::dump_current();
     assert!(
-        matches!(dump, Err(sockwatch::scan::diag::DiagError::NoUnixDiag)),
+        matches!(dump, Err(sockwatch::host::diag::DiagError::NoUnixDiag)),
         "the kernel answers AF_UNIX dumps without unix_diag: {dump:?}"
     );
     let tmp = tempdir();

@@ -33,11 +33,11 @@ use common::{
     *,
 };
 use sockwatch::{
-    http::client::{get, percent_encode},
-    kernel::preflight,
-    scan::caps::{
+    host::caps::{
         self, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE, Cap,
     },
+    http::client::{get, percent_encode},
+    kernel::preflight,
 };
 
 #[test]

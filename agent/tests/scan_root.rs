@@ -22,10 +22,12 @@ use std::{
 };
 
 use common::skip;
-use sockwatch::scan::{
-    self, FileId, OrphanCause, ScanOptions, ScanReport, StaleCause, StaleSocketFile,
-    diag::{self, VfsId},
-    mounts, procfd,
+use sockwatch::{
+    host::{
+        diag::{self, VfsId},
+        mounts, procfd,
+    },
+    scan::{self, FileId, OrphanCause, ScanOptions, ScanReport, StaleCause, StaleSocketFile},
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());

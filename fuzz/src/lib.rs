@@ -12,10 +12,10 @@ use sockwatch::{
     config::{self, Overrides},
     engine::{Engine, Limits, Verdict},
     events,
+    host::{diag, mounts, procfd, procfs},
     http::{self, Api, HttpLimits, Served},
     pipeline::{Pipeline, output::JsonLines, replay as replay_log},
     quote,
-    scan::{diag, mounts, procfd, procfs},
     text::{self, timeline::PathAnswer},
 };
 

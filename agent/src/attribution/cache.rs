@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     engine::{Runtime, Workload},
-    scan::{
+    host::{
         lookup::{self, Lookup},
         procfs::{self, DEFAULT_PROC_ROOT},
     },

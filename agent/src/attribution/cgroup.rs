@@ -2,7 +2,7 @@
 use serde::Serialize;
 
 use super::pods::pod_uid;
-use crate::scan::procfs::{CgroupLine, cgroup_lines};
+use crate::host::procfs::{CgroupLine, cgroup_lines};
 
 /// A pod's Kubernetes QoS class, as its cgroup placement tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

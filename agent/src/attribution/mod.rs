@@ -20,7 +20,7 @@ mod cgroup;
 mod pods;
 pub mod runtime;
 
-pub use crate::scan::procfs::DEFAULT_PROC_ROOT;
+pub use crate::host::procfs::DEFAULT_PROC_ROOT;
 pub use cache::{Attributor, DEFAULT_CAPACITY, Program};
 pub use cgroup::{CgroupInfo, QosClass, parse_cgroup_path, parse_proc_cgroup};
 pub use pods::{

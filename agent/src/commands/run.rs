@@ -9,6 +9,7 @@ use crate::{
     cli::RunArgs,
     config::{self, Config, Overrides},
     engine::{Engine, Limits},
+    host::{clock, lookup},
     http::{self, Api, ApiAccess, Dropped, HttpLimits},
     kernel::{
         loader::{KernelCounters, LoadOptions, Probes},
@@ -23,9 +24,8 @@ use crate::{
         notice::{Notice, ScanHealth},
         output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
-        reconcile,
     },
-    scan::{self, ScanOptions, ScanReport, lookup},
+    scan::{self, ScanOptions, ScanReport},
 };
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
@@ -97,7 +97,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         pipeline.without_receive_hook();
     }
     pipeline.observe(metrics.clone(), config.clone());
-    let now = reconcile::boot_ns();
+    let now = clock::boot_ns();
     let missing: Vec<Notice> = probes
         .report
         .iter()
@@ -244,7 +244,7 @@ fn startup_scan(
     config: &Config,
     opts: &ScanOptions,
 ) -> anyhow::Result<ScanHealth> {
-    let started = reconcile::boot_ns();
+    let started = clock::boot_ns();
     let clock = Instant::now();
     let report = match scan_present(opts) {
         Some(Ok(report)) => report,
@@ -254,7 +254,7 @@ fn startup_scan(
                  the start stay unknown until a sweep succeeds): {e}"
             );
             metrics.scan_failed(Scan::Startup);
-            let (health, notice) = ScanHealth::startup_failed(e.to_string(), reconcile::boot_ns());
+            let (health, notice) = ScanHealth::startup_failed(e.to_string(), clock::boot_ns());
             pipeline.notices([&notice])?;
             return Ok(health);
         }
@@ -372,7 +372,7 @@ impl EngineSource for Mutex<Pipeline> {
         });
         EngineSnapshot {
             stats: p.engine.stats(),
-            orphans: p.engine.orphans(reconcile::boot_ns()),
+            orphans: p.engine.orphans(clock::boot_ns()),
             maps: live.into_iter().collect(),
         }
     }
@@ -396,7 +396,7 @@ impl Api for Shared {
         let p = lock(&self.pipeline);
         match path {
             Some(path) => serde_json::to_value(p.path_answer(path)).expect("plain data serializes"),
-            None => serde_json::json!({ "orphans": p.engine.orphans(reconcile::boot_ns()) }),
+            None => serde_json::json!({ "orphans": p.engine.orphans(clock::boot_ns()) }),
         }
     }
 
@@ -421,12 +421,12 @@ async fn sweep_periodically(
     loop {
         tick.tick().await;
         let opts = opts.clone();
-        let started = reconcile::boot_ns();
+        let started = clock::boot_ns();
         let clock = Instant::now();
         match tokio::task::spawn_blocking(move || scan_present(&opts)).await {
             Ok(None) => log::debug!("sweep skipped: no watched directory exists yet"),
             Ok(Some(Ok(report))) => {
-                notify(&shared.pipeline, health.succeeded(reconcile::boot_ns()));
+                notify(&shared.pipeline, health.succeeded(clock::boot_ns()));
                 let took = clock.elapsed();
                 record_scan(&shared.metrics, &config, Scan::Periodic, took, &report);
                 if tx.send((started, report)).await.is_err() {
@@ -436,13 +436,13 @@ async fn sweep_periodically(
             Ok(Some(Err(e))) => {
                 notify(
                     &shared.pipeline,
-                    health.failed(e.to_string(), reconcile::boot_ns()),
+                    health.failed(e.to_string(), clock::boot_ns()),
                 );
                 shared.metrics.scan_failed(Scan::Periodic);
             }
             Err(e) => {
                 let why = format!("sweep task: {e}");
-                notify(&shared.pipeline, health.failed(why, reconcile::boot_ns()));
+                notify(&shared.pipeline, health.failed(why, clock::boot_ns()));
                 shared.metrics.scan_failed(Scan::Periodic);
             }
         }

@@ -4,7 +4,8 @@ use std::{io::Write as _, process::ExitCode};
 
 use crate::{
     cli::ScanArgs,
-    scan::{self, lookup, report},
+    host::lookup,
+    scan::{self, report},
 };
 
 /// Exit status of a scan that found nothing wrong in what it saw, but could not see

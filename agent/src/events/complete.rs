@@ -25,7 +25,7 @@ use agent_common::{EventKind, FileId, LiveSock, flags};
 use crate::{
     attribution::Attributor,
     events::{EventLine, KernelEvent, dirs::KnownDirs, mntns::MntnsIndex},
-    scan::lookup::{self, Lookup},
+    host::lookup::{self, Lookup},
 };
 
 /// Looks a file up in the kernel's table of live sockets.
@@ -214,7 +214,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::scan::procfs;
+    use crate::host::procfs;
 
     /// A refused connect by a client that is gone (pid `u32::MAX` never exists).
     fn refused_by_gone_client(path: &str, mntns: u32) -> KernelEvent {

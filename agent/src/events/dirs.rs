@@ -10,7 +10,7 @@ use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
     events::KernelEvent,
-    scan::procfs::{self, DEFAULT_PROC_ROOT},
+    host::procfs::{self, DEFAULT_PROC_ROOT},
 };
 
 /// Directories remembered for resolving relative paths.

@@ -7,7 +7,8 @@ use std::io::{self, Write};
 
 use agent_common::{FileId, Owner};
 
-use crate::events::{EventLine, SeenIn, decode::EventFlags, line::SCHEMA, wall};
+use crate::events::{EventLine, SeenIn, decode::EventFlags, line::SCHEMA};
+use crate::host::wall;
 
 /// Writes `line` as serde would (`serde_json::to_writer`), without the newline. Never
 /// inlined: one call per event costs nothing, and a profile of the agent (`cargo xtask

@@ -15,7 +15,7 @@ use std::{
     path::PathBuf,
 };
 
-use crate::scan::procfs::{self, DEFAULT_PROC_ROOT};
+use crate::host::procfs::{self, DEFAULT_PROC_ROOT};
 
 /// Namespaces remembered; past it the one learned first is forgotten.
 const MAX_NAMESPACES: usize = 1024;

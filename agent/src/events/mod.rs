@@ -11,7 +11,6 @@ pub mod mntns;
 mod schema;
 #[cfg(test)]
 mod schema_validator;
-pub mod wall;
 
 pub use decode::{DecodeError, EventFlags, KernelEvent, decode};
 pub use line::{EventLine, SCHEMA, SeenIn, Stamped};

@@ -2,8 +2,8 @@
 use std::path::Path;
 
 use crate::{
+    host::caps::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CapSet},
     kernel::features::KERNEL_BTF,
-    scan::caps::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CapSet},
 };
 
 #[derive(Debug, thiserror::Error)]

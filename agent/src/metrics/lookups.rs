@@ -1,4 +1,4 @@
-//! The lookup pool's counters (`scan::lookup`), read at scrape time: the pool is the
+//! The lookup pool's counters (`host::lookup`), read at scrape time: the pool is the
 //! process's own, shared by events and scans.
 use prometheus::{
     core::{Collector, Desc},
@@ -9,7 +9,7 @@ use super::{
     collect::family,
     specs::{LOOKUP_REFUSALS, LOOKUP_SKIPS, LOOKUP_TIMEOUTS, Spec},
 };
-use crate::scan::lookup::{self, Tally};
+use crate::host::lookup::{self, Tally};
 
 /// The metrics each scrape reads from the lookup pool.
 pub const LOOKUP_SPECS: [&Spec; 3] = [&LOOKUP_TIMEOUTS, &LOOKUP_REFUSALS, &LOOKUP_SKIPS];

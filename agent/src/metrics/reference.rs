@@ -67,7 +67,7 @@ impl Metrics {
             ),
             (
                 "lookup",
-                strings(crate::scan::lookup::Lookup::ALL.map(crate::scan::lookup::Lookup::name)),
+                strings(crate::host::lookup::Lookup::ALL.map(crate::host::lookup::Lookup::name)),
             ),
         ]
     }

@@ -21,13 +21,13 @@ use crate::{
     config::{Config, EventsFilter},
     engine::{Engine, HandOver, Input, Verdict},
     events::{EventLine, KernelEvent, SeenIn, complete::Completer},
-    kernel::live::{LiveTable, PENDING_STALE_NS},
-    metrics::Metrics,
-    scan::{
-        ScanReport,
+    host::{
         lookup::{self, Lookup},
         procfd,
     },
+    kernel::live::{LiveTable, PENDING_STALE_NS},
+    metrics::Metrics,
+    scan::ScanReport,
     text::timeline::{PathAnswer, SocketView},
 };
 use notice::Notice;
@@ -477,8 +477,8 @@ fn process_exists(tgid: u32) -> bool {
 fn still_open(v: &Verdict) -> bool {
     v.open_socket().is_none_or(|(tgid, sock_ino)| {
         let holds = move || {
-            let proc_root = std::path::Path::new(crate::scan::procfs::DEFAULT_PROC_ROOT);
-            crate::scan::procfd::holds_socket(proc_root, tgid, sock_ino)
+            let proc_root = std::path::Path::new(crate::host::procfs::DEFAULT_PROC_ROOT);
+            crate::host::procfd::holds_socket(proc_root, tgid, sock_ino)
         };
         lookup::with_deadline(Lookup::StillOpen, holds).unwrap_or(true)
     })

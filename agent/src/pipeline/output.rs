@@ -21,11 +21,11 @@ use serde::Serialize;
 use crate::{
     config::EventsFileMode,
     engine::Verdict,
-    events::{EventLine, json, wall::Rfc3339Cache},
+    events::{EventLine, json},
+    host::{clock, wall::Rfc3339Cache},
     pipeline::{
         events_file::{EventsFile, Followed, Trigger},
         notice::Notice,
-        reconcile,
     },
     text::{self, Format},
 };
@@ -78,7 +78,7 @@ impl Stamp {
 /// Now on the wall clock minus now on the boot clock, ns (a wall clock before 1970 counts as
 /// 1970).
 pub fn boot_to_wall_ns() -> i64 {
-    let boot = reconcile::boot_ns();
+    let boot = clock::boot_ns();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -445,7 +445,7 @@ mod tests {
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
             .as_nanos();
-        let expected = i64::try_from(wall).expect("before 2262") - reconcile::boot_ns() as i64;
+        let expected = i64::try_from(wall).expect("before 2262") - clock::boot_ns() as i64;
         assert!(
             (expected - read).abs() < 1_000_000_000,
             "{read} vs {expected}"

@@ -61,7 +61,7 @@ pub async fn pump(
             }
             _ = tick.tick() => {
                 // The clock first: every event drained now happened before it.
-                let now = crate::pipeline::reconcile::boot_ns();
+                let now = crate::host::clock::boot_ns();
                 drain_into(fd.get_mut(), pipeline, &mut stats)?;
                 // Read before the pipeline is locked: the probes have a lock of their own.
                 let notices = losses.poll(now, &counters);
@@ -80,7 +80,7 @@ pub async fn pump(
         }
     }
     drain_into(fd.get_mut(), pipeline, &mut stats)?;
-    let now = crate::pipeline::reconcile::boot_ns();
+    let now = crate::host::clock::boot_ns();
     let last = counters()
         .map(|c| losses.check(&c, now))
         .unwrap_or_default();

@@ -12,12 +12,14 @@ use std::{
 use agent_common::FileId;
 
 use super::{
-    diag::{DiagSocket, VfsId},
     findings::{
         Findings, OrphanCause, OrphanedListener, SOCKET_FILE_MOUNT_FIX, SocketFileMount,
         StaleBindMount, StaleCause, StaleSocketFile,
     },
     model::{MountTable, ScannedSocket, Snapshot, System},
+};
+use crate::host::{
+    diag::{DiagSocket, VfsId},
     mounts::{self, MountInfo},
     procfd::Holder,
     procfs,

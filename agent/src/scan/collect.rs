@@ -13,17 +13,19 @@ use crate::attribution::{Attributor, DEFAULT_CAPACITY, DEFAULT_PODS_LOG_ROOT};
 
 use super::{
     analyze::{Analysis, analyze},
+    model::{Counts, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, System, Watched},
+    walk,
+};
+use crate::host::{
     caps::{
         self, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SYS_ADMIN, CAP_SYS_PTRACE, Cap, CapSet,
     },
     diag::{self, DiagSocket, NetNs, NsDump},
     lookup::{self, Lookup, NetworkMounts},
-    model::{Counts, MountTable, ScanError, ScanOptions, ScanReport, Snapshot, System, Watched},
     mounts::{self, MountInfo},
     procfd::{self, Holder, ProcStats, ProcTable},
     procfs,
     stat::Stat,
-    walk,
 };
 
 /// The real system, through `/proc`.

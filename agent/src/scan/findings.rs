@@ -3,8 +3,8 @@
 use agent_common::FileId;
 use serde::Serialize;
 
-use super::{diag::DiagSocket, procfd::Holder};
 use crate::engine::Workload;
+use crate::host::{diag::DiagSocket, procfd::Holder};
 
 /// What to do about a [`SocketFileMount`].
 pub const SOCKET_FILE_MOUNT_FIX: &str = "mount the socket's directory (a hostPath of type \

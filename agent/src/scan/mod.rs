@@ -1,8 +1,8 @@
 //! The reconciliation scan: the kernel's current view of path-bound UNIX sockets, without eBPF.
 //!
-//! Sources: every UNIX socket from `NETLINK_SOCK_DIAG` ([`diag`]), who holds each one from
-//! `/proc/*/fd` ([`procfd`]), every mount namespace's mounts from `/proc/*/mountinfo`
-//! ([`mounts`]), and the socket files under the watched paths ([`walk`]). Paths are resolved
+//! Sources, read through [`crate::host`]: every UNIX socket from `NETLINK_SOCK_DIAG` (`diag`),
+//! who holds each one from `/proc/*/fd` (`procfd`), every mount namespace's mounts from
+//! `/proc/*/mountinfo` (`mounts`), and the socket files under the watched paths ([`walk`]). Paths are resolved
 //! the way each holder sees them, through `/proc/PID/root/<path>`, so mount namespaces are
 //! respected; files are compared by identity (device, inode), never by path string (S13).
 //!
@@ -47,19 +47,14 @@
 //! [`analyze`] holds the logic; it sees the system only through the [`System`] trait, so it is
 //! tested without root. [`scan`] gathers a [`Snapshot`] from the real system and analyzes it.
 mod analyze;
-pub mod caps;
 mod collect;
-pub mod diag;
 mod findings;
-pub mod lookup;
 mod model;
-pub mod mounts;
-pub mod procfd;
-pub mod procfs;
 pub mod report;
-mod stat;
 pub mod walk;
 
+pub use crate::host::procfd::Holder;
+pub use crate::host::stat::{FileType, OnDisk, Stat};
 pub use agent_common::FileId;
 pub use analyze::{Analysis, analyze};
 pub use collect::{ProcSystem, scan};
@@ -71,8 +66,6 @@ pub use model::{
     Counts, Limits, MountTable, ScanError, ScanOptions, ScanReport, ScannedSocket, Snapshot,
     System, Watched,
 };
-pub use procfd::Holder;
-pub use stat::{FileType, OnDisk, Stat};
 
 #[cfg(test)]
 mod tests;

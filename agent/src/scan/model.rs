@@ -8,14 +8,13 @@ use std::{
 use agent_common::FileId;
 use serde::Serialize;
 
-use super::{
+use super::{findings::Findings, walk};
+use crate::host::{
     diag::{self, DiagSocket},
-    findings::Findings,
     mounts::MountInfo,
     procfd::{self, Holder},
     procfs,
     stat::Stat,
-    walk,
 };
 
 /// What the analysis needs from the system, so it can be tested with a fake one.

@@ -17,8 +17,8 @@ use super::{
         StaleSocketFile,
     },
     model::{Counts, ScanReport},
-    procfd::Holder,
 };
+use crate::host::procfd::Holder;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

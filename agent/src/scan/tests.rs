@@ -7,11 +7,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{
-    diag::{DiagSocket, SockName, VfsId},
+use super::*;
+use crate::host::{
+    diag::{self, DiagSocket, SockName, VfsId},
     mounts::MountInfo,
     procfd::Process,
-    *,
+    procfs,
 };
 
 const DEV: u64 = 0xfe00;

@@ -1,13 +1,13 @@
 //! Socket files under the watched paths, found by a bounded walk in the agent's own mount
 //! namespace. Symbolic links are not followed; nothing is opened but directories. FUSE and
 //! network filesystems mounted below are not entered (not even `lstat`ed: a FUSE server
-//! may never answer), unless asked for (see [`super::lookup`]).
+//! may never answer), unless asked for (see [`crate::host::lookup`]).
 use std::{
     fs,
     path::{Path, PathBuf},
 };
 
-use super::{
+use crate::host::{
     lookup::{self, Lookup, NetworkMounts},
     stat::Stat,
 };
@@ -216,7 +216,7 @@ mod tests {
             "36 35 0:50 / {} rw - nfs4 server:/ rw\n",
             root.join("nfs").display()
         );
-        let mounts = super::super::mounts::parse_mountinfo(line.as_bytes()).unwrap();
+        let mounts = crate::host::mounts::parse_mountinfo(line.as_bytes()).unwrap();
         let network = NetworkMounts::new(&mounts);
 
         let w = walk_sockets(

@@ -1,7 +1,7 @@
 //! The words every sentence shares: processes, files, relations, times.
 use crate::{
     engine::{FileId, Proc, Relation, Workload},
-    events::wall,
+    host::wall,
     quote::quote,
 };
 
