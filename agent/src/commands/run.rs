@@ -22,6 +22,7 @@ use crate::{
         events_file::Trigger,
         lock,
         notice::{Notice, ScanHealth},
+        observer::Counted,
         output::{self, JsonLines, Stamp},
         pump::{self, Sweep},
     },
@@ -96,7 +97,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if !receipts_seen {
         pipeline.without_receive_hook();
     }
-    pipeline.observe(metrics.clone(), config.clone());
+    pipeline.observe(Counted {
+        metrics: metrics.clone(),
+        config: config.clone(),
+    });
     let now = clock::boot_ns();
     let missing: Vec<Notice> = probes
         .report

@@ -3,6 +3,7 @@
 pub mod adapter;
 pub mod events_file;
 pub mod notice;
+pub mod observer;
 pub mod output;
 pub mod pump;
 pub mod reconcile;
@@ -12,13 +13,13 @@ use std::{
     collections::{BTreeSet, VecDeque},
     io,
     path::Path,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Mutex, MutexGuard, PoisonError},
 };
 
 use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
-    config::{Config, EventsFilter},
+    config::EventsFilter,
     engine::{Engine, HandOver, Input, Verdict},
     events::{EventLine, KernelEvent, SeenIn, complete::Completer},
     host::{
@@ -26,11 +27,11 @@ use crate::{
         procfd,
     },
     kernel::live::{LiveTable, PENDING_STALE_NS},
-    metrics::Metrics,
     scan::ScanReport,
     text::timeline::{PathAnswer, SocketView},
 };
 use notice::Notice;
+use observer::{Observer, Unobserved};
 use output::JsonLines;
 
 /// Verdicts kept for the API.
@@ -45,8 +46,8 @@ pub struct Pipeline {
     echo_events: bool,
     /// Completes kernel events into lines (replayed lines are complete already).
     completer: Completer,
-    /// Metrics, and the watch names their labels use; absent when replaying.
-    observer: Option<(Arc<Metrics>, Arc<Config>)>,
+    /// Who counts what the pipeline does: the metrics in `run`, nobody in a replay.
+    observer: Box<dyn Observer>,
     /// The release hook is missing: a socket closed since the last sweep still looks live, so
     /// verdicts that say a socket is open are checked against its holder's descriptors.
     releases_unseen: bool,
@@ -69,7 +70,7 @@ impl Pipeline {
             recent: VecDeque::new(),
             echo_events: true,
             completer: Completer::attributing(),
-            observer: None,
+            observer: Box::new(Unobserved),
             releases_unseen: false,
             receipts_unseen: false,
             failed_kinds: BTreeSet::new(),
@@ -85,7 +86,7 @@ impl Pipeline {
             recent: VecDeque::new(),
             echo_events: false,
             completer: Completer::default(),
-            observer: None,
+            observer: Box::new(Unobserved),
             releases_unseen: false,
             receipts_unseen: false,
             failed_kinds: BTreeSet::new(),
@@ -101,9 +102,7 @@ impl Pipeline {
             Some(live) => self.completer.complete(ev, Some(&|id| live.get(id))),
             None => self.completer.complete(ev, None),
         };
-        if let Some((m, _)) = &self.observer {
-            m.event(&line.event);
-        }
+        self.observer.event(&line.event);
         if self.echo_events {
             self.out.write_event(&line)?;
         }
@@ -154,9 +153,7 @@ impl Pipeline {
 
     /// A ring-buffer record that did not decode (and was dropped).
     pub fn decode_error(&self) {
-        if let Some((m, _)) = &self.observer {
-            m.decode_error();
-        }
+        self.observer.decode_error();
     }
 
     /// Which lines are written (`run --events-filter`): with `verdicts`, no event line is; the
@@ -186,9 +183,7 @@ impl Pipeline {
                 kind.name()
             );
         }
-        if let Some((m, _)) = &self.observer {
-            m.event_failed(kind);
-        }
+        self.observer.event_failed(kind);
     }
 
     /// The kernel gives no release events (the hook has no tier): see `releases_unseen`.
@@ -201,9 +196,9 @@ impl Pipeline {
         self.receipts_unseen = true;
     }
 
-    /// Counts every event and verdict in `metrics`, labelled with `config`'s watch names.
-    pub fn observe(&mut self, metrics: Arc<Metrics>, config: Arc<Config>) {
-        self.observer = Some((metrics, config));
+    /// Reports every event and verdict to `observer` (the metrics, in `run`).
+    pub fn observe(&mut self, observer: impl Observer + 'static) {
+        self.observer = Box::new(observer);
     }
 
     /// Time passed (boot clock): removals whose takeover window ended are decided, and their
@@ -287,14 +282,10 @@ impl Pipeline {
                     v.name(),
                     v.path().unwrap_or("an unnamed socket")
                 );
-                if let Some((m, _)) = &self.observer {
-                    m.withheld(&v);
-                }
+                self.observer.withheld(&v);
                 continue;
             }
-            if let Some((m, config)) = &self.observer {
-                m.verdict(&v, config.watch_of(v.path().unwrap_or_default()));
-            }
+            self.observer.verdict(&v);
             self.out.write_verdict(&v)?;
             if self.recent.len() == RECENT_VERDICTS {
                 self.recent.pop_front();
@@ -368,9 +359,7 @@ impl Pipeline {
                 Ok(0) => {}
                 Ok(n) => {
                     log::info!("sweep: {n} stale entries removed from the kernel's {table} table");
-                    if let Some((m, _)) = &self.observer {
-                        m.kernel_pruned(table, n);
-                    }
+                    self.observer.kernel_pruned(table, n);
                 }
                 Err(e) => log::warn!("pruning the kernel's {table} table: {e}"),
             }
@@ -413,10 +402,8 @@ impl Pipeline {
     /// reopen is counted, the lines go on to the file already open.
     pub fn follow_events_file(&mut self, trigger: events_file::Trigger) {
         let followed = self.out.follow(trigger);
-        if let Some((m, _)) = &self.observer
-            && let Some(events_file::Followed::Failed { .. }) = followed
-        {
-            m.events_file_reopen_failed();
+        if let Some(events_file::Followed::Failed { .. }) = followed {
+            self.observer.events_file_reopen_failed();
         }
         if followed.is_none() && trigger == events_file::Trigger::Hangup {
             log::info!("SIGHUP: the events go to stdout, there is no file to reopen");
@@ -426,8 +413,8 @@ impl Pipeline {
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()?;
         let dropped = self.out.take_dropped();
-        if let Some((m, _)) = self.observer.as_ref().filter(|_| dropped > 0) {
-            m.output_dropped(dropped);
+        if dropped > 0 {
+            self.observer.output_dropped(dropped);
         }
         Ok(())
     }

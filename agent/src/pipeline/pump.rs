@@ -153,7 +153,7 @@ mod tests {
         config::Config,
         engine::{Engine, Limits},
         metrics::Metrics,
-        pipeline::output::JsonLines,
+        pipeline::{observer::Counted, output::JsonLines},
     };
 
     #[test]
@@ -163,7 +163,10 @@ mod tests {
             Engine::new(Limits::default()).expect("engine"),
             JsonLines::new(Box::new(io::sink())),
         );
-        pipeline.observe(metrics.clone(), Arc::new(Config::default()));
+        pipeline.observe(Counted {
+            metrics: metrics.clone(),
+            config: Arc::new(Config::default()),
+        });
         let mut stats = PumpStats::default();
         let mut result = Ok(());
         take(
@@ -197,7 +200,10 @@ mod tests {
             Engine::new(Limits::default()).expect("engine"),
             JsonLines::new(Box::new(io::sink())),
         );
-        pipeline.observe(metrics.clone(), Arc::new(Config::default()));
+        pipeline.observe(Counted {
+            metrics: metrics.clone(),
+            config: Arc::new(Config::default()),
+        });
         let shared = Arc::new(Mutex::new(pipeline));
         let holder = shared.clone();
         let panicked = std::thread::spawn(move || {
