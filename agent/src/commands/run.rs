@@ -12,11 +12,11 @@ use crate::{
     host::{clock, lookup},
     http::{self, Api, ApiAccess, Dropped, HttpLimits},
     kernel::{
-        loader::{KernelCounters, LoadOptions, Probes},
+        loader::{EventReader, KernelCounters, LoadOptions, Probes},
         probes::{Hook, Missed as _},
         watch::{self, WatchedDir},
     },
-    metrics::{EngineSnapshot, EngineSource, KernelSource, MapFill, Metrics, Scan},
+    metrics::{EngineSnapshot, EngineSource, GuardState, KernelSource, MapFill, Metrics, Scan},
     pipeline::{
         Pipeline,
         events_file::Trigger,
@@ -52,18 +52,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
     lookup::allow_network_filesystems(args.lookup_network_filesystems);
     let config = Arc::new(settle(&args)?);
-    let watches: Vec<WatchedDir> = config
-        .watches
-        .iter()
-        .enumerate()
-        .map(|(i, w)| watch::resolve(&w.path).map(|d| d.in_slot(i)))
-        .collect::<Result<_, _>>()?;
-    for w in watches.iter().filter(|w| w.is_missing()) {
-        log::warn!(
-            "watch {}: directory does not exist yet; waiting for it (watched from its creation)",
-            w.path.display()
-        );
-    }
+    let watches = resolve_watches(&config)?;
     // Before the probes load and the start-up scan runs: a taken port fails in a moment.
     let listener = config.listen.map(bind_listen).transpose()?;
     crate::kernel::preflight::prepare()?;
@@ -80,6 +69,69 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.probes(&probes.report);
     let guard_state = guard::start(&mut probes, &config, &metrics)?;
     let reader = probes.events()?;
+    let mut pipeline = live_pipeline(&mut probes, out, &metrics, &config)?;
+    // After attaching, so a socket bound meanwhile is in the scan or in the events.
+    let scan_opts = ScanOptions {
+        watch: config.watches.iter().map(|w| w.path.clone()).collect(),
+        ..Default::default()
+    };
+    let scan_health = startup_scan(&mut pipeline, &metrics, &config, &scan_opts)?;
+    let shared = Arc::new(Shared {
+        metrics,
+        pipeline: Arc::new(Mutex::new(pipeline)),
+        probes: Arc::new(Mutex::new(probes)),
+    });
+    shared.metrics.collect_kernel(&shared.probes);
+    shared
+        .metrics
+        .collect_engine(&shared.pipeline, config.clone());
+    let running = Running {
+        shared: shared.clone(),
+        config,
+        watches,
+        guard_state,
+        scan_opts,
+        scan_health,
+    };
+    let stats = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(running.until_stopped(reader, listener))?;
+    let probes = lock(&shared.probes);
+    log::info!(
+        "stopping: {} events delivered, {} malformed; kernel counters: {}",
+        stats.delivered,
+        stats.decode_errors,
+        probes.counters()?.summary()
+    );
+    Ok(()) // dropping the probes detaches every program
+}
+
+/// The configured watches, resolved (a missing directory is watched from its creation).
+fn resolve_watches(config: &Config) -> anyhow::Result<Vec<WatchedDir>> {
+    let watches: Vec<WatchedDir> = config
+        .watches
+        .iter()
+        .enumerate()
+        .map(|(i, w)| watch::resolve(&w.path).map(|d| d.in_slot(i)))
+        .collect::<Result<_, _>>()?;
+    for w in watches.iter().filter(|w| w.is_missing()) {
+        log::warn!(
+            "watch {}: directory does not exist yet; waiting for it (watched from its creation)",
+            w.path.display()
+        );
+    }
+    Ok(watches)
+}
+
+/// The pipeline over the attached probes: told which hooks have no tier (and says so in
+/// notices), counted in `metrics`.
+fn live_pipeline(
+    probes: &mut Probes,
+    out: JsonLines,
+    metrics: &Arc<Metrics>,
+    config: &Arc<Config>,
+) -> anyhow::Result<Pipeline> {
     let engine = Engine::new(Limits::default())?
         .with_takeover_window(config.takeover_window_ns())
         .with_scope(config.scope());
@@ -108,27 +160,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .filter_map(|r| Notice::hook_missing(r, now))
         .collect();
     pipeline.notices(&missing)?;
+    Ok(pipeline)
+}
 
-    // After attaching, so a socket bound meanwhile is in the scan or in the events.
-    let scan_opts = ScanOptions {
-        watch: config.watches.iter().map(|w| w.path.clone()).collect(),
-        ..Default::default()
-    };
-    let scan_health = startup_scan(&mut pipeline, &metrics, &config, &scan_opts)?;
+/// What the running agent's tasks share once the start-up is done.
+struct Running {
+    shared: Arc<Shared>,
+    config: Arc<Config>,
+    watches: Vec<WatchedDir>,
+    guard_state: GuardState,
+    scan_opts: ScanOptions,
+    scan_health: ScanHealth,
+}
 
-    let shared = Arc::new(Shared {
-        metrics,
-        pipeline: Arc::new(Mutex::new(pipeline)),
-        probes: Arc::new(Mutex::new(probes)),
-    });
-    shared.metrics.collect_kernel(&shared.probes);
-    shared
-        .metrics
-        .collect_engine(&shared.pipeline, config.clone());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let stats = rt.block_on(async {
+impl Running {
+    /// Serves HTTP, sweeps, follows the watches, the guard's signals and SIGHUP, and pumps
+    /// the ring buffer until SIGTERM or SIGINT.
+    async fn until_stopped(
+        self,
+        reader: EventReader,
+        listener: Option<std::net::TcpListener>,
+    ) -> anyhow::Result<pump::PumpStats> {
+        let Running {
+            shared,
+            config,
+            watches,
+            guard_state,
+            scan_opts,
+            scan_health,
+        } = self;
         let shutdown = shutdown_signal()?;
         let hangup = signal(SignalKind::hangup())?;
         let guard_signals = guard::Signals::register()?;
@@ -170,15 +230,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 unreachable!("following the events file never ends")
             }
         }
-    })?;
-    let probes = lock(&shared.probes);
-    log::info!(
-        "stopping: {} events delivered, {} malformed; kernel counters: {}",
-        stats.delivered,
-        stats.decode_errors,
-        probes.counters()?.summary()
-    );
-    Ok(()) // dropping the probes detaches every program
+    }
 }
 
 /// Resolves on the first SIGTERM or SIGINT (both are registered at once).

@@ -31,6 +31,7 @@ mod lifecycle;
 pub mod model;
 mod owners;
 mod removal;
+mod rename;
 mod scan;
 mod scope;
 pub mod sockets;
@@ -55,7 +56,7 @@ pub use verdict::{CloseReason, DecidedBy, Guarded, OrphanCause, Relation, StaleK
 pub use workload::{HandOver, ServedBy, same_workload};
 
 use owners::Owners;
-use removal::Rename;
+use rename::Rename;
 use sockets::{Evicted, SocketTable};
 use stats::Counters;
 use takeover::PendingRemovals;

@@ -9,24 +9,13 @@ use super::{
 };
 
 /// Which tracked socket file a path operation named.
-enum Target {
+pub(super) enum Target {
     Found(FileId),
     /// The kernel named a file the engine does not track.
     Untracked(FileId),
     NotFound,
     /// A path-only operation whose path matches several files (mount namespaces).
     Ambiguous,
-}
-
-/// A rename as the engine takes it (see [`super::Input::Rename`]).
-pub(super) struct Rename<'a> {
-    pub moved: Option<FileId>,
-    pub from: Option<&'a str>,
-    pub to: &'a str,
-    pub exchange: bool,
-    pub replaced: Option<FileId>,
-    pub fidelity: Fidelity,
-    pub live: Option<&'a LiveAtUnlink>,
 }
 
 /// An unlink, or the name a rename replaced: who made which path stop resolving, and what
@@ -40,21 +29,8 @@ pub(super) struct PathOp<'a> {
     pub live: Option<&'a LiveAtUnlink>,
 }
 
-/// A socket file's new name after a rename (`to: None`: unknown).
-struct Move<'a> {
-    ts_ns: u64,
-    actor: &'a Proc,
-    file: FileId,
-    from: Option<String>,
-    to: Option<&'a str>,
-    exchanged_with: Option<FileId>,
-    fidelity: Fidelity,
-    /// Whether to report the move of a live socket (a rename-over's removal names it already).
-    report: bool,
-}
-
 /// How the file went away.
-enum How {
+pub(super) enum How {
     Unlink,
     Rename { new_file: Option<FileId> },
 }
@@ -81,188 +57,9 @@ impl Engine {
             .record(&file, ts_ns, actor.tgid, HistoryEvent::LinkRemoved);
     }
 
-    /// A rename: a rename-over reports the live socket it displaced (`replaced`), a move the
-    /// live socket whose file it moved (`moved`), an exchange both files it swapped.
-    pub(super) fn on_rename(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        r: &Rename,
-        out: &mut Vec<Verdict>,
-    ) {
-        let source = self.moved_socket(r, actor);
-        if r.exchange {
-            self.exchange(ts_ns, actor, r, source, out);
-            return;
-        }
-        let op = PathOp {
-            ts_ns,
-            actor,
-            path: r.to,
-            fidelity: r.fidelity,
-            live: r.live,
-        };
-        let start = out.len();
-        // Without the kernel's inode, the displaced file is whatever `to` resolved to.
-        let look_up_path =
-            r.replaced.is_some() || r.fidelity == Fidelity::PathOnly || r.live.is_some();
-        if look_up_path {
-            let how = How::Rename { new_file: source };
-            match self.resolve(r.to, r.replaced, actor, source) {
-                Target::Found(f) => self.remove_file(op, f, how, out),
-                Target::Untracked(f) if r.live.is_some() => self.remove_file(op, f, how, out),
-                Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
-                // Renames over paths that are no socket files are not this engine's business.
-                Target::Untracked(_) | Target::NotFound => {}
-            }
-        }
-        // A socket moved over another (S5's atomic replace, S23's hand-over) is named by the
-        // removal's verdict.
-        let replaced_one = out[start..].iter().any(|v| {
-            matches!(
-                v,
-                Verdict::Replaced { .. }
-                    | Verdict::Takeover {
-                        how: HandOver::Rename,
-                        ..
-                    }
-                    | Verdict::Hijack {
-                        how: HandOver::Rename,
-                        ..
-                    }
-            )
-        });
-        if let Some(file) = source {
-            let to_new_name = Move {
-                ts_ns,
-                actor,
-                file,
-                from: self.known_path(file, r.from),
-                to: Some(r.to),
-                exchanged_with: None,
-                fidelity: r.fidelity,
-                report: !replaced_one,
-            };
-            self.move_socket(to_new_name, out);
-        }
-    }
-
-    /// The tracked socket file a rename moved: the kernel's (or userspace's) inode, else on the
-    /// tracepoint tier what its old name resolves to.
-    fn moved_socket(&self, r: &Rename, actor: &Proc) -> Option<FileId> {
-        if let Some(f) = r.moved.filter(|f| self.sockets.get(f).is_some()) {
-            return Some(f);
-        }
-        let from = r.from.filter(|_| r.fidelity == Fidelity::PathOnly)?;
-        match self.resolve(from, None, actor, None) {
-            Target::Found(f) => Some(f),
-            _ => None,
-        }
-    }
-
-    /// `RENAME_EXCHANGE`: the file moved takes the new name, the one there takes the old name;
-    /// nothing is removed. The file swapped away is the kernel's `replaced` (exact tiers),
-    /// else what the new name led to before.
-    fn exchange(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        r: &Rename,
-        source: Option<FileId>,
-        out: &mut Vec<Verdict>,
-    ) {
-        let other = match self.resolve(r.to, r.replaced, actor, source) {
-            Target::Found(f) => Some(f),
-            _ => None,
-        };
-        let old = source
-            .and_then(|f| self.known_path(f, r.from))
-            .or(r.from.map(str::to_owned));
-        let (moved_file, other_file) = (source.or(r.moved), other.or(r.replaced));
-        let swap = |file, from, to, exchanged_with| Move {
-            ts_ns,
-            actor,
-            file,
-            from,
-            to,
-            exchanged_with,
-            fidelity: r.fidelity,
-            report: true,
-        };
-        if let Some(f) = source {
-            self.move_socket(swap(f, old.clone(), Some(r.to), other_file), out);
-        }
-        if let Some(f) = other {
-            self.move_socket(
-                swap(f, Some(r.to.to_owned()), old.as_deref(), moved_file),
-                out,
-            );
-        }
-    }
-
-    /// The path a tracked socket file was known by: its bind path, else `fallback` (the old
-    /// name as the actor gave it).
-    fn known_path(&self, file: FileId, fallback: Option<&str>) -> Option<String> {
-        self.sockets
-            .get(&file)
-            .and_then(SocketState::display_path)
-            .or(fallback.map(str::to_owned))
-    }
-
-    /// Points a socket file's path index at its new name (`None`: unknown, so no path leads
-    /// to it as far as the engine knows) and, when `report`, reports the move of a live
-    /// socket.
-    fn move_socket(&mut self, m: Move, out: &mut Vec<Verdict>) {
-        let Move {
-            ts_ns,
-            actor,
-            file,
-            from,
-            to,
-            exchanged_with,
-            fidelity,
-            report,
-        } = m;
-        self.sockets.modify(&file, ts_ns, |s| {
-            s.bind_path = to.map(str::to_owned);
-            s.paths.clear();
-            if let Some(to) = to {
-                s.add_alias(to);
-            }
-        });
-        self.sockets
-            .record(&file, ts_ns, actor.tgid, HistoryEvent::Moved);
-        let Some(s) = self
-            .sockets
-            .get(&file)
-            .filter(|s| s.is_live() && s.is_linked())
-        else {
-            return;
-        };
-        if !report {
-            return;
-        }
-        let owner = self.victim(s, None);
-        let (foreign, _) = self.ownership(file, s.binder.tgid, actor, None);
-        out.push(Verdict::Moved {
-            ts_ns,
-            relation: Relation::between(actor, &owner),
-            actor: actor.clone(),
-            owner,
-            foreign,
-            file,
-            sock_ino: s.sock_ino,
-            listening: s.listening,
-            from,
-            to: to.map(str::to_owned),
-            exchanged_with,
-            fidelity,
-        });
-    }
-
     /// Finds the tracked file a path operation names: the kernel's inode when given, else the
     /// files `path` resolves to, narrowed to one the actor owns, else to one in its own pod.
-    fn resolve(
+    pub(super) fn resolve(
         &self,
         path: &str,
         file: Option<FileId>,
@@ -346,7 +143,13 @@ impl Engine {
 
     /// `actor` made `file` stop resolving at `path`: decides whether it was the owners' to
     /// remove, reports it, and marks the file removed.
-    fn remove_file(&mut self, op: PathOp, file: FileId, how: How, out: &mut Vec<Verdict>) {
+    pub(super) fn remove_file(
+        &mut self,
+        op: PathOp,
+        file: FileId,
+        how: How,
+        out: &mut Vec<Verdict>,
+    ) {
         let PathOp {
             ts_ns,
             actor,
@@ -406,6 +209,20 @@ impl Engine {
         };
         facts.stale_owner = matches!(how, How::Unlink) && self.lost_own_listener(&facts);
         self.mark_removed(file, ts_ns, actor, removal_how, Some(foreign));
+        self.decide_removal(facts, how, foreign, out);
+    }
+
+    /// A live socket's file removed by someone, `foreign` or not, decided: a rename-over at
+    /// once, by what it moved into place; an unlink when the path is served again or the
+    /// takeover window ends.
+    fn decide_removal(
+        &mut self,
+        facts: RemovalFacts,
+        how: How,
+        foreign: bool,
+        out: &mut Vec<Verdict>,
+    ) {
+        let ts_ns = facts.ts_ns;
         match how {
             // A foreign unlink may be a successor's takeover: it waits for a bind, unless the
             // remover is a stale owner whose own listener at this path lost its file (S1).
@@ -415,10 +232,11 @@ impl Engine {
             How::Unlink => self.report_foreign_unlink(facts, ts_ns, out),
             How::Rename { new_file } => match self.live_successor(new_file, &facts) {
                 Some((proc, sock_ino, new_file)) => {
+                    let path = facts.path.clone();
                     let successor = Successor {
                         ts_ns,
                         proc: &proc,
-                        path,
+                        path: &path,
                         file: new_file,
                         sock_ino,
                     };
@@ -506,7 +324,7 @@ impl Engine {
 
     /// Whether `actor` removed a file outside the owner set, and who decided: the kernel's
     /// fd-table check when the tier made one, else the engine's owner sets.
-    fn ownership(
+    pub(super) fn ownership(
         &self,
         file: FileId,
         binder_tgid: u32,
