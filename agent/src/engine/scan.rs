@@ -66,6 +66,27 @@ impl Engine {
                 || self.owners.of(&s.file).iter().any(|t| tgids.contains(t)))
     }
 
+    /// A socket the engine did not know (or knew by another socket's inode) as the scan
+    /// found it: its first holder taken for its binder, its bind time unknown.
+    fn adopt_scanned(&mut self, ts_ns: u64, file: FileId, sc: &ScannedSocket, removal: Removal) {
+        let binder = sc
+            .holders
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Proc::unknown(0));
+        let mut s = SocketState::new(file, sc.sock_ino, binder, ts_ns);
+        s.bound_exact = false;
+        s.listening = sc.listening;
+        s.bind_path = Some(sc.path.clone());
+        if sc.file_linked == Some(false) {
+            s.removed = Some(removal);
+        } else {
+            s.add_alias(&sc.path);
+        }
+        self.owners.forget_file(&file);
+        self.insert_socket(s);
+    }
+
     fn reconcile(&mut self, ts_ns: u64, file: FileId, sc: &ScannedSocket, out: &mut Vec<Verdict>) {
         let unknown_removal = Removal {
             ts_ns,
@@ -109,22 +130,7 @@ impl Engine {
                     // Another socket holds the file's inode now: the old one's close was lost.
                     self.release(file, ts_ns, None, CloseReason::Released, out);
                 }
-                let binder = sc
-                    .holders
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| Proc::unknown(0));
-                let mut s = SocketState::new(file, sc.sock_ino, binder, ts_ns);
-                s.bound_exact = false;
-                s.listening = sc.listening;
-                s.bind_path = Some(sc.path.clone());
-                if sc.file_linked == Some(false) {
-                    s.removed = Some(unknown_removal);
-                } else {
-                    s.add_alias(&sc.path);
-                }
-                self.owners.forget_file(&file);
-                self.insert_socket(s);
+                self.adopt_scanned(ts_ns, file, sc, unknown_removal);
             }
         }
         for h in &sc.holders {

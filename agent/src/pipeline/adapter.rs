@@ -19,13 +19,10 @@ pub fn to_input(line: EventLine) -> Input {
     let ts_ns = ev.ts_ns;
     let (path, from_path) = (std::mem::take(&mut ev.path), ev.from_path.take());
     let proc = Proc {
-        tgid: ev.tgid,
-        pid: ev.pid,
-        comm: std::mem::take(&mut ev.comm),
-        cgroup_id: ev.cgroup_id,
         workload,
         exe,
         runtime,
+        ..actor(&mut ev)
     };
     let file = FileId {
         dev: ev.dev,
@@ -43,18 +40,9 @@ pub fn to_input(line: EventLine) -> Input {
             sock_ino: ev.sock_ino,
             path,
         },
-        EventKind::Listen => Input::Listen {
-            ts_ns,
-            proc,
-            file,
-            sock_ino: ev.sock_ino,
-        },
-        EventKind::Release => Input::Release {
-            ts_ns,
-            proc,
-            file,
-            sock_ino: ev.sock_ino,
-        },
+        EventKind::Listen | EventKind::Release | EventKind::Receive => {
+            socket_input(ev.kind, ts_ns, proc, file, ev.sock_ino)
+        }
         EventKind::Unlink | EventKind::Rename if ev.flags.denied => {
             denied_input(&ev, proc, path, file)
         }
@@ -87,12 +75,43 @@ pub fn to_input(line: EventLine) -> Input {
             ts_ns,
             tgid: ev.tgid,
         },
-        EventKind::Receive => Input::FdReceived {
+    }
+}
+
+/// A socket's listen, close or receipt (SCM_RIGHTS): the same facts for each.
+fn socket_input(kind: EventKind, ts_ns: u64, proc: Proc, file: FileId, sock_ino: u64) -> Input {
+    match kind {
+        EventKind::Listen => Input::Listen {
             ts_ns,
             proc,
             file,
-            sock_ino: ev.sock_ino,
+            sock_ino,
         },
+        EventKind::Release => Input::Release {
+            ts_ns,
+            proc,
+            file,
+            sock_ino,
+        },
+        _ => Input::FdReceived {
+            ts_ns,
+            proc,
+            file,
+            sock_ino,
+        },
+    }
+}
+
+/// The acting process as the kernel named it (its command name moved out of `ev`).
+fn actor(ev: &mut KernelEvent) -> Proc {
+    Proc {
+        tgid: ev.tgid,
+        pid: ev.pid,
+        comm: std::mem::take(&mut ev.comm),
+        cgroup_id: ev.cgroup_id,
+        workload: None,
+        exe: None,
+        runtime: None,
     }
 }
 

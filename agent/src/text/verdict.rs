@@ -12,72 +12,11 @@ use crate::quote::quote;
 /// `LABEL: sentence.` for one verdict.
 pub fn sentence(v: &Verdict) -> String {
     match v {
-        Verdict::ForeignUnlink {
-            actor,
-            victim,
-            relation,
-            path,
-            file,
-            listening,
-            stale_owner,
-            ..
-        } => {
-            let removal = Removal {
-                actor,
-                owner: victim,
-                path,
-                file: *file,
-                listening: *listening,
-            };
-            foreign_unlink(&removal, *relation, *stale_owner)
+        Verdict::ForeignUnlink { .. } | Verdict::Replaced { .. } | Verdict::Moved { .. } => {
+            removal(v)
         }
         Verdict::UnlinkDenied(g) => unlink_denied(g),
         Verdict::UnlinkWouldDeny(g) => unlink_would_deny(g),
-        Verdict::Replaced {
-            actor,
-            victim,
-            relation,
-            foreign,
-            path,
-            file,
-            new_file,
-            listening,
-            ..
-        } => {
-            let removal = Removal {
-                actor,
-                owner: victim,
-                path,
-                file: *file,
-                listening: *listening,
-            };
-            replaced(&removal, *relation, *foreign, *new_file)
-        }
-        Verdict::Moved {
-            actor,
-            owner,
-            relation,
-            foreign,
-            file,
-            listening,
-            from,
-            to,
-            exchanged_with,
-            ..
-        } => {
-            let names = Renamed {
-                from: from.as_deref(),
-                to: to.as_deref(),
-                swapped_with: *exchanged_with,
-            };
-            moved(
-                (actor, owner, *relation),
-                *foreign,
-                *file,
-                *listening,
-                &names,
-            )
-        }
         Verdict::Takeover {
             served_by,
             successor_relation,
@@ -126,6 +65,77 @@ pub fn sentence(v: &Verdict) -> String {
             file,
             ..
         } => stale_socket_file(binder, released_by.as_ref(), path.as_deref(), *file),
+    }
+}
+
+/// The sentence of a verdict about a removed or moved socket file.
+fn removal(v: &Verdict) -> String {
+    match v {
+        Verdict::ForeignUnlink {
+            actor,
+            victim,
+            relation,
+            path,
+            file,
+            listening,
+            stale_owner,
+            ..
+        } => {
+            let removal = Removal {
+                actor,
+                owner: victim,
+                path,
+                file: *file,
+                listening: *listening,
+            };
+            foreign_unlink(&removal, *relation, *stale_owner)
+        }
+        Verdict::Replaced {
+            actor,
+            victim,
+            relation,
+            foreign,
+            path,
+            file,
+            new_file,
+            listening,
+            ..
+        } => {
+            let removal = Removal {
+                actor,
+                owner: victim,
+                path,
+                file: *file,
+                listening: *listening,
+            };
+            replaced(&removal, *relation, *foreign, *new_file)
+        }
+        Verdict::Moved {
+            actor,
+            owner,
+            relation,
+            foreign,
+            file,
+            listening,
+            from,
+            to,
+            exchanged_with,
+            ..
+        } => {
+            let names = Renamed {
+                from: from.as_deref(),
+                to: to.as_deref(),
+                swapped_with: *exchanged_with,
+            };
+            moved(
+                (actor, owner, *relation),
+                *foreign,
+                *file,
+                *listening,
+                &names,
+            )
+        }
+        _ => unreachable!("sentence routes only removals and moves here"),
     }
 }
 
