@@ -205,25 +205,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             println!("{}", build(arch, linking)?.display());
             Ok(true)
         }
-        Command::Image { target, check } => {
-            let arch = target.unwrap_or_else(Arch::host);
-            anyhow::ensure!(
-                !check || arch == Arch::host(),
-                "--check runs the image here: build it for {} to check it",
-                Arch::host()
-            );
-            anyhow::ensure!(
-                !check || cmd::is_root(),
-                "--check runs the image as the DaemonSet does (host pid namespace, BPF): run it \
-                 as root"
-            );
-            let reference = image::build(arch)?;
-            if check {
-                image::check::run(&reference)?;
-            }
-            println!("{reference}");
-            Ok(true)
-        }
+        Command::Image { target, check } => image_command(target, check),
         Command::Run { args } => run_agent(args),
         Command::Test(a) => Ok(suite::run(
             &a.plans(true)?,
@@ -254,6 +236,28 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             fuzz::run(secs, &targets, write_doc)
         }
     }
+}
+
+/// `cargo xtask image`: the agent's image for `target`, run as the DaemonSet runs it with
+/// `check`.
+fn image_command(target: Option<Arch>, check: bool) -> anyhow::Result<bool> {
+    let arch = target.unwrap_or_else(Arch::host);
+    anyhow::ensure!(
+        !check || arch == Arch::host(),
+        "--check runs the image here: build it for {} to check it",
+        Arch::host()
+    );
+    anyhow::ensure!(
+        !check || cmd::is_root(),
+        "--check runs the image as the DaemonSet does (host pid namespace, BPF): run it \
+         as root"
+    );
+    let reference = image::build(arch)?;
+    if check {
+        image::check::run(&reference)?;
+    }
+    println!("{reference}");
+    Ok(true)
 }
 
 /// Builds the release agent and replaces this process with it, so signals (Ctrl-C) and the exit

@@ -86,26 +86,33 @@ struct Results {
     headroom: Vec<(String, Vec<headroom::Row>)>,
 }
 
-/// Runs the suite; `true` when everything passed.
-pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
-    let mut steps = Vec::new();
-    let mut step = |name: &'static str, f: &mut dyn FnMut() -> anyhow::Result<()>| {
+/// The steps run so far, each with its time and failure.
+#[derive(Default)]
+struct Steps(Vec<Step>);
+
+impl Steps {
+    /// Runs one step, printing its name first and its failure, if any, after.
+    fn run(&mut self, name: &'static str, f: impl FnOnce() -> anyhow::Result<()>) {
         println!("xtask: ===== {name} =====");
         let started = Instant::now();
         let failure = f().err().map(|e| format!("{e:#}"));
         if let Some(why) = &failure {
             println!("xtask: {name}: FAILED: {why}");
         }
-        steps.push(Step {
+        self.0.push(Step {
             name,
             failure,
             elapsed: started.elapsed(),
         });
-    };
+    }
+}
 
-    let mut ready = None;
+/// Runs the suite; `true` when everything passed.
+pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: usize) -> bool {
+    let mut steps = Steps::default();
     let mut results = Results::default();
-    step("setup --vm", &mut || {
+    let mut ready = None;
+    steps.run("setup --vm", || {
         let fetch = vm::Plan::fetch(plans);
         ready = Some(setup::setup(&setup::Wanted {
             image: true,
@@ -113,33 +120,79 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         })?);
         Ok(())
     });
-    step("cargo fmt --check", &mut || {
+    static_checks(&mut steps);
+    beside_the_healthy_node(&mut steps, &mut results);
+    // The host layer mostly waits on its agents: the guests' test executables compile beside
+    // it, at the lowest priority, so its tests keep the cores whenever they want them.
+    let mut initrds = None;
+    steps.run(
+        "host tests (root, host kernel), the guests' initramfs built beside them",
+        || {
+            let ready = ready.as_ref().context("no kernels: setup --vm failed");
+            let (host, built) = std::thread::scope(|s| {
+                let build = s.spawn(move || {
+                    lowest_priority();
+                    vm::initramfs_per_arch(ready?, plans, tiers)
+                });
+                let host = host_tests(&mut results);
+                (host, build.join())
+            });
+            let built = built.map_err(|_| anyhow::anyhow!("the initramfs build panicked"))?;
+            initrds = built.as_ref().ok().cloned();
+            host.and(built.map(drop).context("vm initramfs"))
+        },
+    );
+    let mut static_agent = None;
+    steps.run("vm tests (QEMU)", || {
+        static_agent = Some(std::thread::spawn(build_static_agent_when_idle));
+        let prepared = ready.as_ref().zip(initrds.as_deref());
+        vm_tests(prepared, vm_timeout, vm_jobs, &mut results)
+    });
+    steps.run(
+        "image: built, run under podman as the DaemonSet runs it",
+        || image_step(plans, static_agent.take()),
+    );
+    steps.run("verifier table (docs/VERIFIER.md)", || {
+        let guests: usize = plans.iter().map(|p| p.series.len()).sum();
+        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
+    });
+    print_tables(&steps.0, &results.layers);
+    steps.0.iter().all(|s| s.failure.is_none())
+}
+
+/// Formatting, lints and the deployment's own checks.
+fn static_checks(steps: &mut Steps) {
+    steps.run("cargo fmt --check", || {
         cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))
     });
-    step("clippy (host crates)", &mut clippy_host);
-    step(
+    steps.run("clippy (host crates)", clippy_host);
+    steps.run(
         "deploy checks (schemas, promtool rules and tests, dashboards)",
-        &mut || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
+        || cmd::run(cmd::command("bash").arg(cmd::workspace_root().join("deploy/check.sh"))),
     );
-    step("clippy (eBPF crate)", &mut clippy_ebpf);
+    steps.run("clippy (eBPF crate)", clippy_ebpf);
+}
+
+/// The healthy node's ten minutes, with fuzz and soak keeping the cores busy meanwhile.
+fn beside_the_healthy_node(steps: &mut Steps, results: &mut Results) {
     let mut healthy = None;
-    step(
+    steps.run(
         "healthy node: build and start (runs beside fuzz and soak)",
-        &mut || {
+        || {
             healthy = Some(healthy::start()?);
             Ok(())
         },
     );
-    step(
+    steps.run(
         "fuzz (each parser 20 s, one per core, committed corpus)",
-        &mut || {
+        || {
             anyhow::ensure!(fuzz::run(FUZZ_SECS, &[], false)?, "a fuzz target crashed");
             Ok(())
         },
     );
-    step(
+    steps.run(
         "soak (3 min at 20k events/s, sweeps, churning owners)",
-        &mut || {
+        || {
             anyhow::ensure!(
                 soak::run(&soak::SoakArgs::suite())?,
                 "the soak found problems"
@@ -147,7 +200,7 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             Ok(())
         },
     );
-    step("healthy node: ten minutes, collected", &mut || {
+    steps.run("healthy node: ten minutes, collected", || {
         let Some(run) = healthy.take() else {
             results.layers.push(Layer::new(
                 "healthy node".into(),
@@ -164,46 +217,6 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         );
         done.failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
     });
-    // The host layer mostly waits on its agents: the guests' test executables compile beside
-    // it, at the lowest priority, so its tests keep the cores whenever they want them.
-    let mut initrds = None;
-    step(
-        "host tests (root, host kernel), the guests' initramfs built beside them",
-        &mut || {
-            let ready = ready.as_ref().context("no kernels: setup --vm failed");
-            let (host, built) = std::thread::scope(|s| {
-                let build = s.spawn(move || {
-                    lowest_priority();
-                    vm::initramfs_per_arch(ready?, plans, tiers)
-                });
-                let host = host_tests(&mut results);
-                (host, build.join())
-            });
-            let built = built.map_err(|_| anyhow::anyhow!("the initramfs build panicked"))?;
-            initrds = built.as_ref().ok().cloned();
-            host.and(built.map(drop).context("vm initramfs"))
-        },
-    );
-    let mut static_agent = None;
-    step("vm tests (QEMU)", &mut || {
-        static_agent = Some(std::thread::spawn(build_static_agent_when_idle));
-        vm_tests(
-            ready.as_ref().zip(initrds.as_deref()),
-            vm_timeout,
-            vm_jobs,
-            &mut results,
-        )
-    });
-    step(
-        "image: built, run under podman as the DaemonSet runs it",
-        &mut || image_step(plans, static_agent.take()),
-    );
-    step("verifier table (docs/VERIFIER.md)", &mut || {
-        let guests: usize = plans.iter().map(|p| p.series.len()).sum();
-        headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
-    });
-    print_tables(&steps, &results.layers);
-    steps.iter().all(|s| s.failure.is_none())
 }
 
 fn clippy_host() -> anyhow::Result<()> {
