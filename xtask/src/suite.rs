@@ -157,7 +157,47 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         headroom::update(&cmd::workspace_root(), &results.headroom, 1 + guests)
     });
     print_tables(&steps.0, &results.layers);
+    let doc = cmd::workspace_root().join("docs/CI-TIMES.md");
+    match std::fs::write(&doc, times_markdown(&steps.0, &results.layers)) {
+        Ok(()) => println!("xtask: wrote {}", doc.display()),
+        Err(e) => println!("xtask: cannot write {}: {e}", doc.display()),
+    }
     steps.0.iter().all(|s| s.failure.is_none())
+}
+
+/// docs/CI-TIMES.md: the step and layer tables of this run, as the closing lines print them.
+fn times_markdown(steps: &[Step], layers: &[Layer]) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let wall: Duration = steps.iter().map(|s| s.elapsed).sum();
+    let mut md = format!(
+        "# CI's time table\n\nWritten by `cargo xtask test` (what `.ci/run` runs) at its end, on \
+         the machine it ran on ({cores} cores): every step's seconds, then every layer's counts, \
+         seconds and the boots a guest needed resumed. The whole suite took **{:.0} s**.\n\n\
+         | step | result | seconds |\n| --- | --- | ---: |\n",
+        wall.as_secs_f64()
+    );
+    for s in steps {
+        let result = if s.failure.is_some() { "FAILED" } else { "ok" };
+        md.push_str(&format!(
+            "| {} | {result} | {:.0} |\n",
+            s.name,
+            s.elapsed.as_secs_f64()
+        ));
+    }
+    md.push_str(
+        "\n| layer | passed | failed | ignored | skips | seconds | resumes |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for l in layers {
+        let time = l
+            .time
+            .map_or("-".to_owned(), |t| format!("{:.0}", t.as_secs_f64()));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {time} | {} |\n",
+            l.name, l.counts.passed, l.counts.failed, l.counts.ignored, l.counts.skips, l.resumes
+        ));
+    }
+    md
 }
 
 /// Formatting, lints and the deployment's own checks.
@@ -439,4 +479,52 @@ fn print_tables(steps: &[Step], layers: &[Layer]) {
          here, each with its reason above)",
         total.passed, total.failed, total.ignored, total.skips
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_times_doc_has_every_step_and_layer_and_the_total() {
+        let steps = [
+            Step {
+                name: "clippy (host crates)",
+                failure: None,
+                elapsed: Duration::from_secs_f64(110.6),
+            },
+            Step {
+                name: "vm tests (QEMU)",
+                failure: Some("a guest hung".into()),
+                elapsed: Duration::from_secs(2000),
+            },
+        ];
+        let counts = Counts {
+            passed: 189,
+            ignored: 26,
+            skips: 24,
+            ..Counts::default()
+        };
+        let mut guest =
+            Layer::new("vm 5.10.251".into(), counts, None).took(Duration::from_secs(1645));
+        guest.resumes = 1;
+        let healthy = Layer::new(
+            "healthy node".into(),
+            Counts::default(),
+            Some("no start".into()),
+        );
+        let md = times_markdown(&steps, &[guest, healthy]);
+        assert!(md.contains("The whole suite took **2111 s**."), "{md}");
+        assert!(md.contains("| clippy (host crates) | ok | 111 |\n"), "{md}");
+        assert!(md.contains("| vm tests (QEMU) | FAILED | 2000 |\n"), "{md}");
+        assert!(
+            md.contains("| vm 5.10.251 | 189 | 0 | 26 | 24 | 1645 | 1 |\n"),
+            "{md}"
+        );
+        // A layer that failed without a failing test counts one failure, and has no time.
+        assert!(
+            md.contains("| healthy node | 0 | 1 | 0 | 0 | - | 0 |\n"),
+            "{md}"
+        );
+    }
 }
