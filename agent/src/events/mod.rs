@@ -8,9 +8,7 @@ pub mod json;
 pub mod line;
 pub mod mntns;
 #[cfg(test)]
-mod schema;
-#[cfg(test)]
-mod schema_validator;
+mod tests;
 
 pub use decode::{DecodeError, EventFlags, KernelEvent, decode};
 pub use line::{EventLine, SCHEMA, SeenIn, Stamped};

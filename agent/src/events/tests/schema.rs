@@ -357,7 +357,7 @@ fn every_event_kind_verdict_and_notice_as_written_matches_the_schema() {
 #[test]
 fn every_example_line_of_the_docs_matches_the_schema() {
     let schema = validator();
-    let doc = include_str!("../../../docs/events.md");
+    let doc = include_str!("../../../../docs/events.md");
     let examples: Vec<&str> = doc
         .split("```json\n")
         .skip(1)
@@ -376,7 +376,7 @@ fn every_example_line_of_the_docs_matches_the_schema() {
 /// A notice kind the schema does not list, or one without a sample here, fails.
 #[test]
 fn the_notice_samples_are_every_notice_the_schema_lists() {
-    let schema: Value = serde_json::from_str(include_str!("../../../docs/events.schema.json"))
+    let schema: Value = serde_json::from_str(include_str!("../../../../docs/events.schema.json"))
         .expect("docs/events.schema.json is JSON");
     let listed = &schema["$defs"]["notice"]["properties"]["notice"]["enum"];
     let mut sampled: Vec<Value> = sample_lines()
