@@ -28,6 +28,7 @@ use anyhow::{Context as _, bail};
 pub use busybox::busybox;
 pub use cache::Kernel;
 pub use series::Series;
+pub(crate) use version::version_cmp;
 
 use self::{
     apt_message::{apt_error, not_served},
@@ -36,7 +37,6 @@ use self::{
     series::Origin,
     sources::{OtherRelease, Sources},
     unavailable::{UNAVAILABLE_RETRY, mark_unavailable, recently_unavailable, unavailable_marker},
-    version::version_cmp,
 };
 use crate::{apt::Apt, arch::Arch, cmd};
 

@@ -2,7 +2,7 @@
 use std::cmp::Ordering;
 
 /// Compares runs of digits as numbers and everything else as text: `6.1.0-9` < `6.1.0-57`.
-pub(super) fn version_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn version_cmp(a: &str, b: &str) -> Ordering {
     fn chunks(s: &str) -> Vec<(bool, &str)> {
         let mut out = Vec::new();
         let mut rest = s;

@@ -21,7 +21,7 @@ use crate::{
     arch::Arch,
     cmd,
     initramfs::Image,
-    kernels::Kernel,
+    kernels::{Kernel, version_cmp},
     setup::Ready,
     testrun::{self, Counts},
 };
@@ -778,17 +778,12 @@ pub fn boot_all(
 /// are short and no lone guest leaves a core idle at the end: a larger initramfs carries more
 /// test executables, and a newer kernel loads more tiers (each tier runs its tests again).
 fn longest_first(kernels: &[Kernel], initrd_size: impl Fn(&Kernel) -> u64) -> Vec<&Kernel> {
-    let mut queue: Vec<&Kernel> = kernels.iter().collect();
-    queue.sort_by_cached_key(|k| std::cmp::Reverse((initrd_size(k), version_key(k.upstream()))));
-    queue
-}
-
-/// `6.12.118` as `[6, 12, 118]`, for ordering versions by number.
-fn version_key(upstream: &str) -> Vec<u32> {
-    upstream
-        .split('.')
-        .map(|n| n.parse().unwrap_or(0))
-        .collect()
+    let mut sized: Vec<(u64, &Kernel)> = kernels.iter().map(|k| (initrd_size(k), k)).collect();
+    sized.sort_by(|(sa, a), (sb, b)| {
+        sb.cmp(sa)
+            .then_with(|| version_cmp(b.upstream(), a.upstream()))
+    });
+    sized.into_iter().map(|(_, k)| k).collect()
 }
 
 /// Builds `plan`'s payload and writes its initramfs, `target/vm/<arch>/initrd.gz`.
