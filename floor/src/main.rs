@@ -56,7 +56,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // Blocked before anything attaches, so that a signal always ends in the report.
     let signals = block_stop_signals()?;
     preflight::prepare()?;
-    let (btf, features) = loader::kernel_btf()?;
+    let kernel = loader::kernel_btf()?;
+    let (btf, features) = (kernel.whole, kernel.features);
     let flavor = features.flavor();
     let mut floors = Vec::new();
     for spec in programs_of(args.probe_mode) {

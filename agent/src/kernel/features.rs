@@ -3,6 +3,8 @@
 //! an enumerator's name in the BTF string table is the presence of the helper.
 use std::{fs, io};
 
+use super::btf;
+
 use agent_common::Flavor;
 
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -113,62 +115,6 @@ fn mount_securityfs() -> io::Result<()> {
     Ok(())
 }
 
-/// Just enough of the BTF format to read a function's parameter count.
-mod btf {
-    const MAGIC: u16 = 0xeb9f;
-    const KIND_FUNC: u32 = 12;
-    const KIND_FUNC_PROTO: u32 = 13;
-
-    fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-    }
-
-    /// Bytes that follow a type's 12-byte header, by kind.
-    fn extra(kind: u32, vlen: usize) -> Option<usize> {
-        Some(match kind {
-            1 | 14 | 17 => 4,             // int, var, decl tag
-            3 => 12,                      // array
-            4 | 5 | 15 | 19 => 12 * vlen, // struct, union, datasec, enum64
-            6 | 13 => 8 * vlen,           // enum, func proto
-            2 | 7..=12 | 16 | 18 => 0,    // ptr, fwd, typedef, modifiers, func, float, tag
-            _ => return None,
-        })
-    }
-
-    /// The parameter count of function `name` in the kernel's BTF (little-endian, as every
-    /// kernel sockwatch runs on); `None` when the BTF has no such function.
-    pub fn param_count(raw: &[u8], name: &str) -> Option<u16> {
-        if raw.get(..2)? != MAGIC.to_le_bytes() {
-            return None;
-        }
-        let hdr = u32_at(raw, 4)? as usize;
-        let types = hdr + u32_at(raw, 8)? as usize;
-        let types_end = types + u32_at(raw, 12)? as usize;
-        let strings = hdr + u32_at(raw, 16)? as usize;
-        let name_at = |off: u32| -> Option<&[u8]> {
-            let start = strings + off as usize;
-            let len = raw.get(start..)?.iter().position(|&c| c == 0)?;
-            raw.get(start..start + len)
-        };
-        // Per type id (from 1): kind, vlen and its type/size field.
-        let mut table = vec![(0u32, 0usize, 0u32)];
-        let mut func_type = None;
-        let mut at = types;
-        while at + 12 <= types_end {
-            let (name_off, info, ty) =
-                (u32_at(raw, at)?, u32_at(raw, at + 4)?, u32_at(raw, at + 8)?);
-            let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            if kind == KIND_FUNC && func_type.is_none() && name_at(name_off)? == name.as_bytes() {
-                func_type = Some(ty);
-            }
-            table.push((kind, vlen, ty));
-            at += 12 + extra(kind, vlen)?;
-        }
-        let &(kind, vlen, _) = table.get(func_type? as usize)?;
-        (kind == KIND_FUNC_PROTO).then_some(vlen as u16)
-    }
-}
-
 /// Is `name` one of the NUL-terminated strings of the BTF string table?
 fn has_name(raw: &[u8], name: &str) -> bool {
     let needle = [b"\0", name.as_bytes(), b"\0"].concat();
@@ -191,50 +137,6 @@ mod tests {
         assert_eq!(f.flavor(), Flavor::Bounded);
         let all = b"\0BPF_FUNC_loop\0BPF_FUNC_task_pt_regs\0BPF_FUNC_get_current_task_btf\0";
         assert_eq!(KernelFeatures::from_btf(all).flavor(), Flavor::Helpers);
-    }
-
-    /// A BTF blob: types (kind, vlen, type, extra bytes), then strings.
-    fn blob(types: &[(u32, u32, u32, u32, usize)], strings: &[u8]) -> Vec<u8> {
-        let mut t = Vec::new();
-        for &(name, kind, vlen, ty, extra) in types {
-            t.extend(name.to_le_bytes());
-            t.extend(((kind << 24) | vlen).to_le_bytes());
-            t.extend(ty.to_le_bytes());
-            t.extend(vec![0u8; extra]);
-        }
-        let mut b = vec![0x9f, 0xeb, 1, 0];
-        for v in [
-            24u32,
-            0,
-            t.len() as u32,
-            t.len() as u32,
-            strings.len() as u32,
-        ] {
-            b.extend(v.to_le_bytes());
-        }
-        b.extend(t);
-        b.extend(strings);
-        b
-    }
-
-    #[test]
-    fn function_prototypes_are_read_from_btf() {
-        // 1: int; 2: proto(3 params); 3: func "vfs_unlink" -> 2; 4: proto(1); 5: "vfs_rename" -> 4
-        let strings = b"\0int\0vfs_unlink\0vfs_rename\0";
-        let raw = blob(
-            &[
-                (1, 1, 0, 4, 4),
-                (0, 13, 3, 1, 24),
-                (5, 12, 0, 2, 0),
-                (0, 13, 1, 1, 8),
-                (16, 12, 0, 4, 0),
-            ],
-            strings,
-        );
-        assert_eq!(btf::param_count(&raw, "vfs_unlink"), Some(3));
-        assert_eq!(btf::param_count(&raw, "vfs_rename"), Some(1));
-        assert_eq!(btf::param_count(&raw, "vfs_link"), None);
-        assert_eq!(btf::param_count(b"junk", "vfs_unlink"), None);
     }
 
     #[test]

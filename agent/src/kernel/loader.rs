@@ -21,6 +21,7 @@ use crate::{
             TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
             unload_tier,
         },
+        btf,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
         probes::{Hook, PROBES, ProbeMode, TierSpec},
@@ -29,7 +30,7 @@ use crate::{
 };
 
 /// The kernel programs, built by build.rs for the BPF target.
-static EBPF_OBJECT: &[u8] =
+pub static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockwatch-ebpf"));
 
 #[derive(Debug, thiserror::Error)]
@@ -177,9 +178,10 @@ impl Probes {
     /// (see [`Coverage::of`]), or any is missing under `require_all_hooks`.
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let clock = Instant::now();
-        let (btf, features) = kernel_btf()?;
+        let kernel = kernel_btf()?;
+        let (btf, features) = (&kernel.whole, kernel.features);
         let btf_done = clock.elapsed();
-        let mut ebpf = open_object(&btf, opts, &features)?;
+        let mut ebpf = open_object(kernel.for_relocation(), opts, &features)?;
         for w in &opts.watch {
             add_watch(&mut ebpf, w)?;
         }
@@ -193,7 +195,7 @@ impl Probes {
                     true => opts.mode.guard_candidates(hook),
                     false => opts.mode.candidates(hook),
                 };
-                attach_hook(&mut ebpf, hook.hook, &tiers, flavor, &btf, &refusals)
+                attach_hook(&mut ebpf, hook.hook, &tiers, flavor, btf, &refusals)
             })
             .collect();
         let timings = LoadTimings {
@@ -350,7 +352,8 @@ pub type SupportTable = Vec<(Hook, Vec<TierSupport>)>;
 pub fn probe_support(
     mut on_hook: impl FnMut(Hook, &[TierSupport]),
 ) -> Result<(KernelFeatures, SupportTable), LoadError> {
-    let (btf, features) = kernel_btf()?;
+    let kernel = kernel_btf()?;
+    let (btf, features) = (&kernel.whole, kernel.features);
     let opts = LoadOptions {
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),
@@ -360,10 +363,10 @@ pub fn probe_support(
         live_capacity: maps::LIVE_CAPACITY,
         guard: false,
     };
-    let mut ebpf = open_object(&btf, &opts, &features)?;
+    let mut ebpf = open_object(kernel.for_relocation(), &opts, &features)?;
     let refusals = TestRefusals::from_env();
     let own = features.flavor();
-    let counting = attach_verifier_counter(&mut ebpf, &btf);
+    let counting = attach_verifier_counter(&mut ebpf, btf);
     let mut table = Vec::new();
     for hook in PROBES {
         let mut tiers = Vec::new();
@@ -373,13 +376,13 @@ pub fn probe_support(
                 verifier_counter: counting,
             };
             let (result, mut programs) =
-                try_tier(&mut ebpf, hook.hook, tier, own, &btf, &refusals, trial);
+                try_tier(&mut ebpf, hook.hook, tier, own, btf, &refusals, trial);
             unload_tier(&mut ebpf, tier, own);
             // The other flavor's twins too: their cost is part of the picture.
             let other = other_flavor(own);
             for spec in tier.programs.iter().filter(|p| p.bounded.is_some()) {
                 programs.push(measure_program(
-                    &mut ebpf, spec, hook.hook, tier.tier, other, &btf, trial,
+                    &mut ebpf, spec, hook.hook, tier.tier, other, btf, trial,
                 ));
                 unload_tier(&mut ebpf, tier, other);
             }
@@ -395,16 +398,52 @@ pub fn probe_support(
     Ok((features, table))
 }
 
-/// The kernel's BTF, read once: aya relocates against it, and the helper probes search it.
-pub fn kernel_btf() -> Result<(Btf, KernelFeatures), LoadError> {
+/// The kernel's BTF, read once.
+pub struct KernelBtf {
+    /// All of it: fentry, LSM and BTF tracepoint programs name their kernel function by id.
+    pub whole: Btf,
+    /// What relocating [`EBPF_OBJECT`] reads ([`btf::relocation_subset`]), when it could be cut.
+    subset: Option<Btf>,
+    pub features: KernelFeatures,
+}
+
+impl KernelBtf {
+    /// What aya relocates the object against.
+    pub fn for_relocation(&self) -> &Btf {
+        self.subset.as_ref().unwrap_or(&self.whole)
+    }
+}
+
+/// Reads the kernel's BTF, parses it for aya and cuts the relocation subset from it.
+pub fn kernel_btf() -> Result<KernelBtf, LoadError> {
     let raw = std::fs::read(KERNEL_BTF).map_err(|error| {
         LoadError::Btf(aya::BtfError::FileError {
             path: KERNEL_BTF.into(),
             error,
         })
     })?;
-    let btf = Btf::parse(&raw, Endianness::default()).map_err(LoadError::Btf)?;
-    Ok((btf, KernelFeatures::from_btf(&raw)))
+    let whole = Btf::parse(&raw, Endianness::default()).map_err(LoadError::Btf)?;
+    let subset = object_btf(EBPF_OBJECT)
+        .and_then(|local| btf::relocation_subset(&raw, local))
+        .and_then(|cut| Btf::parse(&cut, Endianness::default()).ok());
+    if subset.is_none() {
+        log::warn!("kernel BTF: no relocation subset could be cut; relocating against all of it");
+    }
+    Ok(KernelBtf {
+        whole,
+        subset,
+        features: KernelFeatures::from_btf(&raw),
+    })
+}
+
+/// The `.BTF` section of an ELF object.
+pub fn object_btf(elf: &[u8]) -> Option<&[u8]> {
+    use object::{Object as _, ObjectSection as _};
+    object::File::parse(elf)
+        .ok()?
+        .section_by_name(".BTF")?
+        .data()
+        .ok()
 }
 
 /// Tries `tiers` in order; the first whose required programs all attach wins.

@@ -2,6 +2,7 @@
 //! the ring reader, the live-socket table, kernel counters, watched directories, guard mode's
 //! maps, preflight.
 pub mod attach;
+pub mod btf;
 pub mod features;
 pub mod guard;
 pub mod live;
