@@ -73,7 +73,7 @@ ALERTS = {
     "SockwatchGuardUnavailable",
     "SockwatchDown",
 }
-# agent/tests/privilege.rs proves this set enough.
+# agent/tests/it/privilege.rs proves this set enough.
 CAPABILITIES = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]
 SECURITY_CONTEXTS = {
     "minimal": {

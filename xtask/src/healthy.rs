@@ -1,4 +1,4 @@
-//! The healthy-node run (agent/tests/healthy_node.rs): ten minutes of reloads and restarts
+//! The healthy-node run (agent/tests/it/healthy_node.rs): ten minutes of reloads and restarts
 //! under the agent and Prometheus, mostly waiting. The suite starts it before the fuzz step
 //! and collects it after the soak (each keeps one core busy), so it costs little wall time.
 use std::{
@@ -11,10 +11,9 @@ use std::{
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::{cmd, testrun};
+use crate::{cmd, testrun, vm};
 
-const TEST: &str =
-    "ten_minutes_of_healthy_reloads_and_restarts_page_nothing_and_seed_001_still_does";
+const TEST: &str = "healthy_node::ten_minutes_of_healthy_reloads_and_restarts_page_nothing_and_seed_001_still_does";
 
 /// The run, going on in the background; its output goes to `log`.
 pub struct Running {
@@ -79,20 +78,22 @@ impl Running {
     }
 }
 
-/// `cargo test --no-run` for the one binary; the path of its executable.
+/// `cargo test --no-run` for the integration-test binary; the path of its executable.
 fn build() -> anyhow::Result<PathBuf> {
     let out = cmd::output(cmd::cargo().args([
         "test",
         "-p",
         "agent",
         "--test",
-        "healthy_node",
+        vm::INTEGRATION_TESTS,
         "--no-run",
         "--message-format=json",
     ]))?;
     out.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "healthy_node")
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == vm::INTEGRATION_TESTS
+        })
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo built no healthy_node test executable")
+        .context("cargo built no agent/tests/it/it executable")
 }

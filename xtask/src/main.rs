@@ -112,7 +112,7 @@ struct VmArgs {
     /// about one core busy, so a lone guest leaves the second core of a 2-core machine idle.
     #[arg(long, default_value_t = 3, env = "SOCKWATCH_VM_JOBS")]
     vm_jobs: usize,
-    /// Only these test executables in the guests (repeatable, e.g. `--test faults`); all of
+    /// Only these test modules in the guests (repeatable, e.g. `--test faults`); all of
     /// them by default.
     #[arg(long = "test", value_name = "NAME")]
     tests: Vec<String>,

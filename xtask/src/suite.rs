@@ -122,7 +122,7 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     });
     static_checks(&mut steps);
     beside_the_healthy_node(&mut steps, &mut results);
-    // The host layer mostly waits on its agents: the guests' test executables compile beside
+    // The host layer mostly waits on its agents: the guests' test executable compiles beside
     // it, at the lowest priority, so its tests keep the cores whenever they want them.
     let mut initrds = None;
     steps.run(

@@ -31,6 +31,7 @@ mod plan;
 mod qemu;
 pub mod resume;
 
+pub use payload::INTEGRATION_TESTS;
 use payload::{GO_LISTENER_GUEST, Payload};
 pub use plan::{Plan, agent_integration_tests};
 use resume::{Fault, Resumed};
@@ -182,7 +183,7 @@ fn test_run(test: &str, label: &str, env: &str) -> String {
         label,
         &format!(
             "{env}SOCKWATCH_REQUIRE_TIERS=$REQUIRE SOCKWATCH_BIN=/bin/sockwatch SOCKWATCH_IN_VM=1 \
-             RUST_BACKTRACE=1 /tests/{test} --test-threads=1"
+             RUST_BACKTRACE=1 /tests/{INTEGRATION_TESTS} {test}:: --test-threads=1"
         ),
     )
 }
@@ -208,6 +209,7 @@ pub const EXIT_MARK: &str = "SOCKWATCH-VM-EXIT: ";
 /// [`modules`](Kernel::modules) under `/lib/modules/<release>/`, `/init`).
 pub fn build_initramfs(
     payload: &Payload,
+    modules: &[String],
     kernels: &[Kernel],
     busybox: &Path,
     tiers: Tiers,
@@ -218,12 +220,8 @@ pub fn build_initramfs(
     if let Some(go) = &payload.go_listener {
         img.executable(GO_LISTENER_GUEST, go)?;
     }
-    let mut names = Vec::new();
-    for (name, exe) in &payload.tests {
-        img.executable(&format!("tests/{name}"), exe)?;
-        names.push(name.clone());
-    }
-    let init = init_script(&names, payload.go_listener.is_some(), tiers);
+    img.executable(&format!("tests/{INTEGRATION_TESTS}"), &payload.tests)?;
+    let init = init_script(modules, payload.go_listener.is_some(), tiers);
     img.bytes("init", init, 0o755);
     write_image(&img, out)
 }
@@ -794,8 +792,8 @@ fn prepare(
     tiers: Tiers,
 ) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
-    let mut payload = payload::build_payload(plan.arch, &plan.only)?;
-    keep_tests(&mut payload.tests, &plan.only)?;
+    let modules = test_modules(&plan.only)?;
+    let payload = payload::build_payload(plan.arch)?;
     let initrd = cmd::target_dir()
         .join("vm")
         .join(plan.arch.to_string())
@@ -805,35 +803,31 @@ fn prepare(
         .filter(|k| k.arch == plan.arch)
         .cloned()
         .collect();
-    build_initramfs(&payload, &kernels, busybox, tiers, &initrd)?;
+    build_initramfs(&payload, &modules, &kernels, busybox, tiers, &initrd)?;
     let size = fs::metadata(&initrd).map_or(0, |m| m.len());
     println!(
         "xtask: {} initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
         plan.arch,
         initrd.display(),
         size as f64 / f64::from(1 << 20),
-        payload
-            .tests
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        modules.join(", "),
         started.elapsed()
     );
     Ok(initrd)
 }
 
-/// Keeps the test executables named in `only` (all when it is empty), each of which must have
-/// been built.
-fn keep_tests(tests: &mut Vec<(String, PathBuf)>, only: &[String]) -> anyhow::Result<()> {
-    if let Some(unknown) = only.iter().find(|n| !tests.iter().any(|(t, _)| t == *n)) {
-        let names: Vec<&str> = tests.iter().map(|(t, _)| t.as_str()).collect();
-        bail!("no test executable `{unknown}` in the agent package (there are: {names:?})");
+/// The integration tests' modules named in `only` (all when it is empty), each of which must
+/// exist.
+fn test_modules(only: &[String]) -> anyhow::Result<Vec<String>> {
+    let modules = agent_integration_tests()?;
+    if let Some(unknown) = only.iter().find(|n| !modules.contains(n)) {
+        bail!("no test module `{unknown}` in agent/tests/it (there are: {modules:?})");
     }
-    if !only.is_empty() {
-        tests.retain(|(t, _)| only.contains(t));
-    }
-    Ok(())
+    Ok(if only.is_empty() {
+        modules
+    } else {
+        only.to_vec()
+    })
 }
 
 /// [`boot`], then the summary line, and the whole console log when the guest failed.
@@ -948,8 +942,10 @@ mod tests {
         ] {
             assert!(s.contains(m), "{m}");
         }
-        assert!(s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/kernel --test-threads=1"));
-        assert!(s.contains("/tests/cli --test-threads=1"));
+        assert!(
+            s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/it kernel:: --test-threads=1")
+        );
+        assert!(s.contains("/tests/it cli:: --test-threads=1"));
         let v = init_script(&["verdicts".into()], false, Tiers::Rotation);
         assert!(
             v.contains(

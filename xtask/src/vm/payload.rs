@@ -1,12 +1,12 @@
 //! What goes into a guest besides busybox and the kernel's modules: the agent's integration
-//! test executables, the `sockwatch` binary they run, and the Go listener, built for the
+//! test executable, the `sockwatch` binary it runs, and the Go listener, built for the
 //! guest's architecture.
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
 use crate::{arch::Arch, cmd};
 
@@ -15,24 +15,27 @@ use crate::{arch::Arch, cmd};
 const GO_LISTENER_SRC: &str = "agent/tests/go/golistener.go";
 pub const GO_LISTENER_GUEST: &str = "/bin/golistener";
 
+/// The agent's one integration-test target (`agent/tests/it/`), a module per concern.
+pub const INTEGRATION_TESTS: &str = "it";
+
 /// The host binaries that go into the guest.
 pub struct Payload {
-    /// (target name, executable) of each integration test of the `agent` package.
-    pub tests: Vec<(String, PathBuf)>,
+    /// The [`INTEGRATION_TESTS`] executable.
+    pub tests: PathBuf,
     pub sockwatch: PathBuf,
     /// Static build of [`GO_LISTENER_SRC`], when the tests have one.
     pub go_listener: Option<PathBuf>,
 }
 
-/// Builds the agent's test executables for `arch` (cross-built for a guest that is not this
-/// machine's architecture) and finds them in cargo's JSON messages, along with the `sockwatch`
-/// binary built for them. Only the test targets in `only` are built when it names any (the
-/// arm64 subset's cross-build takes minutes less than every target's).
+/// Builds the agent's integration-test executable for `arch` (cross-built for a guest that is
+/// not this machine's architecture) and finds it in cargo's JSON messages, along with the
+/// `sockwatch` binary built for it. One target, not the library's and the binary's unit-test
+/// executables, which no guest runs.
 ///
 /// Release profile: under TCG, unoptimized aya code is ~50x slower than optimized (a debug
 /// `sockwatch check` took 2 minutes in the guest, a release one 2 s), and the release
 /// dependencies are the ones `cargo xtask run` builds anyway.
-pub fn build_payload(arch: Arch, only: &[String]) -> anyhow::Result<Payload> {
+pub fn build_payload(arch: Arch) -> anyhow::Result<Payload> {
     let mut build = cmd::cargo();
     build.args([
         "test",
@@ -40,18 +43,17 @@ pub fn build_payload(arch: Arch, only: &[String]) -> anyhow::Result<Payload> {
         "agent",
         "--release",
         "--no-run",
+        "--test",
+        INTEGRATION_TESTS,
         "--message-format=json-render-diagnostics",
     ]);
     if arch != Arch::host() {
         build.args(["--target", arch.rust_target()]);
     }
-    for name in only {
-        build.args(["--test", name]);
-    }
     let out = cmd::output(build.stderr(Stdio::inherit()))
-        .with_context(|| format!("building the agent's test executables for {arch}"))?;
+        .with_context(|| format!("building the agent's test executable for {arch}"))?;
     let agent_manifest = cmd::workspace_root().join("agent/Cargo.toml");
-    let mut tests = Vec::new();
+    let mut tests = None;
     let mut sockwatch = None;
     for line in out.lines() {
         let Some(a) = Artifact::parse(line) else {
@@ -60,17 +62,13 @@ pub fn build_payload(arch: Arch, only: &[String]) -> anyhow::Result<Payload> {
         if Path::new(&a.manifest_path) != agent_manifest {
             continue;
         }
-        if a.kind == "test" {
-            tests.push((a.name, a.executable));
+        if a.kind == "test" && a.name == INTEGRATION_TESTS {
+            tests = Some(a.executable);
         } else if a.kind == "bin" && a.name == "sockwatch" && !a.test {
             sockwatch = Some(a.executable);
         }
     }
-    tests.sort();
-    tests.dedup();
-    if tests.is_empty() {
-        bail!("the agent package has no integration tests (agent/tests/*.rs) to run in the VM");
-    }
+    let tests = tests.context("cargo built no agent/tests/it executable")?;
     let sockwatch = sockwatch.context("cargo built no sockwatch binary for the agent's tests")?;
     let go_listener = build_go_listener(arch)?;
     Ok(Payload {
@@ -136,15 +134,15 @@ mod tests {
 
     #[test]
     fn integration_test_artifact() {
-        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/agent/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"kernel","src_path":"/w/agent/tests/kernel.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/kernel-0f1e"],"executable":"/w/target/debug/deps/kernel-0f1e","fresh":true}"#;
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/agent/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"it","src_path":"/w/agent/tests/it/main.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/it-0f1e"],"executable":"/w/target/debug/deps/it-0f1e","fresh":true}"#;
         assert_eq!(
             Artifact::parse(line),
             Some(Artifact {
                 manifest_path: "/w/agent/Cargo.toml".into(),
-                name: "kernel".into(),
+                name: "it".into(),
                 kind: "test".into(),
                 test: true,
-                executable: "/w/target/debug/deps/kernel-0f1e".into(),
+                executable: "/w/target/debug/deps/it-0f1e".into(),
             })
         );
         // Libraries have no executable; other messages are not artifacts.

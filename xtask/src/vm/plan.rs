@@ -24,9 +24,7 @@ pub const AARCH64_SUITE_TESTS: &[&str] = &[
 pub const HOST_ONLY_TESTS: &[&str] = &["healthy_node", "http_abuse", "prometheus_e2e"];
 
 /// The integration tests the x86-64 guests run in the whole suite: every one of
-/// `agent_tests` but [`HOST_ONLY_TESTS`]. Named one by one, so that cargo builds those
-/// executables alone, not the library's and the binary's own unit-test executables, which
-/// no guest runs.
+/// `agent_tests` but [`HOST_ONLY_TESTS`].
 fn x86_64_suite_tests(agent_tests: &[String]) -> Vec<String> {
     agent_tests
         .iter()
@@ -35,9 +33,10 @@ fn x86_64_suite_tests(agent_tests: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The agent's integration tests: the names of `agent/tests/*.rs`.
+/// The agent's integration tests: the modules of its one test binary, `agent/tests/it/*.rs`
+/// but `main.rs`. The guests run them module by module (`it kernel::`).
 pub fn agent_integration_tests() -> anyhow::Result<Vec<String>> {
-    let dir = crate::cmd::workspace_root().join("agent/tests");
+    let dir = crate::cmd::workspace_root().join("agent/tests/it");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir)
         .with_context(|| format!("listing the agent's tests in {}", dir.display()))?
@@ -45,6 +44,7 @@ pub fn agent_integration_tests() -> anyhow::Result<Vec<String>> {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "rs")
             && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            && stem != "main"
         {
             names.push(stem.to_owned());
         }

@@ -14,7 +14,7 @@
 //! `/api` names the node's processes and paths: by default a client beyond loopback gets a
 //! 403 for it, and `--api-remote` opens it (a client in a namespace of the test's own, at an
 //! address of the documentation range that never leaves it).
-mod common;
+use crate::common;
 
 use std::{
     fs,
@@ -39,12 +39,6 @@ use sockwatch::{
     http::client::{get, percent_encode},
     kernel::preflight,
 };
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 const DAEMONSET: [Cap; 5] = [
     CAP_BPF,

@@ -3,7 +3,7 @@
 //! `sockwatch_watch_directory_missing`, and watches the directory from its creation — from
 //! the first bind below it where its parent exists (the kernel knows it by parent and name),
 //! within a second for a deeper path (the agent's refresh).
-mod common;
+use crate::common;
 
 use std::{
     os::unix::fs::MetadataExt,
@@ -12,12 +12,6 @@ use std::{
 };
 
 use common::{actor::Actor, agent::Agent, *};
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// The value of the missing-directory gauge of watch `name`.
 fn missing(addr: std::net::SocketAddr, name: &str) -> Option<String> {

@@ -3,7 +3,7 @@
 //! FUSE server here speaks the kernel protocol on `/dev/fuse` itself (no libfuse), exposes one
 //! socket inode `s.sock` with no listener behind it, answers every process but `sockwatch`,
 //! and never answers `sockwatch`'s threads: a lookup there would sleep for good.
-mod common;
+use crate::common;
 
 use std::{
     fs::File,
@@ -28,12 +28,6 @@ use common::{
     *,
 };
 use sockwatch_bench::prom::Exposition;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// `nobody`: the unprivileged client.
 const NOBODY: u32 = 65534;

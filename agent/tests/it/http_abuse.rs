@@ -1,7 +1,7 @@
 //! The HTTP endpoint under abuse: oversized, malformed and slow requests, refused methods and
 //! a crowd of scrapers. No root needed: the server runs on loopback with a canned API, on its
 //! own current-thread runtime as in `sockwatch run`. The last test attacks the real agent (root).
-mod common;
+use crate::common;
 
 use std::{
     io::{Read as _, Write as _},

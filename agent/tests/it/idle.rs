@@ -1,18 +1,12 @@
 //! No false alarm: the agent watching every path socket on the node, with sweeps on, while
 //! healthy daemons start, serve, restart gracefully and hand work to forked workers, raises
 //! no alerting verdict and no alerting metric.
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// How long the agent runs: a minute on the host (its own daemons' sockets are part of the
 /// test); the guest has only the test's processes, so a shorter run says as much there.

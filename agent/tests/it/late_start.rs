@@ -3,7 +3,7 @@
 //! descriptor, conmon's `/proc/self/fd/N/attach` (S18). Each on every tier this kernel
 //! loads (`--probe-mode`), the tracepoint tier included: it sees only paths, so a relative
 //! one resolves only through the directory identities the startup scan taught the agent.
-mod common;
+use crate::common;
 
 use std::{
     ffi::CString,
@@ -15,12 +15,6 @@ use agent_common::Tier;
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()

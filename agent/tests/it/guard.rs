@@ -3,7 +3,7 @@
 //! metrics that say so. Refusing needs the BPF LSM tier: the guest kernels load it, the
 //! host cannot (its LSM tests skip with the reason; an error where the tier is required).
 //! The test without LSM runs everywhere: there the guard is unavailable and only observes.
-mod common;
+use crate::common;
 
 use std::{
     net::SocketAddr,
@@ -21,12 +21,6 @@ use common::{
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
 use sockwatch_bench::prom::Exposition;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// `unlink(2)`'s errno when the guard refuses.
 const EPERM: i32 = 1;

@@ -2,18 +2,12 @@
 //! removes nothing (one `moved` per live socket swapped, never a `replaced`), a live socket's
 //! file renamed away is `moved` and its new path is the one that leads to it, and S5's
 //! rename-over still gives `replaced`. Run once per tier (`SOCKWATCH_PROBE_MODE`, the VM suite).
-mod common;
+use crate::common;
 
 use std::{os::unix::fs::MetadataExt, path::Path, time::Duration};
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn tgid(v: &Value, who: &str) -> u64 {
     v[who]["tgid"]

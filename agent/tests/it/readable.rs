@@ -4,7 +4,7 @@
 //! connect through a bind-mounted socket file), on whichever tier this kernel gives `run`;
 //! and names made to fool a reader (a newline and a forged verdict line, escape sequences),
 //! quoted in every text output.
-mod common;
+use crate::common;
 
 use std::{net::SocketAddr, os::unix::ffi::OsStrExt as _, path::Path, process::Command};
 
@@ -19,12 +19,6 @@ use sockwatch::{
     engine::Proc,
     quote::{inert, quote},
 };
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 const NODE: &str = "readable-node";
 

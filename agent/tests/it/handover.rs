@@ -6,7 +6,7 @@
 //! The precise tiers see the receipt (`security_file_receive`). The tracepoint tier has no
 //! hook for it: when A exits, the agent finds B holding the socket in `/proc/B/fd` and writes
 //! a `receive` line seen in /proc. No agent here sweeps, so nothing else could teach it B.
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -14,12 +14,6 @@ use agent_common::{EventKind, Tier};
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()

@@ -1,6 +1,6 @@
 //! Every hook in every tier this kernel accepts, driven by real processes (actors) and
 //! asserted to the exact inode, owner, unlinker, flag, errno and link count.
-mod common;
+use crate::common;
 
 use std::{path::Path, time::Duration};
 
@@ -12,12 +12,6 @@ use sockwatch::{
 };
 
 /// The helper process behind [`Actor`]; does nothing when run as a test.
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
-
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()
 }

@@ -1,7 +1,7 @@
 //! Stale connects by clients that exit at once (kubelet exec probes): the real agent, under
 //! every probe mode this kernel loads, names the refused inode, its binder and its remover
 //! even when the client is gone before the agent completes its event (S15, S4).
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -14,12 +14,6 @@ use std::{
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// Short-lived clients per scenario.
 const CLIENTS: usize = 50;

@@ -2,7 +2,7 @@
 //! loads, in each flavor, must stay under 10 % of the verifier's 1,000,000-instruction limit
 //! (and verify within 1 s on the host). The table is printed with `SOCKWATCH-HEADROOM` lines
 //! that `cargo xtask test` gathers into docs/VERIFIER.md.
-mod common;
+use crate::common;
 
 use std::{io::Write as _, time::Duration};
 

@@ -6,7 +6,7 @@
 //! Tests share the process table and the test binary's fds, so they run one at a time.
 //! Each scan is limited to the test's own temporary directory (`--watch`), so findings about
 //! the rest of the machine never leak into the assertions.
-mod common;
+use crate::common;
 
 use std::{
     ffi::{CStr, CString},

@@ -2,7 +2,7 @@
 //! path outside W — a stale connect to a dead socket file and a foreign removal of a live
 //! listener's file in a sibling directory — while the same in W give both verdicts, exact to
 //! the kind, the inode and the pids.
-mod common;
+use crate::common;
 
 use std::{path::Path, process::Command};
 
@@ -12,12 +12,6 @@ use common::{
     *,
 };
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 /// Who did what in one directory, and to which file (device, inode).
 struct Played {

@@ -1,7 +1,7 @@
 //! S19: a socket in an overlayfs merged directory (a container's rootfs), removed by a foreign
 //! process. Overlayfs runs a nested unlink on the upper layer inside the outer one: the verdict
 //! must still be one foreign unlink naming the merged file's identity, as `stat` shows it.
-mod common;
+use crate::common;
 
 use std::{
     ffi::CString,
@@ -11,12 +11,6 @@ use std::{
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.to_str().expect("utf-8")).expect("no NUL")

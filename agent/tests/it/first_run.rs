@@ -2,7 +2,7 @@
 //! a taken --listen port fails before the probes load; a scan that could not see everything
 //! says so and exits 3; the agent's own log lines are JSON when asked (flag or config key).
 //! None of these loads a probe: they run anywhere, as any user.
-mod common;
+use crate::common;
 
 use std::{
     os::unix::process::CommandExt as _,

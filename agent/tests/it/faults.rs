@@ -4,7 +4,7 @@
 //! buffer overflowing while the agent is stopped, a storm of process exits during sweeps, a
 //! kernel without `unix_diag`, and the events file rotated, removed, replaced by a symbolic
 //! link or created under a hostile umask.
-mod common;
+use crate::common;
 
 use std::{
     ffi::CString,
@@ -22,12 +22,6 @@ use common::{
 };
 use serde_json::Value;
 use sockwatch_bench::prom::Exposition;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 const DROPPED: &str = "sockwatch_output_lines_dropped_total";
 const OUTPUT_FAILED: &str = "events output failed: ";

@@ -3,7 +3,7 @@
 //! blocked in accept(2) — which must not leave the socket counted as live (the next refused
 //! connect is a dead listener, S4); and a close(2) that is not the release (that thread still
 //! holds the socket, which serves on).
-mod common;
+use crate::common;
 
 use std::{
     os::unix::fs::MetadataExt,
@@ -13,12 +13,6 @@ use std::{
 
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn tgid(v: &Value, who: &str) -> u64 {
     v[who]["tgid"]

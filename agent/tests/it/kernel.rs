@@ -1,6 +1,6 @@
 //! The probes in a real kernel: each test performs real syscalls from this process and
 //! asserts the exact event the agent receives. Run as root, one test thread.
-mod common;
+use crate::common;
 
 use std::{os::unix::net::UnixListener, process::Command, time::Duration};
 

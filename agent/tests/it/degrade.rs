@@ -3,7 +3,7 @@
 //! `--require-all-hooks`, is a one-line error and exit 2. `check` says the same in its exit
 //! code. The loader's test switch `SOCKWATCH_TEST_REFUSE_HOOKS` stands in for a kernel that
 //! refuses a hook on every tier.
-mod common;
+use crate::common;
 
 use std::{
     os::unix::net::UnixStream,
@@ -21,12 +21,6 @@ use serde_json::{Value, json};
 use sockwatch::kernel::probes::{Hook, Missed as _, PROBES};
 
 const REFUSE: &str = "SOCKWATCH_TEST_REFUSE_HOOKS";
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    common::actor::serve();
-}
 
 fn value(metrics: &str, series: &str) -> Option<f64> {
     sockwatch_bench::prom::Exposition::parse(metrics).value(series)

@@ -1,6 +1,6 @@
 //! The real agent, real processes, the verdicts it writes: the scenarios of
 //! ../shared/brief/scenarios.md end to end, on whichever tier this kernel gives `run`.
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -12,12 +12,6 @@ use common::{
 };
 use serde_json::Value;
 use sockwatch::attribution::runtime::is_go_binary;
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()

@@ -258,7 +258,7 @@ fn checked_line(line: &str) -> serde_json::Value {
     value
 }
 
-#[path = "../../src/events/tests/schema_validator.rs"]
+#[path = "../../../src/events/tests/schema_validator.rs"]
 mod schema_validator;
 
 /// docs/events.schema.json, compiled once.

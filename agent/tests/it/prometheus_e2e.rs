@@ -16,7 +16,7 @@
 //! themselves (so the agent sees here what it sees in the pod).
 //!
 //! Takes about 100 s: the orphaned-listener alert holds for one minute before it fires.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -32,12 +32,6 @@ use common::{
     scenes::seed_001,
 };
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the scenario, run by common::actor"]
-fn actor() {
-    common::actor::serve();
-}
 
 /// Every panel expression of every dashboard, Grafana variables replaced as
 /// deploy/tests/promrules.py does ("All" selected, a 5-minute range).

@@ -15,7 +15,7 @@
 //!
 //! It is ignored by a plain `cargo test`: `cargo xtask test` runs it beside the fuzz and soak
 //! steps, which leave a core idle. `SOCKWATCH_HEALTHY_SECS` shortens it for a local run.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -35,12 +35,6 @@ use common::{
     scenes::{Kubelet, seed_001},
 };
 use serde_json::Value;
-
-#[test]
-#[ignore = "helper process for the scenario, run by common::actor"]
-fn actor() {
-    common::actor::serve();
-}
 
 /// HAProxy, reloaded the way its packaging does (`-sf OLD`).
 struct Haproxy {

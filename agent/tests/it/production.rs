@@ -15,7 +15,7 @@
 //!   Node.js `server.close()` (libuv) and socat on SIGTERM (`unlink-close`), each a stale
 //!   owner's foreign unlink whose sentence names the runtime's fix; a Python asyncio server's
 //!   close leaves the successor's file (a takeover, nothing pages).
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead, BufReader},
@@ -38,12 +38,6 @@ use common::{
 };
 use serde_json::Value;
 use sockwatch::{engine::Verdict, text::verdict::sentence};
-
-#[test]
-#[ignore = "helper process for the other tests, started by them"]
-fn actor() {
-    actor::serve();
-}
 
 fn tgid(v: &Value, who: &str) -> u64 {
     v[who]["tgid"]
