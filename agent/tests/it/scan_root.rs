@@ -61,15 +61,39 @@ impl Child {
         stay: bool,
         setup: impl FnOnce() -> Result<(), (&'static str, i32)>,
     ) -> Self {
+        Self::fork_inheriting(comm, stay, &[], setup)
+    }
+
+    /// [`Child::fork`], the child keeping the descriptors `inherit` too.
+    fn fork_inheriting(
+        comm: &CStr,
+        stay: bool,
+        inherit: &[i32],
+        setup: impl FnOnce() -> Result<(), (&'static str, i32)>,
+    ) -> Self {
         let mut fds = [0; 2];
         // SAFETY: fds has room for two descriptors.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // Sorted before the fork: the child allocates nothing.
+        let mut keep: Vec<i32> = inherit.iter().copied().chain([fds[1]]).collect();
+        keep.sort_unstable();
         // SAFETY: the child only makes async-signal-safe calls, then _exits or pauses.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: errno {}", errno());
         if pid == 0 {
             // SAFETY: raw syscalls on valid pointers; nothing allocates.
             unsafe {
+                // The test binary's other descriptors (earlier modules' sockets among them)
+                // are not this child's to hold: it keeps the status pipe and `inherit`.
+                let mut from: libc::c_uint = 3;
+                for &fd in &keep {
+                    let fd = fd as libc::c_uint;
+                    if fd > from {
+                        libc::syscall(libc::SYS_close_range, from, fd - 1, 0);
+                    }
+                    from = from.max(fd + 1);
+                }
+                libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
                 libc::prctl(libc::PR_SET_NAME, comm.as_ptr());
                 let status: [u8; 2] = match setup() {
                     Ok(()) => [0, 0],
@@ -823,7 +847,7 @@ fn dirfd_listener(comm: &CStr, dir: &Path, name: &str, close_dir: bool) -> (Chil
     let dfd = unsafe { libc::open(dc.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
     assert!(dfd >= 0, "open {dir:?}: errno {}", errno());
     let a = addr(Path::new(&format!("/proc/self/fd/{dfd}/{name}")));
-    let child = Child::fork(comm, true, || {
+    let child = Child::fork_inheriting(comm, true, &[dfd], || {
         bind_sock(&a, true)?;
         // SAFETY: the child's own copy of the inherited descriptor.
         if close_dir && unsafe { libc::close(dfd) } != 0 {
