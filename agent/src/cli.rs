@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     config::{self, WatchConfig},
-    kernel::probes::ProbeMode,
+    kernel::{attach::StandIns, probes::ProbeMode},
     logging::LogFormat,
 };
 
@@ -78,6 +78,8 @@ pub struct RunArgs {
     /// Which probe tiers may attach: the best available (auto), precise only, or tracepoints.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
+    #[command(flatten)]
+    pub stand_ins: StandIns,
     /// Where to write events, one JSON object per line; `-` is stdout. A file is appended to,
     /// created if missing, never followed through a symbolic link (one at the path stops the
     /// start); reopened on SIGHUP (logrotate's `postrotate`) and by itself within a second
@@ -233,6 +235,8 @@ pub struct CheckArgs {
     /// The mode whose choice to report.
     #[arg(long, value_enum, default_value = "auto", env = "SOCKWATCH_PROBE_MODE")]
     pub probe_mode: ProbeMode,
+    #[command(flatten)]
+    pub stand_ins: StandIns,
     /// Also print every program's verifier cost: processed instructions (share of the
     /// 1,000,000 limit) and load time, in each flavor.
     #[arg(long, short)]

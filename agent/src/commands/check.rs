@@ -32,7 +32,7 @@ pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage>
         "hook", "tier", "supported"
     )?;
     let mut failed = None;
-    let (features, table) = loader::probe_support(|hook, tiers| {
+    let (features, table) = loader::probe_support(&args.stand_ins, |hook, tiers| {
         if let Err(e) = write_hook(out, hook, tiers) {
             failed.get_or_insert(e);
         }

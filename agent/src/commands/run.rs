@@ -274,6 +274,7 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
         require_all_hooks: config.require_all_hooks,
         live_capacity: config.live_capacity,
         guard: crate::kernel::guard::wanted(&config.guard_slots()),
+        stand_ins: args.stand_ins.clone(),
     })?;
     log::info!("kernel helpers: {}", probes.features.summary());
     log::info!("probes loaded in {}", probes.timings.summary());

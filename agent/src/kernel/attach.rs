@@ -40,23 +40,26 @@ pub fn other_flavor(f: Flavor) -> Flavor {
     }
 }
 
-/// Test-only switch: `SOCKWATCH_TEST_REFUSE_HOOKS=exit,connect` makes the loader refuse those
-/// hooks on every tier, as a kernel that cannot load them would.
-pub struct TestRefusals(Vec<String>);
+/// What the integration tests make the loader pretend about the kernel, as hidden flags of
+/// `run` and `check` (the product reads no test switch from its environment).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct StandIns {
+    /// Hooks refused on every tier, as by a kernel that cannot load them (`exit,connect`).
+    #[arg(
+        long = "test-refuse-hooks",
+        value_name = "HOOKS",
+        value_delimiter = ',',
+        hide = true
+    )]
+    pub refuse_hooks: Vec<String>,
+    /// The bounded programs (those of kernels before `bpf_loop`) on any kernel.
+    #[arg(long = "test-bounded-programs", hide = true)]
+    pub bounded_programs: bool,
+}
 
-impl TestRefusals {
-    pub fn from_env() -> Self {
-        let list = std::env::var("SOCKWATCH_TEST_REFUSE_HOOKS").unwrap_or_default();
-        Self(
-            list.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect(),
-        )
-    }
-
+impl StandIns {
     pub fn refuses(&self, hook: Hook) -> bool {
-        self.0.iter().any(|h| h == hook.name())
+        self.refuse_hooks.iter().any(|h| h == hook.name())
     }
 }
 
@@ -76,14 +79,11 @@ pub fn try_tier(
     tier: &TierSpec,
     flavor: Flavor,
     btf: &Btf,
-    refusals: &TestRefusals,
+    stand_ins: &StandIns,
     trial: Trial,
 ) -> (Result<Vec<String>, String>, Vec<ProgramLoad>) {
-    if refusals.refuses(hook) {
-        return (
-            Err("refused by SOCKWATCH_TEST_REFUSE_HOOKS".into()),
-            Vec::new(),
-        );
+    if stand_ins.refuses(hook) {
+        return (Err("refused by --test-refuse-hooks".into()), Vec::new());
     }
     let mut degraded = Vec::new();
     let mut refused = None;

@@ -3,7 +3,7 @@
 //! an enumerator's name in the BTF string table is the presence of the helper.
 use std::{fs, io};
 
-use super::btf;
+use super::{attach::StandIns, btf};
 
 use agent_common::Flavor;
 
@@ -11,8 +11,6 @@ pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// The active LSMs, in securityfs.
 pub const LSM_LIST: &str = "/sys/kernel/security/lsm";
 const SECURITYFS: &str = "/sys/kernel/security";
-/// Test-only switch: `bounded` forces the bounded program variants on any kernel.
-const FORCE_FLAVOR: &str = "SOCKWATCH_TEST_FLAVOR";
 
 /// The helpers the [`Flavor::Helpers`] programs call beyond 5.10's, and the prototypes of the
 /// functions whose arguments changed across kernels.
@@ -29,6 +27,8 @@ pub struct KernelFeatures {
     /// Parameters of `vfs_rename`: 1 (`struct renamedata *`, 5.12, and some stable
     /// backports), 6 before.
     pub vfs_rename_args: Option<u16>,
+    /// A test's stand-in for an older kernel: the bounded programs whatever the helpers.
+    pub bounded_only: bool,
 }
 
 impl KernelFeatures {
@@ -44,14 +44,21 @@ impl KernelFeatures {
             current_task_btf: has_name(raw, "BPF_FUNC_get_current_task_btf"),
             vfs_unlink_args: btf::param_count(raw, "vfs_unlink"),
             vfs_rename_args: btf::param_count(raw, "vfs_rename"),
+            bounded_only: false,
         }
     }
 
-    /// The program variants this kernel takes (`SOCKWATCH_TEST_FLAVOR=bounded` forces the
-    /// bounded ones, so tests run them on new kernels too).
+    /// These features as the tests' `stand_ins` would have them.
+    pub fn standing_in(self, stand_ins: &StandIns) -> Self {
+        Self {
+            bounded_only: stand_ins.bounded_programs,
+            ..self
+        }
+    }
+
+    /// The program variants this kernel takes.
     pub fn flavor(&self) -> Flavor {
-        let forced = std::env::var(FORCE_FLAVOR).is_ok_and(|v| v == Flavor::Bounded.name());
-        if !forced && self.bpf_loop && self.task_pt_regs && self.current_task_btf {
+        if !self.bounded_only && self.bpf_loop && self.task_pt_regs && self.current_task_btf {
             Flavor::Helpers
         } else {
             Flavor::Bounded

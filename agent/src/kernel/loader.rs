@@ -18,7 +18,7 @@ use crate::{
     events::{DecodeError, KernelEvent, decode},
     kernel::{
         attach::{
-            TestRefusals, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
+            StandIns, Trial, attach_verifier_counter, measure_program, other_flavor, try_tier,
             unload_tier,
         },
         btf,
@@ -67,6 +67,8 @@ pub struct LoadOptions {
     /// A guard policy is set: the removal hooks try BPF LSM first where the mode chooses
     /// (see [`ProbeMode::guard_candidates`]).
     pub guard: bool,
+    /// The tests' stand-ins for other kernels; none in production.
+    pub stand_ins: StandIns,
 }
 
 /// What happened to one hook: the tier that attached, and why better ones did not.
@@ -179,14 +181,14 @@ impl Probes {
     pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
         let clock = Instant::now();
         let kernel = kernel_btf()?;
-        let (btf, features) = (&kernel.whole, kernel.features);
+        let btf = &kernel.whole;
+        let features = kernel.features.standing_in(&opts.stand_ins);
         let btf_done = clock.elapsed();
         let mut ebpf = open_object(kernel.for_relocation(), opts, &features)?;
         for w in &opts.watch {
             add_watch(&mut ebpf, w)?;
         }
         let object_done = clock.elapsed();
-        let refusals = TestRefusals::from_env();
         let flavor = features.flavor();
         let report: Vec<HookReport> = PROBES
             .iter()
@@ -195,7 +197,7 @@ impl Probes {
                     true => opts.mode.guard_candidates(hook),
                     false => opts.mode.candidates(hook),
                 };
-                attach_hook(&mut ebpf, hook.hook, &tiers, flavor, btf, &refusals)
+                attach_hook(&mut ebpf, hook.hook, &tiers, flavor, btf, &opts.stand_ins)
             })
             .collect();
         let timings = LoadTimings {
@@ -350,10 +352,12 @@ pub type SupportTable = Vec<(Hook, Vec<TierSupport>)>;
 /// Per hook, every tier and whether this kernel accepts it: each program is loaded, attached,
 /// measured and unloaded again, in one object. `on_hook` sees each hook as it is done.
 pub fn probe_support(
+    stand_ins: &StandIns,
     mut on_hook: impl FnMut(Hook, &[TierSupport]),
 ) -> Result<(KernelFeatures, SupportTable), LoadError> {
     let kernel = kernel_btf()?;
-    let (btf, features) = (&kernel.whole, kernel.features);
+    let btf = &kernel.whole;
+    let features = kernel.features.standing_in(stand_ins);
     let opts = LoadOptions {
         mode: ProbeMode::Auto,
         ignore_tgid: std::process::id(),
@@ -362,9 +366,9 @@ pub fn probe_support(
         require_all_hooks: false,
         live_capacity: maps::LIVE_CAPACITY,
         guard: false,
+        stand_ins: stand_ins.clone(),
     };
     let mut ebpf = open_object(kernel.for_relocation(), &opts, &features)?;
-    let refusals = TestRefusals::from_env();
     let own = features.flavor();
     let counting = attach_verifier_counter(&mut ebpf, btf);
     let mut table = Vec::new();
@@ -376,7 +380,7 @@ pub fn probe_support(
                 verifier_counter: counting,
             };
             let (result, mut programs) =
-                try_tier(&mut ebpf, hook.hook, tier, own, btf, &refusals, trial);
+                try_tier(&mut ebpf, hook.hook, tier, own, btf, stand_ins, trial);
             unload_tier(&mut ebpf, tier, own);
             // The other flavor's twins too: their cost is part of the picture.
             let other = other_flavor(own);
@@ -453,7 +457,7 @@ fn attach_hook(
     tiers: &[&'static TierSpec],
     flavor: Flavor,
     btf: &Btf,
-    refusals: &TestRefusals,
+    stand_ins: &StandIns,
 ) -> HookReport {
     let mut report = HookReport {
         hook,
@@ -467,7 +471,7 @@ fn attach_hook(
             every_program: false,
             verifier_counter: false,
         };
-        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, refusals, trial);
+        let (result, programs) = try_tier(ebpf, hook, tier, flavor, btf, stand_ins, trial);
         report.programs.extend(programs);
         match result {
             Ok(degraded) => {

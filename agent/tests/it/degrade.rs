@@ -1,7 +1,7 @@
 //! Per-hook degradation of the real binary: a hook no tier can load is left out, said in a
 //! WARN line and in metrics, and the rest keeps working; too few hooks, or any missing under
 //! `--require-all-hooks`, is a one-line error and exit 2. `check` says the same in its exit
-//! code. The loader's test switch `SOCKWATCH_TEST_REFUSE_HOOKS` stands in for a kernel that
+//! code. The loader's hidden test flag `--test-refuse-hooks` stands in for a kernel that
 //! refuses a hook on every tier.
 use crate::common;
 
@@ -20,7 +20,7 @@ use common::{
 use serde_json::{Value, json};
 use sockwatch::kernel::probes::{Hook, Missed as _, PROBES};
 
-const REFUSE: &str = "SOCKWATCH_TEST_REFUSE_HOOKS";
+const REFUSE: &str = "--test-refuse-hooks";
 
 fn value(metrics: &str, series: &str) -> Option<f64> {
     sockwatch_bench::prom::Exposition::parse(metrics).value(series)
@@ -34,11 +34,11 @@ fn watched_tempdir() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, watch)
 }
 
-/// Runs `sockwatch ARGS` to its end with `REFUSE=refused`.
+/// Runs `sockwatch ARGS` to its end with `refused` hooks refused.
 fn run_to_end(args: &[&str], refused: &str) -> Output {
     Command::new(sockwatch_bin())
         .args(args)
-        .env(REFUSE, refused)
+        .args([REFUSE, refused])
         .output()
         .expect("run sockwatch")
 }
@@ -59,12 +59,7 @@ fn a_hook_no_tier_loads_is_left_out_and_the_rest_runs() {
     let (dir, watch) = watched_tempdir();
     let addr = free_addr();
     let listen = addr.to_string();
-    let agent = Agent::start_with_env(
-        dir.path(),
-        &watch,
-        &["--listen", &listen],
-        &[(REFUSE, "exit")],
-    );
+    let agent = Agent::start(dir.path(), &watch, &["--listen", &listen, REFUSE, "exit"]);
     let log = agent.log_text();
     let warn: Vec<&str> = log
         .lines()
@@ -142,12 +137,12 @@ fn each_missing_hook_is_a_notice_line_under_either_filter() {
     for filter in ["all", "verdicts"] {
         let (dir, watch) = watched_tempdir();
         let env = [
-            (REFUSE, "fork,exit"),
             ("NODE_NAME", "notice-node"),
             ("SOCKWATCH_TAKEOVER_WINDOW", "0s"),
         ];
         let before = sockwatch::host::clock::boot_ns();
-        let agent = Agent::start_with_env(dir.path(), &watch, &["--events-filter", filter], &env);
+        let extra = ["--events-filter", filter, REFUSE, "fork,exit"];
+        let agent = Agent::start_with_env(dir.path(), &watch, &extra, &env);
         let started = sockwatch::host::clock::boot_ns();
         let path = watch.join("a.sock");
         let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
@@ -281,7 +276,7 @@ fn without_the_release_hook_a_closed_socket_is_not_called_open() {
         return;
     }
     let (dir, watch) = watched_tempdir();
-    let agent = Agent::start_with_env(dir.path(), &watch, &[], &[(REFUSE, "release")]);
+    let agent = Agent::start(dir.path(), &watch, &[REFUSE, "release"]);
     assert!(
         agent.log_text().contains("release: no probe tier attached"),
         "{}",
@@ -326,12 +321,7 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
         return;
     }
     let (dir, watch) = watched_tempdir();
-    let agent = Agent::start_with_env(
-        dir.path(),
-        &watch,
-        &[],
-        &[("SOCKWATCH_TEST_FLAVOR", "bounded")],
-    );
+    let agent = Agent::start(dir.path(), &watch, &["--test-bounded-programs"]);
     assert!(
         agent.log_text().contains(": bounded programs"),
         "{}",
@@ -379,11 +369,10 @@ fn sweeps_prune_what_an_unseen_exit_left_in_the_kernel_tables() {
     let (dir, watch) = watched_tempdir();
     let addr = free_addr();
     let listen = addr.to_string();
-    let agent = Agent::start_with_env(
+    let agent = Agent::start(
         dir.path(),
         &watch,
-        &["--listen", &listen, "--scan-interval", "1s"],
-        &[(REFUSE, "exit")],
+        &["--listen", &listen, "--scan-interval", "1s", REFUSE, "exit"],
     );
     let sock = watch.join("gone.sock");
     let mut a = Actor::spawn();

@@ -253,8 +253,7 @@ fn check_names_a_missing_receive_hook() {
         return;
     }
     let out = std::process::Command::new(agent::sockwatch_bin())
-        .arg("check")
-        .env("SOCKWATCH_TEST_REFUSE_HOOKS", "receive")
+        .args(["check", "--test-refuse-hooks", "receive"])
         .output()
         .expect("run sockwatch check");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -545,6 +545,7 @@ fn agent_activity_is_ignored() {
         require_all_hooks: true,
         live_capacity: agent_common::maps::LIVE_CAPACITY,
         guard: false,
+        stand_ins: Default::default(),
     })
     .expect("load");
     let mut events = probes.events().expect("events");

@@ -184,6 +184,7 @@ pub fn load_watching(
         require_all_hooks: true,
         live_capacity: agent_common::maps::LIVE_CAPACITY,
         guard: false,
+        stand_ins: Default::default(),
     });
     let mut probes = match loaded {
         Ok(p) => p,
