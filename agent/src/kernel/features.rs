@@ -38,12 +38,19 @@ impl KernelFeatures {
 
     /// From the raw BTF of a kernel (`/sys/kernel/btf/vmlinux`).
     pub fn from_btf(raw: &[u8]) -> Self {
+        Self::from_types(raw, btf::Types::parse(raw).as_ref())
+    }
+
+    /// As [`KernelFeatures::from_btf`], with `raw`'s type records already listed (`None`
+    /// when they could not be).
+    pub fn from_types(raw: &[u8], types: Option<&btf::Types>) -> Self {
+        let param_count = |name| types.and_then(|t| t.param_count(name));
         Self {
             bpf_loop: has_name(raw, "BPF_FUNC_loop"),
             task_pt_regs: has_name(raw, "BPF_FUNC_task_pt_regs"),
             current_task_btf: has_name(raw, "BPF_FUNC_get_current_task_btf"),
-            vfs_unlink_args: btf::param_count(raw, "vfs_unlink"),
-            vfs_rename_args: btf::param_count(raw, "vfs_rename"),
+            vfs_unlink_args: param_count("vfs_unlink"),
+            vfs_rename_args: param_count("vfs_rename"),
             bounded_only: false,
         }
     }

@@ -406,7 +406,8 @@ pub fn probe_support(
 pub struct KernelBtf {
     /// All of it: fentry, LSM and BTF tracepoint programs name their kernel function by id.
     pub whole: Btf,
-    /// What relocating [`EBPF_OBJECT`] reads ([`btf::relocation_subset`]), when it could be cut.
+    /// What relocating [`EBPF_OBJECT`] reads ([`btf::Types::relocation_subset`]), when it could
+    /// be cut.
     subset: Option<Btf>,
     pub features: KernelFeatures,
 }
@@ -427,8 +428,11 @@ pub fn kernel_btf() -> Result<KernelBtf, LoadError> {
         })
     })?;
     let whole = Btf::parse(&raw, Endianness::default()).map_err(LoadError::Btf)?;
-    let subset = object_btf(EBPF_OBJECT)
-        .and_then(|local| btf::relocation_subset(&raw, local))
+    let types = btf::Types::parse(&raw);
+    let subset = types
+        .as_ref()
+        .zip(object_btf(EBPF_OBJECT))
+        .and_then(|(types, local)| types.relocation_subset(local))
         .and_then(|cut| Btf::parse(&cut, Endianness::default()).ok());
     if subset.is_none() {
         log::warn!("kernel BTF: no relocation subset could be cut; relocating against all of it");
@@ -436,7 +440,7 @@ pub fn kernel_btf() -> Result<KernelBtf, LoadError> {
     Ok(KernelBtf {
         whole,
         subset,
-        features: KernelFeatures::from_btf(&raw),
+        features: KernelFeatures::from_types(&raw, types.as_ref()),
     })
 }
 

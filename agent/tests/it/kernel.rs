@@ -346,10 +346,12 @@ fn cli_not_privileged_fails_clearly() {
 #[test]
 fn relocating_against_the_btf_subset_changes_no_instruction() {
     use aya::{Btf, Endianness};
-    use sockwatch::kernel::{btf::relocation_subset, loader};
+    use sockwatch::kernel::{btf::Types, loader};
     let raw = std::fs::read("/sys/kernel/btf/vmlinux").expect("every kernel in CI has BTF");
     let local = loader::object_btf(loader::EBPF_OBJECT).expect("the object's .BTF section");
-    let cut = relocation_subset(&raw, local).expect("a subset of this kernel's BTF");
+    let cut = Types::parse(&raw)
+        .and_then(|t| t.relocation_subset(local))
+        .expect("a subset of this kernel's BTF");
     let relocated = |btf: &[u8]| {
         let btf = Btf::parse(btf, Endianness::default()).expect("parsed by aya");
         let mut object = aya_obj::Object::parse(loader::EBPF_OBJECT).expect("the object");

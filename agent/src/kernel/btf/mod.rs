@@ -1,9 +1,8 @@
 //! Just enough of the BTF format to read it raw: a function's parameter count, and the subset
-//! of the kernel's types that CO-RE relocation reads ([`relocation_subset`]). Little-endian, as
-//! every kernel sockwatch runs on.
+//! of the kernel's types that CO-RE relocation reads ([`Types::relocation_subset`]).
+//! Little-endian, as every kernel sockwatch runs on. The kernel's type section is walked once
+//! ([`Types::parse`]): one walk is 2 ms natively for 125,000 types, tens under emulation.
 mod subset;
-
-pub use subset::relocation_subset;
 
 const MAGIC: u16 = 0xeb9f;
 const HEADER_LEN: u32 = 24;
@@ -97,16 +96,28 @@ impl<'a> Blob<'a> {
     }
 }
 
-/// The parameter count of function `name` in the kernel's BTF; `None` when the BTF has no
-/// such function.
-pub fn param_count(raw: &[u8], name: &str) -> Option<u16> {
-    let blob = Blob::parse(raw)?;
-    let records = blob.records()?;
-    let func = records
-        .iter()
-        .find(|r| r.kind() == KIND_FUNC && blob.name(r.name_off()) == Some(name.as_bytes()))?;
-    let proto = records.get((func.ty() as usize).checked_sub(1)?)?;
-    (proto.kind() == KIND_FUNC_PROTO).then_some(proto.vlen() as u16)
+/// A raw BTF blob with its type records listed, for every question asked of it.
+pub struct Types<'a> {
+    blob: Blob<'a>,
+    records: Vec<Record<'a>>,
+}
+
+impl<'a> Types<'a> {
+    /// `None` when `raw` is not BTF or a record in it is malformed.
+    pub fn parse(raw: &'a [u8]) -> Option<Self> {
+        let blob = Blob::parse(raw)?;
+        let records = blob.records()?;
+        Some(Self { blob, records })
+    }
+
+    /// The parameter count of function `name`; `None` when there is no such function.
+    pub fn param_count(&self, name: &str) -> Option<u16> {
+        let func = self.records.iter().find(|r| {
+            r.kind() == KIND_FUNC && self.blob.name(r.name_off()) == Some(name.as_bytes())
+        })?;
+        let proto = self.records.get((func.ty() as usize).checked_sub(1)?)?;
+        (proto.kind() == KIND_FUNC_PROTO).then_some(proto.vlen() as u16)
+    }
 }
 
 #[cfg(test)]

@@ -10,35 +10,36 @@ use std::{
 
 use super::{
     Blob, HEADER_LEN, KIND_ARRAY, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
-    KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, MAGIC, Record,
+    KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, MAGIC, Record, Types,
 };
 
-/// The subset of `kernel` (raw BTF) that relocating an object with BTF `local` reads: every
-/// kernel type named as a local type is (flavour suffixes `___x` aside), and every type those
-/// reach through members, array elements, typedefs and modifiers. Pointers are the cut: a
-/// field relocation never reads through one, and two pointers are compatible fields whatever
-/// they point to, so pointers in the subset point to `void`. Type ids change, so the subset
-/// serves relocations of field offsets, sizes and existence, and type existence and sizes
-/// (all the shim's), not the kernel type ids of `bpf_core_type_id_kernel`. `None` when either
-/// blob is malformed.
-pub fn relocation_subset(kernel: &[u8], local: &[u8]) -> Option<Vec<u8>> {
-    let local = Blob::parse(local)?;
-    let wanted: HashSet<&[u8]> = local
-        .records()?
-        .iter()
-        .filter_map(|r| local.name(r.name_off()))
-        .filter(|n| !n.is_empty())
-        .map(flavorless)
-        .collect();
-    let blob = Blob::parse(kernel)?;
-    let records = blob.records()?;
-    let kept = reachable(&records, |r| {
-        relocatable(r.kind())
-            && blob
-                .name(r.name_off())
-                .is_some_and(|n| wanted.contains(flavorless(n)))
-    });
-    Some(write(&records, &kept, blob.strings))
+impl Types<'_> {
+    /// The subset of these (the kernel's) types that relocating an object with BTF `local`
+    /// reads: every type named as a local type is (flavour suffixes `___x` aside), and every
+    /// type those reach through members, array elements, typedefs and modifiers. Pointers are
+    /// the cut: a field relocation never reads through one, and two pointers are compatible
+    /// fields whatever they point to, so pointers in the subset point to `void`. Type ids
+    /// change, so the subset serves relocations of field offsets, sizes and existence, and
+    /// type existence and sizes (all the shim's), not the kernel type ids of
+    /// `bpf_core_type_id_kernel`. `None` when `local` is malformed.
+    pub fn relocation_subset(&self, local: &[u8]) -> Option<Vec<u8>> {
+        let local = Blob::parse(local)?;
+        let wanted: HashSet<&[u8]> = local
+            .records()?
+            .iter()
+            .filter_map(|r| local.name(r.name_off()))
+            .filter(|n| !n.is_empty())
+            .map(flavorless)
+            .collect();
+        let kept = reachable(&self.records, |r| {
+            relocatable(r.kind())
+                && self
+                    .blob
+                    .name(r.name_off())
+                    .is_some_and(|n| wanted.contains(flavorless(n)))
+        });
+        Some(write(&self.records, &kept, self.blob.strings))
+    }
 }
 
 /// `name` without its CO-RE flavour (`task_struct___old` is `task_struct`).
@@ -54,7 +55,7 @@ fn relocatable(kind: u32) -> bool {
 }
 
 /// The type ids a record refers to, with where each sits in the record; a pointer's target is
-/// left out (see [`relocation_subset`]).
+/// left out (see [`Types::relocation_subset`]).
 pub(super) fn references(r: &Record) -> Vec<(usize, u32)> {
     let offsets: Vec<usize> = match r.kind() {
         KIND_ARRAY => vec![12, 16],

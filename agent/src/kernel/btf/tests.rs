@@ -57,10 +57,11 @@ fn function_prototypes_are_read_from_btf() {
         ],
         strings,
     );
-    assert_eq!(param_count(&raw, "vfs_unlink"), Some(3));
-    assert_eq!(param_count(&raw, "vfs_rename"), Some(1));
-    assert_eq!(param_count(&raw, "vfs_link"), None);
-    assert_eq!(param_count(b"junk", "vfs_unlink"), None);
+    let types = Types::parse(&raw).expect("well-formed");
+    assert_eq!(types.param_count("vfs_unlink"), Some(3));
+    assert_eq!(types.param_count("vfs_rename"), Some(1));
+    assert_eq!(types.param_count("vfs_link"), None);
+    assert!(Types::parse(b"junk").is_none());
 }
 
 #[test]
@@ -105,7 +106,9 @@ fn the_subset_keeps_what_local_types_name_and_embed_and_cuts_pointers() {
     );
     // The object relocates `struct file___new` only.
     let local = blob(&[(1, 4, 0, 0, &[])], b"\0file___new\0");
-    let cut = relocation_subset(&kernel, &local).expect("a subset");
+    let cut = Types::parse(&kernel)
+        .and_then(|t| t.relocation_subset(&local))
+        .expect("a subset");
     assert_eq!(
         read(&cut),
         vec![
@@ -126,7 +129,13 @@ fn the_subset_keeps_what_local_types_name_and_embed_and_cuts_pointers() {
 
 #[test]
 fn the_subset_of_junk_is_none() {
-    assert_eq!(relocation_subset(b"junk", b"junk"), None);
+    assert!(Types::parse(b"junk").is_none());
     let truncated = &blob(&[(0, 4, 2, 8, &[0, 0, 0])], b"\0")[..];
-    assert_eq!(relocation_subset(truncated, truncated), None);
+    assert!(
+        Types::parse(truncated).is_none(),
+        "a record runs past the section"
+    );
+    let kernel = blob(&[(1, 1, 0, 4, &[0])], b"\0int\0");
+    let types = Types::parse(&kernel).expect("well-formed");
+    assert_eq!(types.relocation_subset(b"junk"), None);
 }
