@@ -40,8 +40,10 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let stats = replay::replay(input, &mut pipeline)
         .with_context(|| format!("replay {}", args.file.display()))?;
     log::info!(
-        "replayed {} events ({} recorded verdict and {} notice lines skipped)",
+        "replayed {} events and {} checked facts ({} recorded verdict and {} notice lines \
+         skipped)",
         stats.events,
+        stats.facts,
         stats.recorded_verdicts,
         stats.recorded_notices
     );

@@ -25,6 +25,7 @@
 //!   swaps the two files' paths.
 //! - `Listen`, `Release` and `FdReceived` of sockets never bound nor scanned are counted and
 //!   ignored: only `Bind` and `Scan` (and the kernel's `live` at an unlink) create entries.
+pub mod claims;
 mod connect;
 mod guard;
 mod lifecycle;
@@ -45,6 +46,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
+pub use claims::{Claim, Fact};
 pub use model::{
     Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, Runtime,
     ScanSnapshot, ScannedSocket, Workload,
@@ -55,6 +57,7 @@ pub use stats::{Evictions, IgnoredCounters, QuietCounters, Stats, VerdictCounts}
 pub use verdict::{CloseReason, DecidedBy, Guarded, OrphanCause, Relation, StaleKind, Verdict};
 pub use workload::{HandOver, ServedBy, same_workload};
 
+use claims::Held;
 use owners::Owners;
 use rename::Rename;
 use sockets::{Evicted, SocketTable};
@@ -122,6 +125,9 @@ pub struct Engine {
     counters: Counters,
     /// The watched directories, for what the kernel could not keep to them.
     scope: Scope,
+    /// Verdicts waiting for the host's answers, when the caller gives them
+    /// ([`Engine::holding_claims`]).
+    held: Option<Held>,
 }
 
 impl Engine {
@@ -141,6 +147,7 @@ impl Engine {
             pending: PendingRemovals::new(limits.max_pending_removals, DEFAULT_TAKEOVER_WINDOW_NS),
             counters: Counters::default(),
             scope: Scope::default(),
+            held: None,
         })
     }
 
@@ -159,6 +166,15 @@ impl Engine {
         self
     }
 
+    /// Holds each verdict that makes a [`Claim`] about the host, and those after it, until
+    /// a [`Fact`] input answers it or [`Engine::settle_into`] lets it stand; by default every
+    /// verdict is given out at once.
+    #[must_use]
+    pub fn holding_claims(mut self) -> Self {
+        self.held = Some(Held::default());
+        self
+    }
+
     /// Decides every removal still waiting for a successor, as the window's end would (the
     /// end of a replayed log, or the agent stopping).
     pub fn flush(&mut self) -> Vec<Verdict> {
@@ -167,7 +183,43 @@ impl Engine {
         for v in &out {
             self.counters.verdicts.count(v);
         }
+        self.hold(&Input::Tick { ts_ns: u64::MAX }, &mut out, 0);
         out
+    }
+
+    /// The claims held verdicts wait on, each with the time of the first verdict making it.
+    pub fn open_claims(&self) -> Vec<(u64, Claim)> {
+        self.held
+            .as_ref()
+            .map(Held::open_claims)
+            .unwrap_or_default()
+    }
+
+    /// Gives out every held verdict: the claims nobody answered stand.
+    pub fn settle_into(&mut self, out: &mut Vec<Verdict>) {
+        if let Some(held) = &mut self.held {
+            held.settle(out);
+        }
+    }
+
+    /// The verdicts a false claim withheld since the last call.
+    pub fn take_withheld(&mut self) -> Vec<Verdict> {
+        self.held
+            .as_mut()
+            .map(Held::take_withheld)
+            .unwrap_or_default()
+    }
+
+    /// Holds what `input` decided in `out[start..]` that waits on a claim, and answers a fact.
+    fn hold(&mut self, input: &Input, out: &mut Vec<Verdict>, start: usize) {
+        let Some(held) = &mut self.held else {
+            return;
+        };
+        held.hold(out, start);
+        match input {
+            Input::Fact(fact) => held.answer(fact, out),
+            _ => held.forget_early(),
+        }
     }
 
     /// Applies one input and returns the verdicts it caused.
@@ -179,21 +231,25 @@ impl Engine {
 
     /// Applies one input, appending the verdicts it caused to `out`.
     pub fn apply_into(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        if !matches!(input, Input::Tick { .. }) {
+        if !matches!(input, Input::Tick { .. } | Input::Fact(_)) {
             self.counters.inputs += 1;
         }
         let start = out.len();
-        self.expire_pending(input.ts_ns(), out);
+        if !matches!(input, Input::Fact(_)) {
+            // A fact moves no clock: it answers what an input at its time or later decided.
+            self.expire_pending(input.ts_ns(), out);
+        }
         match input {
             Input::Unlink { .. } | Input::Rename { .. } => self.apply_removal(input, out),
             Input::Denied { .. } => self.apply_denied(input, out),
             Input::Connect { .. } => self.apply_connect(input, out),
-            Input::Tick { .. } => {}
+            Input::Tick { .. } | Input::Fact(_) => {}
             _ => self.apply_lifecycle(input, out),
         }
         for v in &out[start..] {
             self.counters.verdicts.count(v);
         }
+        self.hold(input, out, start);
     }
 
     /// Removals: an unlink, a rename (over a file, or an exchange).

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 pub use agent_common::{Fidelity, FileId, GuardPolicy};
 
+use super::claims::Fact;
+
 /// The process behind an input, as the kernel saw it at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proc {
@@ -244,6 +246,8 @@ pub enum Input {
     Tick {
         ts_ns: u64,
     },
+    /// What the host answered about a held verdict's claim (see [`super::claims`]).
+    Fact(Fact),
 }
 
 impl Input {
@@ -262,6 +266,7 @@ impl Input {
             | Input::Tick { ts_ns }
             | Input::FdReceived { ts_ns, .. } => *ts_ns,
             Input::Scan(s) => s.ts_ns,
+            Input::Fact(f) => f.ts_ns,
         }
     }
 }

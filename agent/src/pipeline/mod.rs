@@ -1,6 +1,7 @@
 //! What happens to each kernel event: completed, written, and run through the engine, whose
 //! verdicts are written as their own lines.
 pub mod adapter;
+mod claims;
 pub mod events_file;
 pub mod notice;
 pub mod observer;
@@ -20,7 +21,7 @@ use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
     config::EventsFilter,
-    engine::{Engine, HandOver, Input, Verdict},
+    engine::{Engine, Fact, HandOver, Input, Verdict},
     events::{EventLine, KernelEvent, SeenIn, complete::Completer},
     host::{
         lookup::{self, Lookup},
@@ -64,7 +65,7 @@ impl Pipeline {
     /// kernel's table) completes refused connects.
     pub fn live(engine: Engine, out: JsonLines, live: LiveTable) -> Self {
         Self {
-            engine,
+            engine: engine.holding_claims(),
             out: out.lossy(),
             live: Some(live),
             recent: VecDeque::new(),
@@ -80,7 +81,7 @@ impl Pipeline {
     /// A replay of recorded events: only verdicts are written.
     pub fn replay(engine: Engine, out: JsonLines) -> Self {
         Self {
-            engine,
+            engine: engine.holding_claims(),
             out,
             live: None,
             recent: VecDeque::new(),
@@ -204,27 +205,85 @@ impl Pipeline {
     /// Time passed (boot clock): removals whose takeover window ended are decided, and their
     /// verdicts flushed (no drained event flushes them).
     pub fn tick(&mut self, ts_ns: u64) -> io::Result<()> {
-        let verdicts = self.engine.apply(&Input::Tick { ts_ns });
-        if verdicts.is_empty() {
+        let mut verdicts = Vec::new();
+        self.engine
+            .apply_into(&Input::Tick { ts_ns }, &mut verdicts);
+        // No recorded fact follows the pipeline's own tick.
+        self.settle_replay(&mut verdicts);
+        if self.decide(verdicts)? == 0 {
             return Ok(());
         }
-        self.emit(verdicts)?;
         self.flush()
     }
 
     /// The input is over (a replay's end, the agent stopping): removals still waiting for a
     /// successor are decided as their window's end would.
     pub fn finish(&mut self) -> io::Result<()> {
-        let verdicts = self.engine.flush();
-        self.emit(verdicts)?;
+        let mut verdicts = self.engine.flush();
+        // The facts recorded at the run's end came before the end of its replay.
+        self.settle_replay(&mut verdicts);
+        self.decide(verdicts)?;
         self.flush()
     }
 
-    /// Runs one engine input (a kernel event or a reconciliation scan) and writes its verdicts.
+    /// Runs one engine input (a kernel event, a reconciliation scan or a recorded fact) and
+    /// writes its verdicts.
     pub fn input(&mut self, input: &Input) -> io::Result<()> {
-        let verdicts = self.engine.apply(input);
+        let mut verdicts = Vec::new();
+        if !matches!(input, Input::Fact(_)) {
+            // The facts a run recorded follow the input whose verdicts claimed them.
+            self.settle_replay(&mut verdicts);
+        }
+        self.engine.apply_into(input, &mut verdicts);
+        self.decide(verdicts).map(drop)
+    }
+
+    /// In a replay, lets every held verdict stand that no recorded fact answered.
+    fn settle_replay(&mut self, verdicts: &mut Vec<Verdict>) {
+        if self.live.is_none() {
+            self.engine.settle_into(verdicts);
+        }
+    }
+
+    /// Writes `verdicts`, in `run` after the claims of those the engine held were answered.
+    /// Returns how many verdicts were written.
+    fn decide(&mut self, mut verdicts: Vec<Verdict>) -> io::Result<usize> {
+        if self.live.is_some() {
+            self.answer_claims(&mut verdicts)?;
+        }
+        // A replay's withheld verdicts are the run's, accounted for there.
+        drop(self.engine.take_withheld());
         self.follow_moves(&verdicts);
-        self.emit(verdicts)
+        let written = verdicts.len();
+        self.emit(verdicts)?;
+        Ok(written)
+    }
+
+    /// `run`'s side of the engine's claims: each checked on this host, written as a `check`
+    /// line (so `replay` decides alike) and handed back as a fact; the unanswered stand.
+    fn answer_claims(&mut self, verdicts: &mut Vec<Verdict>) -> io::Result<()> {
+        for (ts_ns, claim) in self.engine.open_claims() {
+            let Some(holds) = claims::check(&claim, self.releases_unseen) else {
+                continue;
+            };
+            let fact = Fact {
+                claim,
+                holds,
+                ts_ns,
+            };
+            if self.echo_events {
+                self.out.write_fact(&fact)?;
+            }
+            self.engine.apply_into(&Input::Fact(fact), verdicts);
+        }
+        self.engine.settle_into(verdicts);
+        let withheld = self.engine.take_withheld();
+        for v in &withheld {
+            claims::withheld(v, self.observer.as_ref());
+        }
+        // A verdict withheld still moved a file the kernel's table must follow.
+        self.follow_moves(&withheld);
+        Ok(())
     }
 
     /// The kernel's live table learns the new base name of each live socket file the engine
@@ -270,21 +329,6 @@ impl Pipeline {
     /// Writes verdicts, counts them and keeps them for the API.
     fn emit(&mut self, verdicts: Vec<Verdict>) -> io::Result<()> {
         for v in verdicts {
-            if self.live.is_some() && !still_on_disk(&v) {
-                // The tracepoint tier misses an unlink once the closed socket's name left
-                // the kernel's released names: a file that is gone is not stale.
-                continue;
-            }
-            if self.releases_unseen && !still_open(&v) {
-                log::info!(
-                    "{} about {} withheld: its socket is closed (no release hook on this \
-                     kernel; the next sweep settles it)",
-                    v.name(),
-                    v.path().unwrap_or("an unnamed socket")
-                );
-                self.observer.withheld(&v);
-                continue;
-            }
             self.observer.verdict(&v);
             self.out.write_verdict(&v)?;
             if self.recent.len() == RECENT_VERDICTS {
@@ -457,41 +501,4 @@ fn receipt_seen_in_proc(
 /// Is `tgid` a process of this node (its `/proc` entry exists)?
 fn process_exists(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
-}
-
-/// A verdict that says a socket is open stands only while its holder still has it; when
-/// the check does not answer in time, it stands (what is known).
-fn still_open(v: &Verdict) -> bool {
-    v.open_socket().is_none_or(|(tgid, sock_ino)| {
-        let holds = move || {
-            let proc_root = std::path::Path::new(crate::host::procfs::DEFAULT_PROC_ROOT);
-            crate::host::procfd::holds_socket(proc_root, tgid, sock_ino)
-        };
-        lookup::with_deadline(Lookup::StillOpen, holds).unwrap_or(true)
-    })
-}
-
-/// A stale-socket-file verdict stands only while that very file is still there (in the
-/// agent's view); every other verdict passes. A check that does not answer in time, or a
-/// file on a FUSE or network filesystem, lets it stand.
-fn still_on_disk(v: &Verdict) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match v {
-        Verdict::StaleSocketFile {
-            path: Some(path),
-            file,
-            ..
-        } => {
-            let file = *file;
-            let same = move |p: &std::path::Path| {
-                std::fs::symlink_metadata(p).map(|m| m.dev() == file.dev && m.ino() == file.ino)
-            };
-            let own = std::path::PathBuf::from("/proc/self");
-            match lookup::in_view(Lookup::StillOnDisk, own, path, same) {
-                Ok(same) => same.unwrap_or(false),
-                Err(_) => true,
-            }
-        }
-        _ => true,
-    }
 }

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::{
     config::EventsFileMode,
-    engine::Verdict,
+    engine::{Fact, Verdict},
     events::{EventLine, json},
     host::{clock, wall::Rfc3339Cache},
     pipeline::{
@@ -202,6 +202,14 @@ impl JsonLines {
             Format::Json => self.write(v, v.ts_ns()),
             Format::Text => self.write_text(&text::verdict::sentence(v), v.ts_ns()),
         }
+    }
+
+    /// A fact the host gave about a verdict's claim, for `replay`; like events, none in text.
+    pub fn write_fact(&mut self, f: &Fact) -> io::Result<()> {
+        if self.format == Format::Text {
+            return Ok(());
+        }
+        self.write(f, f.ts_ns)
     }
 
     pub fn write_notice(&mut self, n: &Notice) -> io::Result<()> {

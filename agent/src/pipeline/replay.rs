@@ -2,6 +2,7 @@
 use std::io::BufRead;
 
 use crate::{
+    engine::{Fact, Input},
     events::{EventLine, SCHEMA},
     pipeline::Pipeline,
 };
@@ -24,15 +25,17 @@ pub enum ReplayError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayStats {
     pub events: usize,
+    /// Facts the recording agent checked on its host (`check` lines), fed to the engine.
+    pub facts: usize,
     /// Verdict lines of the recording, skipped: the engine derives its own.
     pub recorded_verdicts: usize,
     /// Notice lines of the recording (what the recording agent could not see), skipped.
     pub recorded_notices: usize,
 }
 
-/// Feeds every event line of `log` to `pipeline`; blank lines, recorded verdicts and
-/// notices are skipped, anything else that is not an event is an error naming its line, and so is a line
-/// of a newer schema (one without `schema` predates it). The stream's own fields (`time`,
+/// Feeds every event line and checked fact of `log` to `pipeline`; blank lines, recorded
+/// verdicts and notices are skipped, anything else that is not an event is an error naming its
+/// line, and so is a line of a newer schema (one without `schema` predates it). The stream's own fields (`time`,
 /// `node`) are not the engine's, and are ignored. Time is the events' own (a removal's
 /// takeover window ends with the first later event past it), and the end of the log decides
 /// what still waits, as a live agent's timer would have.
@@ -66,15 +69,22 @@ pub fn replay(log: impl BufRead, pipeline: &mut Pipeline) -> Result<ReplayStats,
             stats.recorded_notices += 1;
             continue;
         }
-        let line: EventLine =
-            serde_json::from_value(value).map_err(|error| ReplayError::Parse {
-                line: line_no,
-                error,
-            })?;
-        pipeline.line(line).map_err(|error| ReplayError::Io {
+        let parse = |error| ReplayError::Parse {
             line: line_no,
             error,
-        })?;
+        };
+        let io = |error| ReplayError::Io {
+            line: line_no,
+            error,
+        };
+        if value.get("check").is_some() {
+            let fact: Fact = serde_json::from_value(value).map_err(parse)?;
+            pipeline.input(&Input::Fact(fact)).map_err(io)?;
+            stats.facts += 1;
+            continue;
+        }
+        let line: EventLine = serde_json::from_value(value).map_err(parse)?;
+        pipeline.line(line).map_err(io)?;
         stats.events += 1;
     }
     pipeline
@@ -140,6 +150,7 @@ mod tests {
             r.expect("replays"),
             ReplayStats {
                 events: 3,
+                facts: 0,
                 recorded_verdicts: 1,
                 recorded_notices: 0,
             }
@@ -186,6 +197,24 @@ mod tests {
                 &serde_json::json!("taken_over")
             )
         );
+    }
+
+    /// A `check` line (what the recording agent's host said of a verdict's claim) decides
+    /// in the replay as it did in the run: here, written at the run's end, where the
+    /// takeover window decided B's removal.
+    #[test]
+    fn a_recorded_check_decides_as_it_did_in_the_run() {
+        let closed = r#"{"check":"socket_open","tgid":10,"sock_ino":70,"holds":false,"ts_ns":3,"schema":1,"time":"2026-12-05T00:00:00.000Z","node":"n1"}"#;
+        let (r, out) = run(&[A_BINDS, A_LISTENS, B_UNLINKS, closed].join("\n"));
+        assert_eq!(r.expect("replays").facts, 1);
+        assert_eq!(out, "", "A no longer held its socket: nothing stands");
+        let open = closed.replace("false", "true");
+        let (_, out) = run(&[A_BINDS, A_LISTENS, B_UNLINKS, &open].join("\n"));
+        let verdicts: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["verdict"].clone())
+            .collect();
+        assert_eq!(verdicts, ["foreign_unlink", "orphan_opened"], "{out}");
     }
 
     /// A live pipeline's tick past the window decides the waiting removal, and writes it out
@@ -263,6 +292,7 @@ mod tests {
             r.expect("replays"),
             ReplayStats {
                 events: 3,
+                facts: 0,
                 recorded_verdicts: 0,
                 recorded_notices: 2,
             }

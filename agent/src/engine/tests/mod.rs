@@ -1,5 +1,6 @@
 //! Engine tests: one per scenario (S1–S14, `scenarios`), property tests (`props`), and the
 //! smaller pieces (`units`). Fixtures and input builders live here.
+mod claims;
 mod handover;
 mod props;
 mod scenarios;

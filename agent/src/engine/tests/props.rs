@@ -6,7 +6,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::engine::{
-    CloseReason, GuardDecision, GuardPolicy, HandOver, OrphanCause, RemovalOp, model::ScanSnapshot,
+    Claim, CloseReason, Fact, GuardDecision, GuardPolicy, HandOver, OrphanCause, RemovalOp,
+    model::ScanSnapshot,
 };
 
 const LIMITS: Limits = Limits {
@@ -162,6 +163,7 @@ fn set_ts(input: &mut Input, ts: u64) {
         | Input::Tick { ts_ns }
         | Input::FdReceived { ts_ns, .. } => *ts_ns = ts,
         Input::Scan(s) => s.ts_ns = ts,
+        Input::Fact(f) => f.ts_ns = ts,
     }
 }
 
@@ -378,6 +380,79 @@ proptest! {
     }
 }
 
+/// A host's answer to `claim`: made up, but the same each time it is asked.
+fn host_says(claim: &Claim) -> bool {
+    match claim {
+        Claim::FileOnDisk { file, .. } => file.ino % 2 == 0,
+        Claim::SocketOpen { tgid, sock_ino } => (u64::from(*tgid) + sock_ino) % 3 != 0,
+    }
+}
+
+/// `run`'s side: answers every claim the held verdicts make, recording each fact, then lets
+/// the rest stand.
+fn answer_claims(e: &mut Engine, out: &mut Vec<Verdict>, recorded: &mut Vec<Input>) {
+    for (ts_ns, claim) in e.open_claims() {
+        let holds = host_says(&claim);
+        let fact = Input::Fact(Fact {
+            claim,
+            holds,
+            ts_ns,
+        });
+        e.apply_into(&fact, out);
+        recorded.push(fact);
+    }
+    e.settle_into(out);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Held claims change only what a false answer withholds, never the order; and a replay
+    /// of the inputs with the recorded facts decides as the run did.
+    #[test]
+    fn answered_claims_withhold_only_what_is_denied_and_replay_alike(inputs in inputs()) {
+        let stands = |v: &Verdict| Claim::of(v).is_none_or(|c| host_says(&c));
+        let (mut plain, mut run) = (engine_(), engine_().holding_claims());
+        let (mut want, mut got, mut recorded) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut withheld, mut produced) = (Vec::new(), 0);
+        for input in &inputs {
+            let out = plain.apply(input);
+            produced += out.len();
+            want.extend(out.into_iter().filter(stands));
+            recorded.push(input.clone());
+            run.apply_into(input, &mut got);
+            answer_claims(&mut run, &mut got, &mut recorded);
+            withheld.extend(run.take_withheld());
+        }
+        let out = plain.flush();
+        produced += out.len();
+        want.extend(out.into_iter().filter(stands));
+        let mut flushed = run.flush();
+        answer_claims(&mut run, &mut flushed, &mut recorded);
+        withheld.extend(run.take_withheld());
+        got.extend(flushed);
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(got.len() + withheld.len(), produced);
+        for v in &withheld {
+            prop_assert!(Claim::of(v).is_some_and(|c| !host_says(&c)), "{v:?}");
+        }
+
+        // `replay`: what waits on no recorded fact by the next input stands.
+        let mut replay = engine_().holding_claims();
+        let mut again = Vec::new();
+        for input in &recorded {
+            if !matches!(input, Input::Fact(_)) {
+                replay.settle_into(&mut again);
+            }
+            replay.apply_into(input, &mut again);
+        }
+        let mut flushed = replay.flush();
+        replay.settle_into(&mut flushed);
+        again.extend(flushed);
+        prop_assert_eq!(&again, &got);
+    }
+}
+
 /// The generator is only worth something if it reaches every verdict: a property that no
 /// input exercises would pass vacuously.
 #[test]
@@ -385,14 +460,21 @@ fn the_generator_reaches_every_verdict_kind() {
     use proptest::{strategy::ValueTree, test_runner::TestRunner};
     let mut runner = TestRunner::deterministic();
     let mut seen = BTreeSet::new();
+    let mut answers = std::collections::BTreeMap::new();
     for _ in 0..400 {
         let inputs = inputs().new_tree(&mut runner).expect("generates").current();
         let mut e = engine_();
-        for i in &inputs {
-            seen.extend(e.apply(i).iter().map(Verdict::name));
+        let mut verdicts: Vec<Verdict> = inputs.iter().flat_map(|i| e.apply(i)).collect();
+        verdicts.extend(e.flush());
+        seen.extend(verdicts.iter().map(Verdict::name));
+        for c in verdicts.iter().filter_map(Claim::of) {
+            *answers.entry(host_says(&c)).or_insert(0) += 1;
         }
-        seen.extend(e.flush().iter().map(Verdict::name));
     }
+    assert!(
+        answers.len() == 2,
+        "the made-up host both confirms and denies claims: {answers:?}"
+    );
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         vec![

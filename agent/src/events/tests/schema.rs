@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::{
     engine::{
-        CloseReason, DecidedBy, GuardPolicy, Guarded, HandOver, OrphanCause, Proc, Relation,
-        RemovalOp, Runtime, ServedBy, StaleKind, Verdict, Workload,
+        Claim, CloseReason, DecidedBy, Fact, GuardPolicy, Guarded, HandOver, OrphanCause, Proc,
+        Relation, RemovalOp, Runtime, ServedBy, StaleKind, Verdict, Workload,
     },
     events::{EventLine, KernelEvent, SCHEMA, Stamped, json},
     host::wall,
@@ -309,6 +309,28 @@ fn notices() -> Vec<Notice> {
     ]
 }
 
+/// One checked fact of each claim.
+fn facts() -> Vec<Fact> {
+    vec![
+        Fact {
+            claim: Claim::FileOnDisk {
+                path: "/run/app/app.sock".into(),
+                file: file(12),
+            },
+            holds: false,
+            ts_ns: 7,
+        },
+        Fact {
+            claim: Claim::SocketOpen {
+                tgid: 4242,
+                sock_ino: 99,
+            },
+            holds: true,
+            ts_ns: 8,
+        },
+    ]
+}
+
 /// An event line as `run` writes it.
 fn written_event(line: &EventLine) -> Vec<u8> {
     let mut out = Vec::new();
@@ -324,8 +346,8 @@ fn written_verdict(v: &Verdict) -> Vec<u8> {
     out
 }
 
-/// A notice line as `run` writes it.
-fn written_notice(n: &Notice) -> Vec<u8> {
+/// A notice or fact line as `run` writes it.
+fn written_notice(n: &impl serde::Serialize) -> Vec<u8> {
     let mut out = serde_json::to_vec(n).expect("serde");
     json::stamp(&mut out, &wall::rfc3339(WALL_NS), NODE).expect("write to a Vec");
     out
@@ -341,7 +363,8 @@ fn sample_lines() -> Vec<Value> {
         .map(|l| parsed(&written_event(&l)));
     let verdicts = verdicts().into_iter().map(|v| parsed(&written_verdict(&v)));
     let notices = notices().into_iter().map(|n| parsed(&written_notice(&n)));
-    events.chain(verdicts).chain(notices).collect()
+    let facts = facts().into_iter().map(|f| parsed(&written_notice(&f)));
+    events.chain(verdicts).chain(notices).chain(facts).collect()
 }
 
 #[test]
@@ -428,6 +451,31 @@ fn verdict(v: &'static str) -> impl Fn(&Value) -> bool {
 
 fn notice(n: &'static str) -> impl Fn(&Value) -> bool {
     move |l| l["notice"] == n
+}
+
+#[test]
+fn the_schema_refuses_checks_the_writer_never_writes() {
+    let check = |c: &'static str| move |l: &Value| l["check"] == c;
+    refused("an unknown check", check("socket_open"), |l| {
+        l["check"] = json!("guessed");
+    });
+    refused("a check without its answer", check("file_on_disk"), |l| {
+        l.as_object_mut().expect("object").remove("holds");
+    });
+    refused(
+        "a socket check without its socket",
+        check("socket_open"),
+        |l| {
+            l.as_object_mut().expect("object").remove("sock_ino");
+        },
+    );
+    refused(
+        "a file's field on a socket check",
+        check("socket_open"),
+        |l| {
+            l["path"] = json!("/run/x.sock");
+        },
+    );
 }
 
 #[test]
