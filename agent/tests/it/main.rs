@@ -24,6 +24,7 @@ mod production;
 mod prometheus_e2e;
 mod readable;
 mod renames;
+mod replay;
 mod scan_root;
 mod scope;
 mod stale_connect;
