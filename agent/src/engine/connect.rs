@@ -141,7 +141,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::super::{
-        Engine, StaleKind, Verdict,
+        Engine, StaleKind, Verdict, inputs,
         model::Input,
         tests::{P, a, b, c, engine, fid, listen, release, unlink_path},
     };
@@ -149,7 +149,7 @@ mod tests {
     /// A refusal the kernel saw as unbound, as a client whose target could not be resolved
     /// (exited before the agent looked, no member of its namespace left) reports it.
     fn refused_unresolved(ts_ns: u64, path: &str) -> Input {
-        Input::Connect {
+        Input::Connect(inputs::Connect {
             ts_ns,
             proc: c(),
             path: path.into(),
@@ -158,7 +158,7 @@ mod tests {
             target_nlink: None,
             target_bound: Some(false),
             target_listening: None,
-        }
+        })
     }
 
     #[test]

@@ -2,32 +2,14 @@
 //! its path; the verdict names who tried and whose listener was kept. In audit mode the same
 //! verdict's twin says it would have been refused, and the removal follows as usual.
 use super::{
-    Engine, Verdict,
-    model::{FileId, GuardDecision, GuardPolicy, LiveAtUnlink, Proc, RemovalOp},
-    sockets::HistoryEvent,
-    verdict::Guarded,
+    Engine, Verdict, inputs::Denied, model::GuardDecision, sockets::HistoryEvent, verdict::Guarded,
 };
 
-/// A refused removal (see [`super::Input::Denied`]).
-pub(super) struct Denied<'a> {
-    pub path: &'a str,
-    pub file: FileId,
-    pub operation: RemovalOp,
-    pub policy: GuardPolicy,
-    pub live: &'a LiveAtUnlink,
-    pub decision: GuardDecision,
-}
-
 impl Engine {
-    pub(super) fn on_denied(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        d: &Denied,
-        out: &mut Vec<Verdict>,
-    ) {
+    pub(super) fn on_denied(&mut self, d: &Denied, out: &mut Vec<Verdict>) {
+        let (ts_ns, actor) = (d.ts_ns, &d.proc);
         // The kernel's table knew the listener; a late start may not have told the engine.
-        self.adopt_kernel_view(d.file, d.live, ts_ns, out);
+        self.adopt_kernel_view(d.file, &d.live, ts_ns, out);
         let victim = match self.sockets.get(&d.file) {
             Some(s) => self.victim(s, Some(d.live.owner_tgid)),
             None => self.proc_or_unknown(d.live.owner_tgid),
@@ -38,7 +20,7 @@ impl Engine {
             victim,
             operation: d.operation,
             policy: d.policy,
-            path: d.path.to_owned(),
+            path: d.path.clone(),
             file: d.file,
             sock_ino: d.live.sock_ino,
         };

@@ -1,6 +1,7 @@
 //! Socket and process lifecycle: bind, listen, release, fork, exit, fd receipt.
 use super::{
     CloseReason, EXITED_HORIZON_NS, Engine, Verdict,
+    inputs::{Bind, Exit, Fork, Socket},
     model::{FileId, Proc, is_path_bound},
     sockets::{HistoryEvent, Orphan, RemovalHow, SocketState},
     takeover::Successor,
@@ -8,15 +9,9 @@ use super::{
 };
 
 impl Engine {
-    pub(super) fn on_bind(
-        &mut self,
-        ts_ns: u64,
-        proc: &Proc,
-        file: FileId,
-        sock_ino: u64,
-        path: &str,
-        out: &mut Vec<Verdict>,
-    ) {
+    pub(super) fn on_bind(&mut self, b: &Bind, out: &mut Vec<Verdict>) {
+        let (ts_ns, proc, file, sock_ino, path) =
+            (b.ts_ns, &b.proc, b.file, b.sock_ino, b.path.as_str());
         if !is_path_bound(path) {
             self.counters.ignored.not_path_bound += 1;
             return;
@@ -80,14 +75,8 @@ impl Engine {
             .record(&file, ts_ns, proc.tgid, HistoryEvent::Bound);
     }
 
-    pub(super) fn on_listen(
-        &mut self,
-        ts_ns: u64,
-        proc: &Proc,
-        file: FileId,
-        sock_ino: u64,
-        out: &mut Vec<Verdict>,
-    ) {
+    pub(super) fn on_listen(&mut self, l: &Socket, out: &mut Vec<Verdict>) {
+        let (ts_ns, proc, file, sock_ino) = (l.ts_ns, &l.proc, l.file, l.sock_ino);
         let Some(file) = self.live_file(file, sock_ino) else {
             self.counters.ignored.unknown_socket += 1;
             return;
@@ -111,14 +100,8 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_release(
-        &mut self,
-        ts_ns: u64,
-        proc: &Proc,
-        file: FileId,
-        sock_ino: u64,
-        out: &mut Vec<Verdict>,
-    ) {
+    pub(super) fn on_release(&mut self, r: &Socket, out: &mut Vec<Verdict>) {
+        let (ts_ns, proc, file, sock_ino) = (r.ts_ns, &r.proc, r.file, r.sock_ino);
         match self.sockets.get(&file) {
             // Already released (the exit of its last owner came first).
             Some(s) if s.sock_ino == sock_ino && !s.is_live() => {}
@@ -129,14 +112,15 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_fork(&mut self, ts_ns: u64, parent: &Proc, child_tgid: u32) {
-        for f in self.owners.fork(parent, child_tgid, ts_ns) {
+    pub(super) fn on_fork(&mut self, f: &Fork) {
+        for file in self.owners.fork(&f.parent, f.child_tgid, f.ts_ns) {
             self.sockets
-                .record(&f, ts_ns, child_tgid, HistoryEvent::Forked);
+                .record(&file, f.ts_ns, f.child_tgid, HistoryEvent::Forked);
         }
     }
 
-    pub(super) fn on_exit(&mut self, ts_ns: u64, tgid: u32, out: &mut Vec<Verdict>) {
+    pub(super) fn on_exit(&mut self, e: &Exit, out: &mut Vec<Verdict>) {
+        let (ts_ns, tgid) = (e.ts_ns, e.tgid);
         self.remover_exited(tgid, ts_ns, out);
         let exiting = self.proc_or_unknown(tgid);
         for f in self.owners.exited(tgid, ts_ns) {
@@ -163,7 +147,8 @@ impl Engine {
 
     /// A receiver of the socket's descriptor joins its owner set (a hand-over: the sender's
     /// exit then leaves the socket live, and the receiver's own unlink is quiet).
-    pub(super) fn on_fd_received(&mut self, ts_ns: u64, proc: &Proc, file: FileId, sock_ino: u64) {
+    pub(super) fn on_fd_received(&mut self, r: &Socket) {
+        let (ts_ns, proc, file, sock_ino) = (r.ts_ns, &r.proc, r.file, r.sock_ino);
         let Some(file) = self.live_file(file, sock_ino) else {
             self.counters.ignored.unknown_socket += 1;
             return;

@@ -28,6 +28,7 @@
 pub mod claims;
 mod connect;
 mod guard;
+pub mod inputs;
 mod lifecycle;
 pub mod model;
 mod owners;
@@ -59,7 +60,6 @@ pub use workload::{HandOver, ServedBy, same_workload};
 
 use claims::Held;
 use owners::Owners;
-use rename::Rename;
 use sockets::{Evicted, SocketTable};
 use stats::Counters;
 use takeover::PendingRemovals;
@@ -183,7 +183,7 @@ impl Engine {
         for v in &out {
             self.counters.verdicts.count(v);
         }
-        self.hold(&Input::Tick { ts_ns: u64::MAX }, &mut out, 0);
+        self.hold(&Input::Tick(inputs::Tick { ts_ns: u64::MAX }), &mut out, 0);
         out
     }
 
@@ -231,7 +231,7 @@ impl Engine {
 
     /// Applies one input, appending the verdicts it caused to `out`.
     pub fn apply_into(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        if !matches!(input, Input::Tick { .. } | Input::Fact(_)) {
+        if !matches!(input, Input::Tick(_) | Input::Fact(_)) {
             self.counters.inputs += 1;
         }
         let start = out.len();
@@ -240,11 +240,18 @@ impl Engine {
             self.expire_pending(input.ts_ns(), out);
         }
         match input {
-            Input::Unlink { .. } | Input::Rename { .. } => self.apply_removal(input, out),
-            Input::Denied { .. } => self.apply_denied(input, out),
-            Input::Connect { .. } => self.apply_connect(input, out),
-            Input::Tick { .. } | Input::Fact(_) => {}
-            _ => self.apply_lifecycle(input, out),
+            Input::Unlink(u) => self.apply_unlink(u, out),
+            Input::Rename(r) => self.on_rename(r, out),
+            Input::Denied(d) => self.on_denied(d, out),
+            Input::Connect(c) => self.apply_connect(c, out),
+            Input::Bind(b) => self.on_bind(b, out),
+            Input::Listen(l) => self.on_listen(l, out),
+            Input::Release(r) => self.on_release(r, out),
+            Input::FdReceived(r) => self.on_fd_received(r),
+            Input::Fork(f) => self.on_fork(f),
+            Input::Exit(e) => self.on_exit(e, out),
+            Input::Scan(snapshot) => self.on_scan(snapshot, out),
+            Input::Tick(_) | Input::Fact(_) => {}
         }
         for v in &out[start..] {
             self.counters.verdicts.count(v);
@@ -252,145 +259,33 @@ impl Engine {
         self.hold(input, out, start);
     }
 
-    /// Removals: an unlink, a rename (over a file, or an exchange).
-    fn apply_removal(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        match input {
-            Input::Unlink {
-                ts_ns,
-                proc,
-                path,
-                file,
-                fidelity,
-                live,
-            } => {
-                let op = removal::PathOp {
-                    ts_ns: *ts_ns,
-                    actor: proc,
-                    path,
-                    fidelity: *fidelity,
-                    live: live.as_ref(),
-                };
-                self.on_unlink(op, *file, out);
-            }
-            Input::Rename {
-                ts_ns,
-                proc,
-                moved,
-                from,
-                to,
-                exchange,
-                replaced,
-                fidelity,
-                live,
-            } => {
-                let rename = Rename {
-                    moved: *moved,
-                    from: from.as_deref(),
-                    to,
-                    exchange: *exchange,
-                    replaced: *replaced,
-                    fidelity: *fidelity,
-                    live: live.as_ref(),
-                };
-                self.on_rename(*ts_ns, proc, &rename, out);
-            }
-            _ => unreachable!("apply_into routes only unlinks and renames here"),
-        }
-    }
-
-    /// A removal the guard refused (or, in audit mode, would have refused).
-    fn apply_denied(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        let Input::Denied {
-            ts_ns,
-            proc,
-            path,
-            file,
-            operation,
-            policy,
-            live,
-            decision,
-        } = input
-        else {
-            unreachable!("apply_into routes only guard decisions here")
+    /// An unlink: one file removed.
+    fn apply_unlink(&mut self, u: &inputs::Unlink, out: &mut Vec<Verdict>) {
+        let op = removal::PathOp {
+            ts_ns: u.ts_ns,
+            actor: &u.proc,
+            path: &u.path,
+            fidelity: u.fidelity,
+            live: u.live.as_ref(),
         };
-        let d = guard::Denied {
-            path,
-            file: *file,
-            operation: *operation,
-            policy: *policy,
-            live,
-            decision: *decision,
-        };
-        self.on_denied(*ts_ns, proc, &d, out);
+        self.on_unlink(op, u.file, out);
     }
 
     /// A connect by path.
-    fn apply_connect(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        let Input::Connect {
-            ts_ns,
-            proc,
-            path,
-            errno,
-            target,
-            target_nlink,
-            target_bound,
-            target_listening,
-        } = input
-        else {
-            unreachable!("apply_into routes only connects here")
-        };
-        let c = connect::Connect {
-            ts_ns: *ts_ns,
-            actor: proc,
-            path,
-            errno: *errno,
-            target: *target,
+    fn apply_connect(&mut self, c: &inputs::Connect, out: &mut Vec<Verdict>) {
+        let connect = connect::Connect {
+            ts_ns: c.ts_ns,
+            actor: &c.proc,
+            path: &c.path,
+            errno: c.errno,
+            target: c.target,
             view: connect::TargetView {
-                nlink: *target_nlink,
-                bound: *target_bound,
-                listening: *target_listening,
+                nlink: c.target_nlink,
+                bound: c.target_bound,
+                listening: c.target_listening,
             },
         };
-        self.on_connect(c, out);
-    }
-
-    /// A socket's and its processes' life: bind, listen, release, fork, exit, and scans.
-    fn apply_lifecycle(&mut self, input: &Input, out: &mut Vec<Verdict>) {
-        match input {
-            Input::Bind {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-                path,
-            } => self.on_bind(*ts_ns, proc, *file, *sock_ino, path, out),
-            Input::Listen {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-            } => self.on_listen(*ts_ns, proc, *file, *sock_ino, out),
-            Input::Release {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-            } => self.on_release(*ts_ns, proc, *file, *sock_ino, out),
-            Input::Fork {
-                ts_ns,
-                parent,
-                child_tgid,
-            } => self.on_fork(*ts_ns, parent, *child_tgid),
-            Input::Exit { ts_ns, tgid } => self.on_exit(*ts_ns, *tgid, out),
-            Input::FdReceived {
-                ts_ns,
-                proc,
-                file,
-                sock_ino,
-            } => self.on_fd_received(*ts_ns, proc, *file, *sock_ino),
-            Input::Scan(snapshot) => self.on_scan(snapshot, out),
-            _ => unreachable!("apply_into routes only a socket's or a process's life here"),
-        }
+        self.on_connect(connect, out);
     }
 
     /// Open orphaned listeners, oldest first, with their age at `now_ns`.

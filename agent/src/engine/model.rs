@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 pub use agent_common::{Fidelity, FileId, GuardPolicy};
 
-use super::claims::Fact;
+use super::{claims::Fact, inputs};
 
 /// The process behind an input, as the kernel saw it at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,115 +137,25 @@ pub enum GuardDecision {
     WouldDeny,
 }
 
-/// One observation. Each variant carries `ts_ns` (boot clock) and the acting process.
+/// One observation (see [`inputs`] for each one's fields).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Input {
-    Bind {
-        ts_ns: u64,
-        proc: Proc,
-        file: FileId,
-        sock_ino: u64,
-        path: String,
-    },
-    Listen {
-        ts_ns: u64,
-        proc: Proc,
-        file: FileId,
-        sock_ino: u64,
-    },
+    Bind(inputs::Bind),
+    Listen(inputs::Socket),
     /// Last close of a bound socket.
-    Release {
-        ts_ns: u64,
-        proc: Proc,
-        file: FileId,
-        sock_ino: u64,
-    },
-    /// One per file removed (`rm -r` yields one per socket file).
-    Unlink {
-        ts_ns: u64,
-        proc: Proc,
-        path: String,
-        #[serde(default)]
-        file: Option<FileId>,
-        #[serde(default)]
-        fidelity: Fidelity,
-        #[serde(default)]
-        live: Option<LiveAtUnlink>,
-    },
-    /// `replaced` is the displaced target inode; `live` describes the socket bound to it;
-    /// `moved` is the file now at `to` (the one moved into place: the kernel's, else where
-    /// userspace saw it); `from` its old name, where the tier gave it. An `exchange` swaps the
-    /// two names: `replaced` is then at `from`, and nothing is removed.
-    Rename {
-        ts_ns: u64,
-        proc: Proc,
-        #[serde(default)]
-        moved: Option<FileId>,
-        #[serde(default)]
-        from: Option<String>,
-        to: String,
-        #[serde(default)]
-        exchange: bool,
-        #[serde(default)]
-        replaced: Option<FileId>,
-        #[serde(default)]
-        fidelity: Fidelity,
-        #[serde(default)]
-        live: Option<LiveAtUnlink>,
-    },
-    /// A removal the guard refused (LSM tier): nothing was removed. `live` is the listener
-    /// it protected. In audit mode (`decision: would_deny`) the removal went ahead, and its
-    /// own input follows.
-    Denied {
-        ts_ns: u64,
-        proc: Proc,
-        path: String,
-        file: FileId,
-        operation: RemovalOp,
-        policy: GuardPolicy,
-        live: LiveAtUnlink,
-        #[serde(default)]
-        decision: GuardDecision,
-    },
-    Connect {
-        ts_ns: u64,
-        proc: Proc,
-        path: String,
-        /// 0 on success, else the positive errno (111 ECONNREFUSED, 2 ENOENT, ...).
-        errno: i32,
-        #[serde(default)]
-        target: Option<FileId>,
-        #[serde(default)]
-        target_nlink: Option<u32>,
-        #[serde(default)]
-        target_bound: Option<bool>,
-        #[serde(default)]
-        target_listening: Option<bool>,
-    },
-    Fork {
-        ts_ns: u64,
-        parent: Proc,
-        child_tgid: u32,
-    },
-    Exit {
-        ts_ns: u64,
-        tgid: u32,
-    },
+    Release(inputs::Socket),
+    Unlink(inputs::Unlink),
+    Rename(inputs::Rename),
+    Denied(inputs::Denied),
+    Connect(inputs::Connect),
+    Fork(inputs::Fork),
+    Exit(inputs::Exit),
     /// A bound socket's descriptor received by SCM_RIGHTS: the receiver holds it now.
-    FdReceived {
-        ts_ns: u64,
-        proc: Proc,
-        file: FileId,
-        sock_ino: u64,
-    },
+    FdReceived(inputs::Socket),
     /// Reconciliation: the kernel's current view.
     Scan(ScanSnapshot),
-    /// Time passed (the live pipeline's drain timer, on the kernel's boot clock): decides the
-    /// removals whose takeover window ended. Every other input does the same by its own time.
-    Tick {
-        ts_ns: u64,
-    },
+    Tick(inputs::Tick),
     /// What the host answered about a held verdict's claim (see [`super::claims`]).
     Fact(Fact),
 }
@@ -254,17 +164,15 @@ impl Input {
     /// The input's boot-clock timestamp.
     pub fn ts_ns(&self) -> u64 {
         match self {
-            Input::Bind { ts_ns, .. }
-            | Input::Listen { ts_ns, .. }
-            | Input::Release { ts_ns, .. }
-            | Input::Unlink { ts_ns, .. }
-            | Input::Rename { ts_ns, .. }
-            | Input::Denied { ts_ns, .. }
-            | Input::Connect { ts_ns, .. }
-            | Input::Fork { ts_ns, .. }
-            | Input::Exit { ts_ns, .. }
-            | Input::Tick { ts_ns }
-            | Input::FdReceived { ts_ns, .. } => *ts_ns,
+            Input::Bind(i) => i.ts_ns,
+            Input::Listen(i) | Input::Release(i) | Input::FdReceived(i) => i.ts_ns,
+            Input::Unlink(i) => i.ts_ns,
+            Input::Rename(i) => i.ts_ns,
+            Input::Denied(i) => i.ts_ns,
+            Input::Connect(i) => i.ts_ns,
+            Input::Fork(i) => i.ts_ns,
+            Input::Exit(i) => i.ts_ns,
+            Input::Tick(i) => i.ts_ns,
             Input::Scan(s) => s.ts_ns,
             Input::Fact(f) => f.ts_ns,
         }

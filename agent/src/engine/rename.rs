@@ -2,23 +2,13 @@
 //! that one: `removal.rs` decides it), and `RENAME_EXCHANGE`.
 use super::{
     Engine, Verdict,
-    model::{Fidelity, FileId, LiveAtUnlink, Proc},
+    inputs::Rename,
+    model::{Fidelity, FileId, Proc},
     removal::{How, PathOp, Target},
     sockets::{HistoryEvent, SocketState},
     verdict::Relation,
     workload::HandOver,
 };
-
-/// A rename as the engine takes it (see [`super::Input::Rename`]).
-pub(super) struct Rename<'a> {
-    pub moved: Option<FileId>,
-    pub from: Option<&'a str>,
-    pub to: &'a str,
-    pub exchange: bool,
-    pub replaced: Option<FileId>,
-    pub fidelity: Fidelity,
-    pub live: Option<&'a LiveAtUnlink>,
-}
 
 /// A socket file's new name after a rename (`to: None`: unknown).
 struct Move<'a> {
@@ -36,24 +26,19 @@ struct Move<'a> {
 impl Engine {
     /// A rename: a rename-over reports the live socket it displaced (`replaced`), a move the
     /// live socket whose file it moved (`moved`), an exchange both files it swapped.
-    pub(super) fn on_rename(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        r: &Rename,
-        out: &mut Vec<Verdict>,
-    ) {
-        let source = self.moved_socket(r, actor);
+    pub(super) fn on_rename(&mut self, r: &Rename, out: &mut Vec<Verdict>) {
+        let (ts_ns, actor) = (r.ts_ns, &r.proc);
+        let source = self.moved_socket(r);
         if r.exchange {
-            self.exchange(ts_ns, actor, r, source, out);
+            self.exchange(r, source, out);
             return;
         }
         let op = PathOp {
             ts_ns,
             actor,
-            path: r.to,
+            path: &r.to,
             fidelity: r.fidelity,
-            live: r.live,
+            live: r.live.as_ref(),
         };
         let start = out.len();
         // Without the kernel's inode, the displaced file is whatever `to` resolved to.
@@ -61,7 +46,7 @@ impl Engine {
             r.replaced.is_some() || r.fidelity == Fidelity::PathOnly || r.live.is_some();
         if look_up_path {
             let how = How::Rename { new_file: source };
-            match self.resolve(r.to, r.replaced, actor, source) {
+            match self.resolve(&r.to, r.replaced, actor, source) {
                 Target::Found(f) => self.remove_file(op, f, how, out),
                 Target::Untracked(f) if r.live.is_some() => self.remove_file(op, f, how, out),
                 Target::Ambiguous => self.counters.ignored.unlink_ambiguous += 1,
@@ -90,8 +75,8 @@ impl Engine {
                 ts_ns,
                 actor,
                 file,
-                from: self.known_path(file, r.from),
-                to: Some(r.to),
+                from: self.known_path(file, r.from.as_deref()),
+                to: Some(&r.to),
                 exchanged_with: None,
                 fidelity: r.fidelity,
                 report: !replaced_one,
@@ -102,12 +87,15 @@ impl Engine {
 
     /// The tracked socket file a rename moved: the kernel's (or userspace's) inode, else on the
     /// tracepoint tier what its old name resolves to.
-    fn moved_socket(&self, r: &Rename, actor: &Proc) -> Option<FileId> {
+    fn moved_socket(&self, r: &Rename) -> Option<FileId> {
         if let Some(f) = r.moved.filter(|f| self.sockets.get(f).is_some()) {
             return Some(f);
         }
-        let from = r.from.filter(|_| r.fidelity == Fidelity::PathOnly)?;
-        match self.resolve(from, None, actor, None) {
+        let from = r
+            .from
+            .as_deref()
+            .filter(|_| r.fidelity == Fidelity::PathOnly)?;
+        match self.resolve(from, None, &r.proc, None) {
             Target::Found(f) => Some(f),
             _ => None,
         }
@@ -116,21 +104,15 @@ impl Engine {
     /// `RENAME_EXCHANGE`: the file moved takes the new name, the one there takes the old name;
     /// nothing is removed. The file swapped away is the kernel's `replaced` (exact tiers),
     /// else what the new name led to before.
-    fn exchange(
-        &mut self,
-        ts_ns: u64,
-        actor: &Proc,
-        r: &Rename,
-        source: Option<FileId>,
-        out: &mut Vec<Verdict>,
-    ) {
-        let other = match self.resolve(r.to, r.replaced, actor, source) {
+    fn exchange(&mut self, r: &Rename, source: Option<FileId>, out: &mut Vec<Verdict>) {
+        let (ts_ns, actor) = (r.ts_ns, &r.proc);
+        let other = match self.resolve(&r.to, r.replaced, actor, source) {
             Target::Found(f) => Some(f),
             _ => None,
         };
         let old = source
-            .and_then(|f| self.known_path(f, r.from))
-            .or(r.from.map(str::to_owned));
+            .and_then(|f| self.known_path(f, r.from.as_deref()))
+            .or(r.from.clone());
         let (moved_file, other_file) = (source.or(r.moved), other.or(r.replaced));
         let swap = |file, from, to, exchanged_with| Move {
             ts_ns,
@@ -143,13 +125,10 @@ impl Engine {
             report: true,
         };
         if let Some(f) = source {
-            self.move_socket(swap(f, old.clone(), Some(r.to), other_file), out);
+            self.move_socket(swap(f, old.clone(), Some(&r.to), other_file), out);
         }
         if let Some(f) = other {
-            self.move_socket(
-                swap(f, Some(r.to.to_owned()), old.as_deref(), moved_file),
-                out,
-            );
+            self.move_socket(swap(f, Some(r.to.clone()), old.as_deref(), moved_file), out);
         }
     }
 

@@ -2,7 +2,9 @@
 use agent_common::EventKind;
 
 use crate::{
-    engine::{Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp},
+    engine::{
+        Fidelity, FileId, GuardDecision, GuardPolicy, Input, LiveAtUnlink, Proc, RemovalOp, inputs,
+    },
     events::{EventLine, KernelEvent},
 };
 
@@ -33,28 +35,28 @@ pub fn to_input(line: EventLine) -> Input {
     let live = kernel_decision(&ev);
     let seen = |yes: bool| (exact && yes).then_some(file);
     match ev.kind {
-        EventKind::Bind => Input::Bind {
+        EventKind::Bind => Input::Bind(inputs::Bind {
             ts_ns,
             proc,
             file,
             sock_ino: ev.sock_ino,
             path,
-        },
+        }),
         EventKind::Listen | EventKind::Release | EventKind::Receive => {
             socket_input(ev.kind, ts_ns, proc, file, ev.sock_ino)
         }
         EventKind::Unlink | EventKind::Rename if ev.flags.denied => {
             denied_input(&ev, proc, path, file)
         }
-        EventKind::Unlink => Input::Unlink {
+        EventKind::Unlink => Input::Unlink(inputs::Unlink {
             ts_ns,
             proc,
             path,
             file: seen(ev.ino != 0),
             fidelity,
             live,
-        },
-        EventKind::Rename => Input::Rename {
+        }),
+        EventKind::Rename => Input::Rename(inputs::Rename {
             ts_ns,
             proc,
             moved: ev.from.or(moved),
@@ -64,41 +66,41 @@ pub fn to_input(line: EventLine) -> Input {
             replaced: seen(ev.ino != 0),
             fidelity,
             live,
-        },
+        }),
         EventKind::Connect => connect_input(&ev, proc, path, file),
-        EventKind::Fork => Input::Fork {
+        EventKind::Fork => Input::Fork(inputs::Fork {
             ts_ns,
             parent: proc,
             child_tgid: ev.child_tgid.unwrap_or(0),
-        },
-        EventKind::Exit => Input::Exit {
+        }),
+        EventKind::Exit => Input::Exit(inputs::Exit {
             ts_ns,
             tgid: ev.tgid,
-        },
+        }),
     }
 }
 
 /// A socket's listen, close or receipt (SCM_RIGHTS): the same facts for each.
 fn socket_input(kind: EventKind, ts_ns: u64, proc: Proc, file: FileId, sock_ino: u64) -> Input {
     match kind {
-        EventKind::Listen => Input::Listen {
+        EventKind::Listen => Input::Listen(inputs::Socket {
             ts_ns,
             proc,
             file,
             sock_ino,
-        },
-        EventKind::Release => Input::Release {
+        }),
+        EventKind::Release => Input::Release(inputs::Socket {
             ts_ns,
             proc,
             file,
             sock_ino,
-        },
-        _ => Input::FdReceived {
+        }),
+        _ => Input::FdReceived(inputs::Socket {
             ts_ns,
             proc,
             file,
             sock_ino,
-        },
+        }),
     }
 }
 
@@ -149,7 +151,7 @@ pub fn would_deny_input(line: &EventLine) -> Option<Input> {
         ino: ev.ino,
     };
     let mut input = denied_input(ev, proc, ev.path.clone(), file);
-    if let Input::Denied { decision, .. } = &mut input {
+    if let Input::Denied(inputs::Denied { decision, .. }) = &mut input {
         *decision = GuardDecision::WouldDeny;
     }
     Some(input)
@@ -161,7 +163,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Inp
         EventKind::Rename => RemovalOp::Rename,
         _ => RemovalOp::Unlink,
     };
-    Input::Denied {
+    Input::Denied(inputs::Denied {
         ts_ns: ev.ts_ns,
         proc,
         path,
@@ -176,7 +178,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Inp
             unlinker_holds_fd: Some(false),
             links: None,
         }),
-    }
+    })
 }
 
 /// A refused (or counted) connect: what the kernel, or userspace completion, saw of its
@@ -184,7 +186,7 @@ fn denied_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Inp
 fn connect_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> Input {
     let resolved = ev.ino != 0;
     let known = ev.flags.target_seen || ev.flags.resolved_in_userspace;
-    Input::Connect {
+    Input::Connect(inputs::Connect {
         ts_ns: ev.ts_ns,
         proc,
         path,
@@ -193,7 +195,7 @@ fn connect_input(ev: &KernelEvent, proc: Proc, path: String, file: FileId) -> In
         target_nlink: resolved.then_some(ev.nlink),
         target_bound: known.then_some(ev.flags.target_bound),
         target_listening: (known && ev.flags.target_bound).then_some(ev.flags.listening),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -253,13 +255,13 @@ mod tests {
     fn exact_unlink_of_a_live_socket_carries_the_kernel_decision() {
         let mut e = live_listener_removed();
         e.nlink = 1;
-        let Input::Unlink {
+        let Input::Unlink(inputs::Unlink {
             file,
             fidelity,
             live,
             proc,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("unlink")
         };
@@ -291,14 +293,14 @@ mod tests {
         e.ret = -1;
         e.flags.denied = true;
         e.guard_policy = Some(GuardPolicy::StaleOwner);
-        let Input::Denied {
+        let Input::Denied(inputs::Denied {
             file,
             operation,
             policy,
             live,
             path,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("a denial, not {:?}", input(&e))
         };
@@ -311,10 +313,10 @@ mod tests {
         e.kind = EventKind::Rename;
         assert!(matches!(
             input(&e),
-            Input::Denied {
+            Input::Denied(inputs::Denied {
                 operation: RemovalOp::Rename,
                 ..
-            }
+            })
         ));
     }
 
@@ -325,12 +327,12 @@ mod tests {
         e.flags.would_deny = true;
         e.guard_policy = Some(GuardPolicy::StaleOwner);
         let line = bare(&e);
-        let Some(Input::Denied {
+        let Some(Input::Denied(inputs::Denied {
             decision,
             policy,
             live,
             ..
-        }) = would_deny_input(&line)
+        })) = would_deny_input(&line)
         else {
             panic!("an audit")
         };
@@ -338,10 +340,7 @@ mod tests {
             (decision, policy, live.owner_tgid),
             (GuardDecision::WouldDeny, GuardPolicy::StaleOwner, 977)
         );
-        assert!(
-            matches!(input(&e), Input::Unlink { .. }),
-            "then the removal"
-        );
+        assert!(matches!(input(&e), Input::Unlink(_)), "then the removal");
         e.flags.would_deny = false;
         assert!(would_deny_input(&bare(&e)).is_none());
     }
@@ -351,7 +350,7 @@ mod tests {
         let mut e = ev(EventKind::Unlink);
         e.flags.live = true;
         e.flags.owners_partial = true;
-        let Input::Unlink { live, .. } = input(&e) else {
+        let Input::Unlink(inputs::Unlink { live, .. }) = input(&e) else {
             panic!("unlink")
         };
         assert_eq!(live.map(|l| l.unlinker_holds_fd), Some(None));
@@ -363,12 +362,12 @@ mod tests {
         e.fidelity = Fidelity::PathOnly;
         e.dev = 0;
         e.ino = 0;
-        let Input::Unlink {
+        let Input::Unlink(inputs::Unlink {
             file,
             fidelity,
             live,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("unlink")
         };
@@ -382,13 +381,13 @@ mod tests {
         e.from = Some(moved);
         e.from_path = Some("/run/old.sock".into());
         e.flags.exchange = true;
-        let Input::Rename {
+        let Input::Rename(inputs::Rename {
             moved: m,
             from,
             exchange,
             replaced,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("rename")
         };
@@ -403,14 +402,14 @@ mod tests {
         e.ret = -111;
         e.nlink = 0;
         e.flags.target_seen = true;
-        let Input::Connect {
+        let Input::Connect(inputs::Connect {
             errno,
             target,
             target_nlink,
             target_bound,
             target_listening,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("connect")
         };
@@ -428,11 +427,11 @@ mod tests {
         // The lookup unseen (inlined, or the tracepoint tier), unresolved: nothing known.
         e.flags.target_seen = false;
         e.ino = 0;
-        let Input::Connect {
+        let Input::Connect(inputs::Connect {
             target,
             target_bound,
             ..
-        } = input(&e)
+        }) = input(&e)
         else {
             panic!("connect")
         };
@@ -441,12 +440,12 @@ mod tests {
 
     #[test]
     fn a_received_socket_names_the_receiver_and_the_socket() {
-        let Input::FdReceived {
+        let Input::FdReceived(inputs::Socket {
             ts_ns,
             proc,
             file,
             sock_ino,
-        } = input(&ev(EventKind::Receive))
+        }) = input(&ev(EventKind::Receive))
         else {
             panic!("fd received")
         };
@@ -466,14 +465,14 @@ mod tests {
         let mut e = ev(EventKind::Fork);
         e.child_tgid = Some(500);
         assert!(
-            matches!(input(&e), Input::Fork { child_tgid: 500, parent, .. } if parent.tgid == 412)
+            matches!(input(&e), Input::Fork(inputs::Fork { child_tgid: 500, parent, .. }) if parent.tgid == 412)
         );
         assert_eq!(
             input(&ev(EventKind::Exit)),
-            Input::Exit {
+            Input::Exit(inputs::Exit {
                 ts_ns: 10,
                 tgid: 412
-            }
+            })
         );
     }
 }

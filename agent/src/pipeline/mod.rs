@@ -21,7 +21,7 @@ use agent_common::{EventKind, Fidelity, FileId};
 
 use crate::{
     config::EventsFilter,
-    engine::{Engine, Fact, HandOver, Input, Verdict},
+    engine::{Engine, Fact, HandOver, Input, Verdict, inputs},
     events::{EventLine, KernelEvent, SeenIn, complete::Completer},
     host::{
         lookup::{self, Lookup},
@@ -207,7 +207,7 @@ impl Pipeline {
     pub fn tick(&mut self, ts_ns: u64) -> io::Result<()> {
         let mut verdicts = Vec::new();
         self.engine
-            .apply_into(&Input::Tick { ts_ns }, &mut verdicts);
+            .apply_into(&Input::Tick(inputs::Tick { ts_ns }), &mut verdicts);
         // No recorded fact follows the pipeline's own tick.
         self.settle_replay(&mut verdicts);
         if self.decide(verdicts)? == 0 {

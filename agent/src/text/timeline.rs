@@ -491,7 +491,7 @@ fn holders(h: &[Holder]) -> String {
 mod tests {
     use super::*;
     use crate::{
-        engine::{Engine, Input, Limits, LiveAtUnlink, Runtime},
+        engine::{Engine, Input, Limits, LiveAtUnlink, Runtime, inputs},
         scan::{Findings, OrphanCause as ScanCause, OrphanedListener, ScannedSocket},
     };
 
@@ -519,24 +519,24 @@ mod tests {
     fn bind(ts_ns: u64, p: &Proc, ino: u64) -> [Input; 2] {
         let (file, sock_ino) = (file(ino), ino * 10);
         [
-            Input::Bind {
+            Input::Bind(inputs::Bind {
                 ts_ns,
                 proc: p.clone(),
                 file,
                 sock_ino,
                 path: P.into(),
-            },
-            Input::Listen {
+            }),
+            Input::Listen(inputs::Socket {
                 ts_ns: ts_ns + 1,
                 proc: p.clone(),
                 file,
                 sock_ino,
-            },
+            }),
         ]
     }
 
     fn unlink(ts_ns: u64, p: &Proc, ino: u64, owner: u32) -> Input {
-        Input::Unlink {
+        Input::Unlink(inputs::Unlink {
             ts_ns,
             proc: p.clone(),
             path: P.into(),
@@ -549,7 +549,7 @@ mod tests {
                 unlinker_holds_fd: Some(false),
                 links: Some(1),
             }),
-        }
+        })
     }
 
     /// S1 through the engine: A (golistener) listens, B removes its socket and binds again,
@@ -561,12 +561,12 @@ mod tests {
         inputs.push(unlink(2 * S, &b, 1, 100));
         inputs.extend(bind(2 * S + 5_000_000, &b, 2));
         inputs.push(unlink(3 * S, &a, 2, 200));
-        inputs.push(Input::Release {
+        inputs.push(Input::Release(inputs::Socket {
             ts_ns: 3 * S + 1_000_000,
             proc: a.clone(),
             file: file(1),
             sock_ino: 10,
-        });
+        }));
         let verdicts = inputs.iter().flat_map(|i| e.apply(i)).collect();
         (e, verdicts)
     }
@@ -713,21 +713,21 @@ mod tests {
         let a = proc(100, "daemon");
         let mut e = Engine::new(Limits::default()).expect("valid limits");
         let mut inputs = Vec::from(bind(S, &a, 1));
-        inputs.push(Input::Release {
+        inputs.push(Input::Release(inputs::Socket {
             ts_ns: 2 * S,
             proc: a.clone(),
             file: file(1),
             sock_ino: 10,
-        });
+        }));
         if unlinked {
-            inputs.push(Input::Unlink {
+            inputs.push(Input::Unlink(inputs::Unlink {
                 ts_ns: 3 * S,
                 proc: a,
                 path: P.into(),
                 file: None,
                 fidelity: agent_common::Fidelity::PathOnly,
                 live: None,
-            });
+            }));
         }
         for i in &inputs {
             assert_eq!(e.apply(i), [], "quiet: {i:?}");
@@ -758,14 +758,14 @@ mod tests {
     fn another_process_removing_a_closed_sockets_file_is_a_cleanup_too() {
         let mut e = closed_then(false);
         let b = proc(200, "tmpreaper");
-        let removal = Input::Unlink {
+        let removal = Input::Unlink(inputs::Unlink {
             ts_ns: 3 * S,
             proc: b,
             path: P.into(),
             file: Some(file(1)),
             fidelity: agent_common::Fidelity::Exact,
             live: None,
-        };
+        });
         assert_eq!(e.apply(&removal), []);
         let lines = timeline(&answer(&e, &[]));
         assert_eq!(

@@ -24,7 +24,7 @@ fn host_proc(tgid: u32, comm: &str, exe: &str) -> Proc {
 /// `who` renames its socket F2 (bound at [`NEW`]) over A's live F1 at P, as HAProxy's
 /// reload does; `exact` says which tier saw it.
 fn rename_over(who: &Proc, exact: bool) -> Input {
-    Input::Rename {
+    Input::Rename(inputs::Rename {
         ts_ns: 3000,
         proc: who.clone(),
         moved: Some(fid(F2)),
@@ -46,7 +46,7 @@ fn rename_over(who: &Proc, exact: bool) -> Input {
         } else {
             None
         },
-    }
+    })
 }
 
 /// A listens on P (F1), `next` on [`NEW`] (F2).

@@ -8,7 +8,7 @@ mod takeover;
 mod units;
 
 use super::{
-    Engine, Limits, Verdict,
+    Engine, Limits, Verdict, inputs,
     model::{Fidelity, FileId, Input, LiveAtUnlink, Proc, ScanSnapshot, ScannedSocket, Workload},
 };
 
@@ -106,31 +106,31 @@ pub fn windowed() -> Engine {
 }
 
 pub fn bind(ts_ns: u64, p: &Proc, file: FileId, sock_ino: u64, path: &str) -> Input {
-    Input::Bind {
+    Input::Bind(inputs::Bind {
         ts_ns,
         proc: p.clone(),
         file,
         sock_ino,
         path: path.into(),
-    }
+    })
 }
 
 pub fn listen(ts_ns: u64, p: &Proc, file: FileId, sock_ino: u64) -> Input {
-    Input::Listen {
+    Input::Listen(inputs::Socket {
         ts_ns,
         proc: p.clone(),
         file,
         sock_ino,
-    }
+    })
 }
 
 pub fn release(ts_ns: u64, p: &Proc, file: FileId, sock_ino: u64) -> Input {
-    Input::Release {
+    Input::Release(inputs::Socket {
         ts_ns,
         proc: p.clone(),
         file,
         sock_ino,
-    }
+    })
 }
 
 /// An unlink seen by the kernel tier, with its decision about the socket (if one is bound).
@@ -141,26 +141,26 @@ pub fn unlink_exact(
     file: FileId,
     live: Option<LiveAtUnlink>,
 ) -> Input {
-    Input::Unlink {
+    Input::Unlink(inputs::Unlink {
         ts_ns,
         proc: p.clone(),
         path: path.into(),
         file: Some(file),
         fidelity: Fidelity::Exact,
         live,
-    }
+    })
 }
 
 /// An unlink seen by the tracepoint tier: the path only.
 pub fn unlink_path(ts_ns: u64, p: &Proc, path: &str) -> Input {
-    Input::Unlink {
+    Input::Unlink(inputs::Unlink {
         ts_ns,
         proc: p.clone(),
         path: path.into(),
         file: None,
         fidelity: Fidelity::PathOnly,
         live: None,
-    }
+    })
 }
 
 pub fn live(owner_tgid: u32, sock_ino: u64, holds: bool) -> Option<LiveAtUnlink> {
@@ -174,7 +174,7 @@ pub fn live(owner_tgid: u32, sock_ino: u64, holds: bool) -> Option<LiveAtUnlink>
 }
 
 pub fn connect(ts_ns: u64, p: &Proc, path: &str, errno: i32, target: Option<FileId>) -> Input {
-    Input::Connect {
+    Input::Connect(inputs::Connect {
         ts_ns,
         proc: p.clone(),
         path: path.into(),
@@ -183,7 +183,7 @@ pub fn connect(ts_ns: u64, p: &Proc, path: &str, errno: i32, target: Option<File
         target_nlink: None,
         target_bound: None,
         target_listening: None,
-    }
+    })
 }
 
 /// A connect with the kernel's view of the target inode.
@@ -195,7 +195,7 @@ pub fn connect_seen(
     target: FileId,
     (nlink, bound, listening): (u32, bool, bool),
 ) -> Input {
-    Input::Connect {
+    Input::Connect(inputs::Connect {
         ts_ns,
         proc: p.clone(),
         path: path.into(),
@@ -204,28 +204,28 @@ pub fn connect_seen(
         target_nlink: Some(nlink),
         target_bound: Some(bound),
         target_listening: Some(listening),
-    }
+    })
 }
 
 pub fn fork(ts_ns: u64, parent: &Proc, child_tgid: u32) -> Input {
-    Input::Fork {
+    Input::Fork(inputs::Fork {
         ts_ns,
         parent: parent.clone(),
         child_tgid,
-    }
+    })
 }
 
 pub fn exit(ts_ns: u64, tgid: u32) -> Input {
-    Input::Exit { ts_ns, tgid }
+    Input::Exit(inputs::Exit { ts_ns, tgid })
 }
 
 pub fn fd_received(ts_ns: u64, p: &Proc, file: FileId, sock_ino: u64) -> Input {
-    Input::FdReceived {
+    Input::FdReceived(inputs::Socket {
         ts_ns,
         proc: p.clone(),
         file,
         sock_ino,
-    }
+    })
 }
 
 pub fn scanned(

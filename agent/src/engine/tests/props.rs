@@ -116,27 +116,27 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
         4 => (tgid(), file(), sock(), path()).prop_map(move |(t, f, s, p)| bind(ts, &proc_(t), f, s, &p)),
         3 => (tgid(), file(), sock()).prop_map(move |(t, f, s)| listen(ts, &proc_(t), f, s)),
         2 => (tgid(), file(), sock()).prop_map(move |(t, f, s)| release(ts, &proc_(t), f, s)),
-        4 => (tgid(), path(), fidelity_file(), live_at()).prop_map(move |(t, path, (fidelity, file), live)| Input::Unlink {
+        4 => (tgid(), path(), fidelity_file(), live_at()).prop_map(move |(t, path, (fidelity, file), live)| Input::Unlink(inputs::Unlink {
             ts_ns: ts, proc: proc_(t), path, file, fidelity, live,
-        }),
-        2 => (tgid(), prop::option::of(file()), prop::option::of(path()), path(), any::<bool>(), fidelity_file(), live_at()).prop_map(move |(t, moved, from, to, exchange, (fidelity, replaced), live)| Input::Rename {
+        })),
+        2 => (tgid(), prop::option::of(file()), prop::option::of(path()), path(), any::<bool>(), fidelity_file(), live_at()).prop_map(move |(t, moved, from, to, exchange, (fidelity, replaced), live)| Input::Rename(inputs::Rename {
             ts_ns: ts, proc: proc_(t), moved, from, to, exchange, replaced, fidelity, live,
-        }),
-        1 => (tgid(), path(), file(), any::<bool>(), live_at(), any::<bool>()).prop_map(move |(t, path, file, rename, live, audit)| Input::Denied {
+        })),
+        1 => (tgid(), path(), file(), any::<bool>(), live_at(), any::<bool>()).prop_map(move |(t, path, file, rename, live, audit)| Input::Denied(inputs::Denied {
             ts_ns: ts, proc: proc_(t), path, file,
             operation: if rename { RemovalOp::Rename } else { RemovalOp::Unlink },
             policy: GuardPolicy::StaleOwner,
             live: live.unwrap_or(LiveAtUnlink { owner_tgid: 1, sock_ino: 1, listening: true, unlinker_holds_fd: Some(false), links: None }),
             decision: if audit { GuardDecision::WouldDeny } else { GuardDecision::Denied },
-        }),
+        })),
         3 => (tgid(), path(), prop_oneof![Just(0), Just(111), Just(2)], prop::option::of(file()),
               prop::option::of(0u32..2), prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))
-            .prop_map(move |(t, path, errno, target, target_nlink, target_bound, target_listening)| Input::Connect {
+            .prop_map(move |(t, path, errno, target, target_nlink, target_bound, target_listening)| Input::Connect(inputs::Connect {
                 ts_ns: ts, proc: proc_(t), path, errno, target, target_nlink, target_bound, target_listening,
-            }),
+            })),
         2 => (tgid(), tgid()).prop_map(move |(p, c)| fork(ts, &proc_(p), c)),
         2 => tgid().prop_map(move |t| exit(ts, t)),
-        1 => Just(Input::Tick { ts_ns: ts }),
+        1 => Just(Input::Tick(inputs::Tick { ts_ns: ts })),
         1 => (tgid(), file(), sock()).prop_map(move |(t, f, s)| fd_received(ts, &proc_(t), f, s)),
         1 => (prop::collection::vec(scanned_socket, 0..3), any::<bool>()).prop_map(move |(sockets, complete)| {
             Input::Scan(ScanSnapshot {
@@ -151,17 +151,17 @@ fn input(ts: u64) -> impl Strategy<Value = Input> {
 
 fn set_ts(input: &mut Input, ts: u64) {
     match input {
-        Input::Bind { ts_ns, .. }
-        | Input::Listen { ts_ns, .. }
-        | Input::Release { ts_ns, .. }
-        | Input::Unlink { ts_ns, .. }
-        | Input::Rename { ts_ns, .. }
-        | Input::Denied { ts_ns, .. }
-        | Input::Connect { ts_ns, .. }
-        | Input::Fork { ts_ns, .. }
-        | Input::Exit { ts_ns, .. }
-        | Input::Tick { ts_ns }
-        | Input::FdReceived { ts_ns, .. } => *ts_ns = ts,
+        Input::Bind(inputs::Bind { ts_ns, .. })
+        | Input::Listen(inputs::Socket { ts_ns, .. })
+        | Input::Release(inputs::Socket { ts_ns, .. })
+        | Input::Unlink(inputs::Unlink { ts_ns, .. })
+        | Input::Rename(inputs::Rename { ts_ns, .. })
+        | Input::Denied(inputs::Denied { ts_ns, .. })
+        | Input::Connect(inputs::Connect { ts_ns, .. })
+        | Input::Fork(inputs::Fork { ts_ns, .. })
+        | Input::Exit(inputs::Exit { ts_ns, .. })
+        | Input::Tick(inputs::Tick { ts_ns })
+        | Input::FdReceived(inputs::Socket { ts_ns, .. }) => *ts_ns = ts,
         Input::Scan(s) => s.ts_ns = ts,
         Input::Fact(f) => f.ts_ns = ts,
     }
@@ -190,8 +190,8 @@ fn inputs() -> impl Strategy<Value = Vec<Input>> {
 /// exited, or another removal pushed it out of the full queue.
 fn deferred(input: &Input, removed_ns: u64, remover: u32) -> bool {
     input.ts_ns() > removed_ns + WINDOW
-        || matches!(input, Input::Exit { tgid, .. } if *tgid == remover)
-        || matches!(input, Input::Unlink { .. })
+        || matches!(input, Input::Exit(inputs::Exit { tgid, .. }) if *tgid == remover)
+        || matches!(input, Input::Unlink(_))
 }
 
 /// Checks that `v` has a cause in `input`, keeping the set of open orphans in step.
@@ -204,9 +204,9 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             actor,
             ..
         } => match input {
-            Input::Unlink {
+            Input::Unlink(inputs::Unlink {
                 file: f, path: p, ..
-            } if *f == Some(*file) || p == path => {}
+            }) if *f == Some(*file) || p == path => {}
             _ => assert!(deferred(input, *ts_ns, actor.tgid), "{v:?} from {input:?}"),
         },
         Verdict::Takeover {
@@ -223,18 +223,20 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             how,
             ..
         } => match (input, how) {
-            (Input::Bind { proc, file, .. }, HandOver::Rebind) => {
+            (Input::Bind(inputs::Bind { proc, file, .. }), HandOver::Rebind) => {
                 assert!(
                     proc.tgid == successor.tgid && file == new_file && *gap_ns <= WINDOW,
                     "{v:?} from {input:?}"
                 );
             }
             // A live socket renamed over another: served at once.
-            (Input::Rename { .. }, HandOver::Rename) => assert_eq!(*gap_ns, 0, "{v:?}"),
+            (Input::Rename(_), HandOver::Rename) => {
+                assert_eq!(*gap_ns, 0, "{v:?}");
+            }
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::Replaced { file, path, .. } => match input {
-            Input::Rename { replaced, to, .. } => {
+            Input::Rename(inputs::Rename { replaced, to, .. }) => {
                 assert!(
                     *replaced == Some(*file) || to == path,
                     "{v:?} from {input:?}"
@@ -244,25 +246,25 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
         },
         // A move names the rename's new name; an exchange's other file takes the old one.
         Verdict::Moved { to, .. } => match input {
-            Input::Rename {
+            Input::Rename(inputs::Rename {
                 to: t, exchange, ..
-            } => {
+            }) => {
                 assert!(to.as_ref() == Some(t) || *exchange, "{v:?} from {input:?}");
             }
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::UnlinkDenied(g) | Verdict::UnlinkWouldDeny(g) => match input {
-            Input::Denied {
+            Input::Denied(inputs::Denied {
                 file: f, path: p, ..
-            } => assert_eq!((f, p), (&g.file, &g.path), "{v:?} from {input:?}"),
+            }) => assert_eq!((f, p), (&g.file, &g.path), "{v:?} from {input:?}"),
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::StaleConnect { path, .. } => match input {
-            Input::Connect {
+            Input::Connect(inputs::Connect {
                 errno: 111,
                 path: p,
                 ..
-            } => assert_eq!(p, path),
+            }) => assert_eq!(p, path),
             _ => panic!("{v:?} from {input:?}"),
         },
         Verdict::StaleSocketFile { .. } => {
@@ -271,7 +273,9 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
                     input,
                     // The closer's exit, a release by a process already gone, or a refused
                     // connect to the file.
-                    Input::Exit { .. } | Input::Release { .. } | Input::Connect { errno: 111, .. }
+                    Input::Exit(_)
+                        | Input::Release(_)
+                        | Input::Connect(inputs::Connect { errno: 111, .. })
                 ),
                 "{v:?} from {input:?}"
             );
@@ -287,13 +291,13 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
             let remover = removed_by.as_ref().map_or(0, |p| p.tgid);
             let fits = matches!(
                 (cause, input),
-                (OrphanCause::Unlinked, Input::Unlink { .. })
+                (OrphanCause::Unlinked, Input::Unlink(_))
                     | (
                         OrphanCause::TakenOver | OrphanCause::Hijacked,
-                        Input::Bind { .. } | Input::Rename { .. }
+                        Input::Bind(_) | Input::Rename(_)
                     )
-                    | (OrphanCause::Replaced, Input::Rename { .. })
-                    | (OrphanCause::ListenAfterRemoval, Input::Listen { .. })
+                    | (OrphanCause::Replaced, Input::Rename(_))
+                    | (OrphanCause::ListenAfterRemoval, Input::Listen(_))
                     | (OrphanCause::Scan, Input::Scan(_))
             ) || (*cause == OrphanCause::Unlinked
                 && deferred(input, *since_ns, remover));
@@ -308,13 +312,12 @@ fn check_cause(input: &Input, v: &Verdict, open: &mut BTreeSet<(FileId, u64)>) {
         } => {
             assert!(open.remove(&(*file, *sock_ino)), "closed unopened: {v:?}");
             let fits = match reason {
-                CloseReason::Exited => matches!(input, Input::Exit { .. }),
-                CloseReason::Rebound => matches!(input, Input::Bind { .. }),
+                CloseReason::Exited => matches!(input, Input::Exit(_)),
+                CloseReason::Rebound => matches!(input, Input::Bind(_)),
                 CloseReason::Relinked => matches!(input, Input::Scan(_)),
-                CloseReason::Released => !matches!(
-                    input,
-                    Input::Exit { .. } | Input::Fork { .. } | Input::Tick { .. }
-                ),
+                CloseReason::Released => {
+                    !matches!(input, Input::Exit(_) | Input::Fork(_) | Input::Tick(_))
+                }
             };
             assert!(fits, "{v:?} from {input:?}");
         }

@@ -135,9 +135,9 @@ fn s22_takeover_by_the_remover_itself() {
         &mut e,
         &[
             exit(T0 + 901, a().tgid),
-            Input::Tick {
+            Input::Tick(inputs::Tick {
                 ts_ns: T0 + 10 * WINDOW,
-            },
+            }),
         ],
     );
     let s = e.stats();
@@ -249,14 +249,14 @@ fn no_rebind_is_a_foreign_unlink_at_the_windows_end() {
         &mut e,
         &[
             removes_a(&b()),
-            Input::Tick { ts_ns: T0 + 1 },
-            Input::Tick { ts_ns: deadline },
+            Input::Tick(inputs::Tick { ts_ns: T0 + 1 }),
+            Input::Tick(inputs::Tick { ts_ns: deadline }),
         ],
     );
     assert_eq!(
-        e.apply(&Input::Tick {
+        e.apply(&Input::Tick(inputs::Tick {
             ts_ns: deadline + 1
-        }),
+        })),
         vec![b_foreign_unlink(), a_unlinked(deadline)]
     );
     quiet(&mut e, &[bind(deadline + 2, &b(), fid(F2), 22, P)]);

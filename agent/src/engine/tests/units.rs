@@ -26,7 +26,7 @@ fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
     let terse = r#"{"kind":"unlink","ts_ns":1,"proc":{"tgid":1,"pid":1,"comm":"rm","cgroup_id":0},"path":"/x"}"#;
     assert_eq!(
         serde_json::from_str::<Input>(terse).expect("parses"),
-        Input::Unlink {
+        Input::Unlink(inputs::Unlink {
             ts_ns: 1,
             proc: Proc {
                 tgid: 1,
@@ -41,7 +41,7 @@ fn inputs_and_verdicts_are_snake_case_tagged_json_lines() {
             file: None,
             fidelity: Fidelity::Exact,
             live: None,
-        }
+        })
     );
 
     let mut e = engine();
@@ -134,7 +134,7 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
     e.apply(&bind(1, &a(), fid(1), 11, P));
     e.apply(&listen(2, &a(), fid(1), 11));
     // B moves A's socket file: a history line for B.
-    e.apply(&Input::Rename {
+    e.apply(&Input::Rename(inputs::Rename {
         ts_ns: 3,
         proc: b(),
         moved: Some(fid(1)),
@@ -144,7 +144,7 @@ fn history_keeps_the_latest_lines_and_counts_the_rest() {
         replaced: None,
         fidelity: Fidelity::Exact,
         live: None,
-    });
+    }));
     let events: Vec<_> = e
         .socket(fid(1))
         .expect("tracked")
@@ -317,7 +317,7 @@ fn an_exchange_swaps_the_path_index_and_removes_nothing() {
     e.apply(&listen(2, &a(), fid(1), 11));
     e.apply(&bind(3, &b(), fid(2), 22, Q));
     e.apply(&listen(4, &b(), fid(2), 22));
-    let out = e.apply(&Input::Rename {
+    let out = e.apply(&Input::Rename(inputs::Rename {
         ts_ns: 5,
         proc: c(),
         moved: None,
@@ -327,7 +327,7 @@ fn an_exchange_swaps_the_path_index_and_removes_nothing() {
         replaced: None,
         fidelity: Fidelity::PathOnly,
         live: None,
-    });
+    }));
     let moves: Vec<_> = out
         .iter()
         .map(|v| match v {
@@ -431,7 +431,7 @@ fn a_refused_removal_names_the_owner_and_leaves_the_listener_linked() {
 
 /// The guard's input at 3 ns: c's unlink of a's listener at `P` under policy `foreign`.
 fn decided_for_c(decision: GuardDecision) -> Input {
-    Input::Denied {
+    Input::Denied(inputs::Denied {
         ts_ns: 3,
         proc: c(),
         path: P.into(),
@@ -440,7 +440,7 @@ fn decided_for_c(decision: GuardDecision) -> Input {
         policy: GuardPolicy::Foreign,
         live: live(100, 11, false).expect("live"),
         decision,
-    }
+    })
 }
 
 /// The guard's decision on c's unlink of a's listener at `P` (policy `foreign`).
