@@ -42,7 +42,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-CGO_ENABLED=0 GOCACHE=$work/gocache go build -o "$work/multus-daemon" agent/tests/go/golistener.go
+CGO_ENABLED=0 GOCACHE=$work/gocache go build -o "$work/multus-daemon" sockwatch/tests/go/golistener.go
 
 agent_args=(run --watch "$work/run" --format text --listen "$listen" --events "$work/verdicts.txt")
 [[ -z $guard ]] || agent_args+=(--guard stale_owner)

@@ -73,7 +73,7 @@ ALERTS = {
     "SockwatchGuardUnavailable",
     "SockwatchDown",
 }
-# agent/tests/it/privilege.rs proves this set enough.
+# sockwatch/tests/it/privilege.rs proves this set enough.
 CAPABILITIES = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]
 SECURITY_CONTEXTS = {
     "minimal": {
@@ -110,7 +110,7 @@ WATCH_KEYS = {"name": "name", "path": "path", "guard": "guard",
 # Where the guard's allow-listed cgroups are resolved: the node's cgroup2 hierarchy, mounted
 # only when some allow-list names a cgroup.
 CGROUP2 = "/sys/fs/cgroup"
-CONFIG_DOC = REPO / "agent/src/config/mod.rs"
+CONFIG_DOC = REPO / "sockwatch/src/config/mod.rs"
 RUNBOOKS = "docs/runbooks.md"
 OPERATOR_API = "monitoring.coreos.com/v1"
 DASHBOARDS = REPO / "dashboards"
@@ -231,7 +231,7 @@ def heading_anchors(markdown):
 
 def config_keys():
     """The settings file's keys, from the agent's own documentation of it (the top doc comment
-    of agent/src/config/mod.rs): {key}, {table: {key}}."""
+    of sockwatch/src/config/mod.rs): {key}, {table: {key}}."""
     doc = CONFIG_DOC.read_text()
     block = doc.split("```toml", 1)[1].split("```", 1)[0]
     keys, tables, table = set(), {}, None

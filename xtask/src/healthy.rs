@@ -1,4 +1,4 @@
-//! The healthy-node run (agent/tests/it/healthy_node.rs): ten minutes of reloads and restarts
+//! The healthy-node run (sockwatch/tests/it/healthy_node.rs): ten minutes of reloads and restarts
 //! under the agent and Prometheus, mostly waiting. The suite starts it before the fuzz step
 //! and collects it after the soak (each keeps one core busy), so it costs little wall time.
 use std::{
@@ -83,7 +83,7 @@ fn build() -> anyhow::Result<PathBuf> {
     let out = cmd::output(cmd::cargo().args([
         "test",
         "-p",
-        "agent",
+        "sockwatch",
         "--test",
         vm::INTEGRATION_TESTS,
         "--no-run",
@@ -95,5 +95,5 @@ fn build() -> anyhow::Result<PathBuf> {
             m["reason"] == "compiler-artifact" && m["target"]["name"] == vm::INTEGRATION_TESTS
         })
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo built no agent/tests/it/it executable")
+        .context("cargo built no sockwatch/tests/it/it executable")
 }

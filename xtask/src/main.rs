@@ -264,7 +264,7 @@ fn image_command(target: Option<Arch>, check: bool) -> anyhow::Result<bool> {
 /// code are the agent's own.
 fn run_agent(args: Vec<OsString>) -> anyhow::Result<bool> {
     setup::setup(&setup::Wanted::default())?;
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", "sockwatch"]))?;
     let bin = cmd::target_dir().join("release/sockwatch");
     let err = cmd::command(&bin).args(&args).exec();
     Err(err).with_context(|| format!("cannot execute {}", bin.display()))
@@ -289,7 +289,7 @@ pub fn build(arch: Arch, linking: Linking) -> anyhow::Result<std::path::PathBuf>
         "--release",
         "--locked",
         "-p",
-        "agent",
+        "sockwatch",
         "--bin",
         "sockwatch",
     ]);

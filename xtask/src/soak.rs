@@ -70,7 +70,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<bool> {
         bail!("`cargo xtask soak` needs root: eBPF and a tmpfs mount");
     }
     setup::setup(&setup::Wanted::default())?;
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", "sockwatch", "-p", "bench"]))?;
     env::mount_tracefs()?;
     let env = Env::prepare()?;
     let mut extra = env.watch_watched();

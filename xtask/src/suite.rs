@@ -265,7 +265,7 @@ fn clippy_host() -> anyhow::Result<()> {
         "clippy",
         "--workspace",
         "--exclude",
-        "agent-ebpf",
+        "sockwatch-ebpf",
         "--exclude",
         "floor-ebpf",
         "--all-targets",
@@ -278,7 +278,7 @@ fn clippy_host() -> anyhow::Result<()> {
 fn clippy_ebpf() -> anyhow::Result<()> {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let mut c = cmd::cargo();
-        c.args(["+nightly", "clippy", "-p", "agent-ebpf", "-p", "floor-ebpf"])
+        c.args(["+nightly", "clippy", "-p", "sockwatch-ebpf", "-p", "floor-ebpf"])
             .args([
                 "--target",
                 "bpfel-unknown-none",
@@ -349,7 +349,7 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
         "test",
         "--workspace",
         "--exclude",
-        "agent-ebpf",
+        "sockwatch-ebpf",
         "--exclude",
         "floor-ebpf",
         "--no-fail-fast",

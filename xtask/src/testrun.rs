@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use crate::cmd;
 
 /// How a test says it left a case or a tier untested here, and why: a line the tests'
-/// harness (agent/tests/it/common's `skip`) writes past libtest's capture, so it reaches the
+/// harness (sockwatch/tests/it/common's `skip`) writes past libtest's capture, so it reaches the
 /// output of a passing test too.
 pub const SKIP_MARK: &str = "SOCKWATCH-SKIP: ";
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::cmd;
 
-/// The most watches the agent accepts (`MAX_WATCHES` in agent/src/config.rs), so that the
+/// The most watches the agent accepts (`MAX_WATCHES` in sockwatch/src/config.rs), so that the
 /// scrape is timed with every `watch` label value the agent can have.
 const FOOTPRINT_WATCHES: usize = 62;
 

@@ -81,7 +81,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
     }
     setup::setup(&setup::Wanted::default())?;
     Apt::default().ensure_installed(&["bpftrace", "auditd", "linux-perf"])?;
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", "agent", "-p", "bench"]))?;
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", "sockwatch", "-p", "bench"]))?;
     env::mount_tracefs()?;
     let env = Env::prepare()?;
     let mut rep = report::Report::new(&plan, std::env::args().skip(1).collect(), &env)?;

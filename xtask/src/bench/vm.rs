@@ -81,7 +81,7 @@ pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<
         "build",
         "--release",
         "-p",
-        "agent",
+        "sockwatch",
         "-p",
         "bench",
         "-p",

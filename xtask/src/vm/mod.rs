@@ -387,7 +387,7 @@ fn prepare(
 fn test_modules(only: &[String]) -> anyhow::Result<Vec<String>> {
     let modules = agent_integration_tests()?;
     if let Some(unknown) = only.iter().find(|n| !modules.contains(n)) {
-        bail!("no test module `{unknown}` in agent/tests/it (there are: {modules:?})");
+        bail!("no test module `{unknown}` in sockwatch/tests/it (there are: {modules:?})");
     }
     Ok(if only.is_empty() {
         modules

@@ -12,10 +12,10 @@ use crate::{arch::Arch, cmd};
 
 /// The Go daemon's listener the verdict tests drive (a real `net.Listen("unix", …)`). The guest
 /// has no Go toolchain, so it is built here and handed over as `SOCKWATCH_GO_LISTENER`.
-const GO_LISTENER_SRC: &str = "agent/tests/go/golistener.go";
+const GO_LISTENER_SRC: &str = "sockwatch/tests/go/golistener.go";
 pub const GO_LISTENER_GUEST: &str = "/bin/golistener";
 
-/// The agent's one integration-test target (`agent/tests/it/`), a module per concern.
+/// The agent's one integration-test target (`sockwatch/tests/it/`), a module per concern.
 pub const INTEGRATION_TESTS: &str = "it";
 
 /// The host binaries that go into the guest.
@@ -40,7 +40,7 @@ pub fn build_payload(arch: Arch) -> anyhow::Result<Payload> {
     build.args([
         "test",
         "-p",
-        "agent",
+        "sockwatch",
         "--release",
         "--no-run",
         "--test",
@@ -52,7 +52,7 @@ pub fn build_payload(arch: Arch) -> anyhow::Result<Payload> {
     }
     let out = cmd::output(build.stderr(Stdio::inherit()))
         .with_context(|| format!("building the agent's test executable for {arch}"))?;
-    let agent_manifest = cmd::workspace_root().join("agent/Cargo.toml");
+    let agent_manifest = cmd::workspace_root().join("sockwatch/Cargo.toml");
     let mut tests = None;
     let mut sockwatch = None;
     for line in out.lines() {
@@ -68,7 +68,7 @@ pub fn build_payload(arch: Arch) -> anyhow::Result<Payload> {
             sockwatch = Some(a.executable);
         }
     }
-    let tests = tests.context("cargo built no agent/tests/it executable")?;
+    let tests = tests.context("cargo built no sockwatch/tests/it executable")?;
     let sockwatch = sockwatch.context("cargo built no sockwatch binary for the agent's tests")?;
     let go_listener = build_go_listener(arch)?;
     Ok(Payload {
@@ -134,11 +134,11 @@ mod tests {
 
     #[test]
     fn integration_test_artifact() {
-        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/agent/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"it","src_path":"/w/agent/tests/it/main.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/it-0f1e"],"executable":"/w/target/debug/deps/it-0f1e","fresh":true}"#;
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/agent#0.1.0","manifest_path":"/w/sockwatch/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"it","src_path":"/w/sockwatch/tests/it/main.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/it-0f1e"],"executable":"/w/target/debug/deps/it-0f1e","fresh":true}"#;
         assert_eq!(
             Artifact::parse(line),
             Some(Artifact {
-                manifest_path: "/w/agent/Cargo.toml".into(),
+                manifest_path: "/w/sockwatch/Cargo.toml".into(),
                 name: "it".into(),
                 kind: "test".into(),
                 test: true,

@@ -33,10 +33,10 @@ fn x86_64_suite_tests(agent_tests: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The agent's integration tests: the modules of its one test binary, `agent/tests/it/*.rs`
+/// The agent's integration tests: the modules of its one test binary, `sockwatch/tests/it/*.rs`
 /// but `main.rs`. The guests run them module by module (`it kernel::`).
 pub fn agent_integration_tests() -> anyhow::Result<Vec<String>> {
-    let dir = crate::cmd::workspace_root().join("agent/tests/it");
+    let dir = crate::cmd::workspace_root().join("sockwatch/tests/it");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir)
         .with_context(|| format!("listing the agent's tests in {}", dir.display()))?
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn the_suite_runs_every_x86_kernel_and_the_arm64_subset_on_debian_12() {
-        let agent_tests = agent_integration_tests().expect("agent/tests");
+        let agent_tests = agent_integration_tests().expect("sockwatch/tests");
         assert!(
             agent_tests.iter().any(|t| t == "verdicts"),
             "{agent_tests:?}"

@@ -1,0 +1,178 @@
+//! The table of live sockets (bound to a file), kept on bind, listen and release, and read
+//! at the moment of an unlink or rename to decide liveness and ownership in the kernel.
+use sockwatch_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
+use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
+
+use crate::{
+    counters::count,
+    current,
+    maps::{LIVE, LIVE_NAMES, RELEASED_NAMES, TRACKED},
+    record::Pending,
+    shim::{self, Dentry, File},
+    watch,
+};
+
+/// Records a freshly bound socket; returns its owner (the current process).
+#[inline(always)]
+pub fn bound(file: &File, dentry: Dentry) -> Owner {
+    let tgid = current::tgid();
+    let owner = Owner {
+        tgid,
+        _pad: 0,
+        // SAFETY: a helper without arguments.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        // SAFETY: a helper without arguments.
+        bind_ns: unsafe { bpf_ktime_get_boot_ns() },
+    };
+    let name_hash = shim::dentry_name_hash(dentry);
+    let live = LiveSock {
+        sock_ino: file.sock_ino,
+        owner,
+        name_hash,
+        flags: 0,
+        _pad: [0; 3],
+    };
+    if LIVE.insert(file.id(), live, 0).is_err() {
+        count(Counter::MapFull);
+        return owner;
+    }
+    add_name(name_hash);
+    track(tgid);
+    owner
+}
+
+/// Marks a live socket as listening; false if it is not in the table (or its entry is
+/// another socket's).
+#[inline(always)]
+pub fn listening(file: &File) -> bool {
+    let Some(live) = LIVE.get_ptr_mut(file.id()) else {
+        return false;
+    };
+    // SAFETY: a value of LIVE found in this run: it stays allocated until the program ends.
+    if unsafe { (*live).sock_ino } != file.sock_ino {
+        return false;
+    }
+    // SAFETY: as above; a racing flag update elsewhere only sets the same bit.
+    unsafe { (*live).flags |= flags::LISTENING };
+    true
+}
+
+/// Forgets a released socket; `None` if it was not (or no longer) in the table.
+#[inline(always)]
+pub fn released(file: &File) -> Option<LiveSock> {
+    let id = file.id();
+    let live = lookup(&id)?;
+    // An entry for another socket means this one's bind was never seen: leave it alone.
+    if live.sock_ino != file.sock_ino {
+        return None;
+    }
+    let _ = LIVE.remove(id);
+    drop_name(live.name_hash);
+    // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
+    // removal of it, is still news to the engine.
+    let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
+    Some(live)
+}
+
+#[inline(always)]
+pub fn lookup(id: &FileId) -> Option<LiveSock> {
+    // SAFETY: the value is copied at once, before any update of the map could free it.
+    unsafe { LIVE.get(id) }.copied()
+}
+
+/// Fills `out` with the record an unlink or rename of `dentry` needs; false (and `out` left
+/// as it was) when the file is not a socket, or neither live nor watched. Ownership is decided
+/// now, from the acting task's fd table. An out-parameter the caller zeroed, not an `Option`:
+/// a `None`'s undefined payload, copied, is a read of an uninitialised register the verifier
+/// refuses.
+#[inline(always)]
+pub fn inspect_victim(dentry: Dentry, flavor: Flavor, out: &mut Pending) -> bool {
+    let Some(file) = shim::dentry_file(dentry) else {
+        return false;
+    };
+    if !shim::is_sock_mode(file.mode) {
+        return false;
+    }
+    let mut p = Pending {
+        // The dentry stays referenced until the operation's exit: its name names the file.
+        ptr: dentry as u64,
+        file: file.id(),
+        dir: parent_id(dentry),
+        nlink: file.nlink,
+        ..Default::default()
+    };
+    match lookup(&p.file) {
+        Some(live) => {
+            p.sock_ino = live.sock_ino;
+            p.owner = live.owner;
+            p.flags = flags::LIVE | (live.flags & flags::LISTENING);
+            match shim::current_holds_socket(live.sock_ino, flavor) {
+                Some(true) => p.flags |= flags::HOLDS_FD,
+                Some(false) => {}
+                None => {
+                    p.flags |= flags::OWNERS_PARTIAL;
+                    count(Counter::FdWalkPartial);
+                }
+            }
+        }
+        None if !watch::is_watched(dentry) => return false,
+        None => {}
+    }
+    *out = p;
+    true
+}
+
+/// Identity of the directory holding `dentry` (zero at a filesystem root).
+#[inline(always)]
+pub fn parent_id(dentry: Dentry) -> FileId {
+    shim::dentry_id(shim::dentry_parent(dentry)).unwrap_or_default()
+}
+
+/// Whether process `tgid` is tracked (holds or descends from a live socket's holder).
+#[inline(always)]
+pub fn is_tracked(tgid: u32) -> bool {
+    // SAFETY: only presence is tested; the value is never read.
+    unsafe { TRACKED.get(tgid) }.is_some()
+}
+
+/// A lookup first: a process binds many sockets, and an update costs a bucket lock and an
+/// element swap even when the entry is there.
+#[inline(always)]
+pub fn track(tgid: u32) {
+    if !is_tracked(tgid) && TRACKED.insert(tgid, 1, 0).is_err() {
+        count(Counter::MapFull);
+    }
+}
+
+#[inline(always)]
+pub fn untrack(tgid: u32) {
+    let _ = TRACKED.remove(tgid);
+}
+
+#[inline(always)]
+fn add_name(hash: u64) {
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(hash) {
+        // SAFETY: a value of LIVE_NAMES found in this run.
+        unsafe { shim::atomic_add(n, 1) };
+    } else if LIVE_NAMES.insert(hash, 1, 0).is_err() {
+        count(Counter::MapFull);
+    }
+}
+
+#[inline(always)]
+fn drop_name(hash: u64) {
+    if let Some(n) = LIVE_NAMES.get_ptr_mut(hash)
+        // SAFETY: a value of LIVE_NAMES found in this run.
+        && unsafe { shim::atomic_add(n, -1) } == 0
+    {
+        let _ = LIVE_NAMES.remove(hash);
+    }
+}
+
+/// Is a live (or lately released) socket's file named like the last component of this
+/// path? The tracepoint tier's filter for unlinks and renames, which cannot see inodes.
+#[inline(always)]
+pub fn name_is_live(hash: u64) -> bool {
+    // SAFETY: only presence is tested; the values are never read.
+    unsafe { LIVE_NAMES.get(hash).is_some() || RELEASED_NAMES.get(hash).is_some() }
+}

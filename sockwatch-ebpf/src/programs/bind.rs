@@ -1,0 +1,86 @@
+//! bind(2) of a path UNIX socket, on success: records the live socket and reports it.
+use core::ffi::c_void;
+
+use sockwatch_common::{EventKind, Fidelity, Tier};
+use aya_ebpf::{
+    macros::{fexit, kprobe, kretprobe, tracepoint},
+    programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
+};
+
+use super::{tp_arg, tp_ret};
+use crate::{
+    current, emit, live, pending,
+    record::{Pending, Slot},
+    shim::{self, Sock},
+    sockaddr, watch,
+};
+
+/// fentry tier: `unix_bind(sock, uaddr, addr_len)`, the result following the arguments.
+#[fexit(function = "unix_bind")]
+pub fn bind_fexit(ctx: FExitContext) -> i32 {
+    let ret: i32 = ctx.arg(3);
+    if ret == 0 && !current::is_agent() {
+        bound(shim::socket_sk(ctx.arg(0)), Tier::Fentry);
+    }
+    0
+}
+
+#[kprobe(function = "unix_bind")]
+pub fn bind_kprobe(ctx: ProbeContext) -> u32 {
+    if !current::is_agent() {
+        let sock: *const c_void = ctx.arg(0).unwrap_or(core::ptr::null());
+        pending::stash(Slot::Bind, &Pending::args(sock as u64, 0));
+    }
+    0
+}
+
+#[kretprobe(function = "unix_bind")]
+pub fn bind_kretprobe(ctx: RetProbeContext) -> u32 {
+    if let Some(p) = pending::take(Slot::Bind, !current::is_agent())
+        && ctx.ret::<i32>() == 0
+    {
+        bound(shim::socket_sk(p.ptr as *const c_void), Tier::Kprobe);
+    }
+    0
+}
+
+/// Tracepoint tier, entry: keep only UNIX path binds (read from user memory).
+#[tracepoint(category = "syscalls", name = "sys_enter_bind")]
+pub fn bind_tp_enter(ctx: TracePointContext) -> u32 {
+    if !current::is_agent() && sockaddr::is_user_unix_path(tp_arg(&ctx, 1) as _, tp_arg(&ctx, 2)) {
+        pending::stash(Slot::Bind, &Pending::args(0, tp_arg(&ctx, 0)));
+    }
+    0
+}
+
+/// Tracepoint tier, exit: resolve the descriptor to its socket and bound file.
+#[tracepoint(category = "syscalls", name = "sys_exit_bind")]
+pub fn bind_tp_exit(ctx: TracePointContext) -> u32 {
+    if let Some(p) = pending::take(Slot::Bind, false)
+        && tp_ret(&ctx) == 0
+    {
+        let sk = shim::socket_sk(shim::current_fd_socket(p.arg as i32));
+        bound(sk, Tier::Tracepoint);
+    }
+    0
+}
+
+#[inline(always)]
+fn bound(sk: Sock, tier: Tier) {
+    // Non-UNIX, abstract and unnamed sockets have no dentry: dropped before anything else.
+    let dentry = shim::sk_dentry(sk);
+    if dentry.is_null() || !watch::is_watched(dentry) {
+        return;
+    }
+    let Some(file) = shim::sk_bound_file(sk) else {
+        return;
+    };
+    let owner = live::bound(&file, dentry);
+    if let Some(mut ev) = emit::reserve(EventKind::Bind, tier, Fidelity::Exact) {
+        ev.file(&file)
+            .dir(live::parent_id(dentry))
+            .owner(&owner)
+            .sun_path_of(sk);
+        ev.submit();
+    }
+}

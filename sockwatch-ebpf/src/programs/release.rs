@@ -1,0 +1,65 @@
+//! Release of a bound socket (its last reference closed): drops it from the live table.
+use core::ffi::c_void;
+
+use sockwatch_common::{EventKind, Fidelity, Tier, flags};
+use aya_ebpf::{
+    macros::{fentry, kprobe, tracepoint},
+    programs::{FEntryContext, ProbeContext, TracePointContext},
+};
+
+use super::tp_arg;
+use crate::{
+    current, emit, live,
+    shim::{self, Sock},
+};
+
+/// fentry tier: `unix_release(sock)` runs on the last close, while `sock->sk` is intact.
+#[fentry(function = "unix_release")]
+pub fn release_fentry(ctx: FEntryContext) -> i32 {
+    released(shim::socket_sk(ctx.arg(0)), Tier::Fentry);
+    0
+}
+
+#[kprobe(function = "unix_release")]
+pub fn release_kprobe(ctx: ProbeContext) -> u32 {
+    let sock: *const c_void = ctx.arg(0).unwrap_or(core::ptr::null());
+    released(shim::socket_sk(sock), Tier::Kprobe);
+    0
+}
+
+/// Tracepoint tier: a close(2) that drops a socket file's last reference. Sockets closed by
+/// a process's exit make no close(2): the exit hook releases those (see `process.rs`).
+/// Every close on the node runs this: a process that holds no live socket (not tracked: it
+/// bound none, descends from no holder, no scan found it holding one) leaves after one map
+/// lookup, before its descriptor table is read.
+#[tracepoint(category = "syscalls", name = "sys_enter_close")]
+pub fn release_tp_close(ctx: TracePointContext) -> u32 {
+    if !live::is_tracked(current::tgid()) {
+        return 0;
+    }
+    let file = shim::current_fd_file(tp_arg(&ctx, 0) as i32);
+    if !file.is_null() && shim::file_refs(file) == 1 {
+        released(shim::socket_sk(shim::file_socket(file)), Tier::Tracepoint);
+    }
+    0
+}
+
+#[inline(always)]
+pub fn released(sk: Sock, tier: Tier) {
+    if shim::sk_dentry(sk).is_null() {
+        return;
+    }
+    let Some(file) = shim::sk_bound_file(sk) else {
+        return;
+    };
+    let Some(live) = live::released(&file) else {
+        return;
+    };
+    if let Some(mut ev) = emit::reserve(EventKind::Release, tier, Fidelity::Exact) {
+        ev.file(&file)
+            .owner(&live.owner)
+            .flags(live.flags & flags::LISTENING)
+            .sun_path_of(sk);
+        ev.submit();
+    }
+}
