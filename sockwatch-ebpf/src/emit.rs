@@ -2,10 +2,6 @@
 //!
 //! A [`Draft`] writes through a raw pointer into its own reserved ring-buffer record: nothing
 //! else sees that memory before [`Draft::submit`], and `Event` is plain integers and arrays.
-use sockwatch_common::{
-    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Flavor, Owner, PATH_CAP, RENAME_FROM_AT,
-    SUN_PATH_LEN, Tier, flags,
-};
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
@@ -14,6 +10,10 @@ use aya_ebpf::{
         generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns},
     },
     maps::ring_buf::RingBufEntry,
+};
+use sockwatch_common::{
+    COMM_LEN, Counter, Event, EventKind, Fidelity, FileId, Flavor, Owner, PATH_CAP, RENAME_FROM_AT,
+    SUN_PATH_LEN, Tier, flags,
 };
 
 use crate::{

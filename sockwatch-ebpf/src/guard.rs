@@ -1,11 +1,11 @@
 //! Guard mode (LSM tier): refuses the removal of a live listener's file by a process outside
 //! its owner set, as the watch's policy says, or in audit mode reports that it would have.
 //! Every missing fact lets the removal through.
+use aya_ebpf::helpers::{bpf_get_current_comm, generated::bpf_get_current_cgroup_id};
 use sockwatch_common::{
     Counter, FileId, GuardPolicy, GuardSwitch, flags,
     guard::{GuardAllowKey, Orphan, OrphanKey, place_hash},
 };
-use aya_ebpf::helpers::{bpf_get_current_comm, generated::bpf_get_current_cgroup_id};
 
 use crate::{
     counters::count,

@@ -1,7 +1,7 @@
 //! The table of live sockets (bound to a file), kept on bind, listen and release, and read
 //! at the moment of an unlink or rename to decide liveness and ownership in the kernel.
-use sockwatch_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
 use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
+use sockwatch_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
 
 use crate::{
     counters::count,

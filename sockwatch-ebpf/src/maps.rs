@@ -1,13 +1,13 @@
 //! Every map and load-time global of the kernel side, in one place.
-use sockwatch_common::{
-    FileId, LiveSock, PATH_CAP, WatchedName,
-    guard::{self, GuardAllowKey, Orphan, OrphanKey},
-    maps, slots,
-};
 use aya_ebpf::{
     Global,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use sockwatch_common::{
+    FileId, LiveSock, PATH_CAP, WatchedName,
+    guard::{self, GuardAllowKey, Orphan, OrphanKey},
+    maps, slots,
 };
 
 use crate::record::{Pending, PendingKey};

@@ -6,8 +6,8 @@
 //! the outer call's result and after its names moved. An inner call that keeps nothing (its
 //! file not a watched socket) counts itself too ([`nest`]): its exit must not take the outer
 //! record, whose rename has not moved the names yet.
-use sockwatch_common::Counter;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use sockwatch_common::Counter;
 
 use crate::{
     counters::count,

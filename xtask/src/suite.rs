@@ -278,21 +278,28 @@ fn clippy_host() -> anyhow::Result<()> {
 fn clippy_ebpf() -> anyhow::Result<()> {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let mut c = cmd::cargo();
-        c.args(["+nightly", "clippy", "-p", "sockwatch-ebpf", "-p", "floor-ebpf"])
-            .args([
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--release",
-            ])
-            .arg("--target-dir")
-            .arg(cmd::target_dir().join("ebpf-clippy").join(arch.to_string()))
-            .args(["--", "-D", "warnings"])
-            .env("CARGO_ENCODED_RUSTFLAGS", ebpf_rustflags(&arch.to_string()))
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .env_remove("RUSTUP_TOOLCHAIN");
+        c.args([
+            "+nightly",
+            "clippy",
+            "-p",
+            "sockwatch-ebpf",
+            "-p",
+            "floor-ebpf",
+        ])
+        .args([
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+        ])
+        .arg("--target-dir")
+        .arg(cmd::target_dir().join("ebpf-clippy").join(arch.to_string()))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_ENCODED_RUSTFLAGS", ebpf_rustflags(&arch.to_string()))
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN");
         cmd::run(&mut c)?;
     }
     Ok(())

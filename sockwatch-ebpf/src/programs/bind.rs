@@ -1,11 +1,11 @@
 //! bind(2) of a path UNIX socket, on success: records the live socket and reports it.
 use core::ffi::c_void;
 
-use sockwatch_common::{EventKind, Fidelity, Tier};
 use aya_ebpf::{
     macros::{fexit, kprobe, kretprobe, tracepoint},
     programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
+use sockwatch_common::{EventKind, Fidelity, Tier};
 
 use super::{tp_arg, tp_ret};
 use crate::{

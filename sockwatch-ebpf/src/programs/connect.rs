@@ -10,11 +10,11 @@
 //! through any process of that namespace, after the client has exited too.
 use core::ffi::c_void;
 
-use sockwatch_common::{Counter, EventKind, Fidelity, Tier, flags};
 use aya_ebpf::{
     macros::{fexit, kprobe, kretprobe, tracepoint},
     programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
+use sockwatch_common::{Counter, EventKind, Fidelity, Tier, flags};
 
 use super::{is_err_ptr, tp_arg, tp_ret};
 use crate::{

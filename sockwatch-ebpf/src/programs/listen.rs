@@ -1,11 +1,11 @@
 //! listen(2) on a live socket: marks it listening in the table and reports it.
 use core::ffi::c_void;
 
-use sockwatch_common::{EventKind, Fidelity, Tier, flags};
 use aya_ebpf::{
     macros::{fexit, kprobe, kretprobe, tracepoint},
     programs::{FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
+use sockwatch_common::{EventKind, Fidelity, Tier, flags};
 
 use super::{tp_arg, tp_ret};
 use crate::{

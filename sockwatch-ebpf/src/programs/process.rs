@@ -2,11 +2,11 @@
 //! the owner sets the agent keeps.
 use core::ffi::c_void;
 
-use sockwatch_common::{Counter, EventKind, Fidelity, Tier};
 use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
+use sockwatch_common::{Counter, EventKind, Fidelity, Tier};
 
 use super::release::released;
 use crate::{

@@ -6,12 +6,12 @@
 //! tracepoint tier: there the sweeps learn receivers from `/proc/PID/fd`.
 use core::ffi::c_void;
 
-use sockwatch_common::{EventKind, Fidelity, LiveSock, Tier, flags};
 use aya_ebpf::{
     helpers::generated::bpf_get_current_cgroup_id,
     macros::{fexit, kprobe, lsm},
     programs::{FExitContext, LsmContext, ProbeContext},
 };
+use sockwatch_common::{EventKind, Fidelity, LiveSock, Tier, flags};
 
 use crate::{
     current, emit, live,

@@ -1,11 +1,11 @@
 //! Release of a bound socket (its last reference closed): drops it from the live table.
 use core::ffi::c_void;
 
-use sockwatch_common::{EventKind, Fidelity, Tier, flags};
 use aya_ebpf::{
     macros::{fentry, kprobe, tracepoint},
     programs::{FEntryContext, ProbeContext, TracePointContext},
 };
+use sockwatch_common::{EventKind, Fidelity, Tier, flags};
 
 use super::tp_arg;
 use crate::{

@@ -1,12 +1,12 @@
 //! What unlink and rename share: the file a removal displaces, checked at the operation's
 //! entry and reported at its exit (exact tiers), or a path filtered by name (tracepoint tier).
 //! A rename also reports the live socket file it moves, and both files of an exchange.
-use sockwatch_common::{EventKind, Fidelity, FileId, Flavor, PATH_CAP, Tier, flags};
 use aya_ebpf::{
     EbpfContext as _,
     helpers::bpf_probe_read_user_str_bytes,
     programs::{FExitContext, RetProbeContext, TracePointContext},
 };
+use sockwatch_common::{EventKind, Fidelity, FileId, Flavor, PATH_CAP, Tier, flags};
 
 use super::tp_ret;
 use crate::{

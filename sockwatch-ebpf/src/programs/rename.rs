@@ -2,7 +2,6 @@
 //! socket file it moves away from its bound path, or both files of a `RENAME_EXCHANGE`.
 use core::ffi::c_void;
 
-use sockwatch_common::Flavor;
 use aya_ebpf::{
     EbpfContext as _,
     macros::{fentry, fexit, kprobe, kretprobe, lsm, tracepoint},
@@ -10,6 +9,7 @@ use aya_ebpf::{
         FEntryContext, FExitContext, LsmContext, ProbeContext, RetProbeContext, TracePointContext,
     },
 };
+use sockwatch_common::Flavor;
 
 use super::{
     kprobe_arg,

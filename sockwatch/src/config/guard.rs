@@ -2,8 +2,8 @@
 //! watch, or every socket without watches) and per watch, which falls back to the top level.
 use std::path::{Component, Path, PathBuf};
 
-use sockwatch_common::{GuardPolicy, GuardSwitch};
 use serde::Deserialize;
+use sockwatch_common::{GuardPolicy, GuardSwitch};
 
 /// Bytes of a `comm` the kernel keeps (the 16th is its NUL).
 pub const COMM_MAX: usize = 15;

@@ -51,9 +51,9 @@ pub use values::{
     parse_drain_interval, parse_duration, parse_listen, parse_scan_interval, parse_takeover_window,
 };
 
-pub use sockwatch_common::GuardPolicy;
 use guard::RawGuard;
 pub use guard::{GuardConfig, GuardMode, GuardOverride};
+pub use sockwatch_common::GuardPolicy;
 
 /// Entries the live-socket table may be given: room for a test's few sockets, up to a node's
 /// million (48 bytes each, and as many for the name index).

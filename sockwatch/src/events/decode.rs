@@ -3,10 +3,10 @@
 //! byte sequence that is no UTF-8 is U+FFFD from then on (JSON wants text; the text outputs
 //! quote what is left, `crate::quote`).
 #![deny(clippy::string_slice, clippy::indexing_slicing)]
+use serde::{Deserialize, Serialize};
 use sockwatch_common::{
     Event, EventKind, Fidelity, FileId, GuardPolicy, Owner, RENAME_FROM_AT, Tier, flags,
 };
-use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {

@@ -161,8 +161,8 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use sockwatch_common::{EventKind, Fidelity, GuardPolicy, Tier};
     use proptest::{option::of, prelude::*, sample::select};
+    use sockwatch_common::{EventKind, Fidelity, GuardPolicy, Tier};
 
     use super::*;
     use crate::{

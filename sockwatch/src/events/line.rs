@@ -1,7 +1,7 @@
 //! The line `run` writes for each kernel event, and `replay` reads back; and the fields every
 //! line of the stream carries besides its own ([`Stamped`]).
-use sockwatch_common::FileId;
 use serde::{Deserialize, Serialize};
+use sockwatch_common::FileId;
 
 use crate::{
     engine::{Runtime, Workload},

@@ -1,8 +1,8 @@
 //! The parts of `stat(2)` the scan compares files by.
 use std::{fs, io, os::unix::fs::MetadataExt as _};
 
-use sockwatch_common::FileId;
 use serde::{Deserialize, Serialize};
+use sockwatch_common::FileId;
 
 /// The parts of `stat(2)` the scan uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,12 +6,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sockwatch_common::{Flavor, Tier, maps};
 use aya::{
     Btf, Ebpf,
     maps::HashMap,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, Lsm, Program, ProgramError, TracePoint},
 };
+use sockwatch_common::{Flavor, Tier, maps};
 
 use crate::kernel::{
     features,

@@ -4,12 +4,12 @@
 //! unavailable and nothing is written.
 use std::{os::unix::fs::MetadataExt, path::Path};
 
+use aya::maps::{Array, HashMap};
 use sockwatch_common::{
     GuardPolicy, GuardSwitch, Tier,
     guard::{GUARD_SLOTS, GuardAllowKey},
     maps,
 };
-use aya::maps::{Array, HashMap};
 
 use crate::{
     config::GuardConfig,

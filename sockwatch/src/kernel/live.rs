@@ -1,9 +1,9 @@
 //! The kernel's table of live sockets, as userspace reads and seeds it.
+use aya::maps::{HashMap, MapData};
 use sockwatch_common::{
     FileId, LiveSock,
     maps::{Pending, PendingKey},
 };
-use aya::maps::{HashMap, MapData};
 
 /// `BPF_NOEXIST`: create only.
 const BPF_NOEXIST: u64 = 1;

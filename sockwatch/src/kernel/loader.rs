@@ -3,12 +3,12 @@
 //! Driven entirely by [`crate::kernel::probes::PROBES`]: one generic loop tries each hook's candidate
 //! tiers in order, keeps the first whose programs all load and attach, and records why the
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
-use sockwatch_common::{
-    Counter, Event, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots,
-};
 use aya::{
     Btf, Ebpf, EbpfLoader, Endianness,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
+};
+use sockwatch_common::{
+    Counter, Event, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots,
 };
 
 use std::time::{Duration, Instant};

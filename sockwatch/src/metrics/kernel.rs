@@ -1,11 +1,11 @@
 //! The kernel side's counters, read from its per-CPU map at scrape time.
 use std::sync::Weak;
 
-use sockwatch_common::Counter;
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
+use sockwatch_common::Counter;
 
 use super::{
     collect::{family, single},

@@ -1,11 +1,11 @@
 //! The values each bounded label takes, derived from the type the label names.
 use std::fmt;
 
-use sockwatch_common::{Counter, EventKind, Tier};
 use serde::{
     Deserialize, Deserializer, Serialize,
     de::{MapAccess, Visitor},
 };
+use sockwatch_common::{Counter, EventKind, Tier};
 
 use crate::{
     engine::{OrphanCause, Relation, StaleKind},

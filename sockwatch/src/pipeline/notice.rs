@@ -4,8 +4,8 @@
 //!
 //! No I/O but [`ScanHealth`]'s log lines: the kernel's counters and the clock are handed in,
 //! and the pump and `run` write what comes out.
-use sockwatch_common::{Counter, EventKind, Tier};
 use serde::{Serialize, Serializer};
+use sockwatch_common::{Counter, EventKind, Tier};
 
 use crate::{
     kernel::{

@@ -1,7 +1,7 @@
 //! What the scan reports as wrong: orphaned listeners, stale socket files, stale bind mounts;
 //! and as a risk: live socket files bind-mounted into a mount namespace.
-use sockwatch_common::FileId;
 use serde::Serialize;
+use sockwatch_common::FileId;
 
 use crate::engine::Workload;
 use crate::host::{diag::DiagSocket, procfd::Holder};

@@ -55,7 +55,6 @@ pub mod walk;
 
 pub use crate::host::procfd::Holder;
 pub use crate::host::stat::{FileType, OnDisk, Stat};
-pub use sockwatch_common::FileId;
 pub use analyze::{Analysis, analyze};
 pub use collect::{ProcSystem, scan};
 pub use findings::{
@@ -66,6 +65,7 @@ pub use model::{
     Counts, Limits, MountTable, ScanError, ScanOptions, ScanReport, ScannedSocket, Snapshot,
     System, Watched,
 };
+pub use sockwatch_common::FileId;
 
 #[cfg(test)]
 mod tests;

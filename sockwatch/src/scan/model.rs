@@ -5,8 +5,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use sockwatch_common::FileId;
 use serde::Serialize;
+use sockwatch_common::FileId;
 
 use super::{findings::Findings, walk};
 use crate::host::{

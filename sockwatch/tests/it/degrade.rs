@@ -11,7 +11,6 @@ use std::{
     time::Instant,
 };
 
-use sockwatch_common::Tier;
 use common::{
     actor::Actor,
     agent::{Agent, sockwatch_bin},
@@ -19,6 +18,7 @@ use common::{
 };
 use serde_json::{Value, json};
 use sockwatch::kernel::probes::{Hook, Missed as _, PROBES};
+use sockwatch_common::Tier;
 
 const REFUSE: &str = "--test-refuse-hooks";
 

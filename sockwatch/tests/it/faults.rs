@@ -96,11 +96,12 @@ fn file_is(v: &Value, (dev, ino): (u64, u64)) -> bool {
     v["dev"].as_u64() == Some(dev) && v["ino"].as_u64() == Some(ino)
 }
 
-/// `(kind, tgid)` of each line about `path`, in the order written.
+/// `(kind, tgid)` of each event line about `path`, in the order written (verdicts and the
+/// checks made for them are not events).
 fn life_of(lines: &[Value], path: &Path) -> Vec<(String, u64)> {
     lines
         .iter()
-        .filter(|l| l.get("verdict").is_none() && l["path"] == s(path))
+        .filter(|l| l.get("verdict").is_none() && l.get("kind").is_some() && l["path"] == s(path))
         .map(|l| {
             let kind = l["kind"].as_str().expect("kind").to_owned();
             (kind, l["tgid"].as_u64().expect("tgid"))

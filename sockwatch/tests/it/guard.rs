@@ -11,7 +11,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sockwatch_common::Tier;
 use common::{
     actor::Actor,
     agent::{Agent, wait_bound},
@@ -21,6 +20,7 @@ use common::{
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
 use sockwatch_bench::prom::Exposition;
+use sockwatch_common::Tier;
 
 /// `unlink(2)`'s errno when the guard refuses.
 const EPERM: i32 = 1;

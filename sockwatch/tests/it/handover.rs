@@ -10,10 +10,10 @@ use crate::common;
 
 use std::path::Path;
 
-use sockwatch_common::{EventKind, Tier};
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
+use sockwatch_common::{EventKind, Tier};
 
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()

@@ -6,7 +6,6 @@ use crate::common;
 
 use std::{io::Write as _, time::Duration};
 
-use sockwatch_common::Flavor;
 use common::*;
 use sockwatch::{
     commands::check::HEADROOM_MAX_INSNS,
@@ -16,6 +15,7 @@ use sockwatch::{
         preflight,
     },
 };
+use sockwatch_common::Flavor;
 
 /// Kernels before 5.16 report no processed-instruction count (`bpf_prog_info.verified_insns`):
 /// there the loader reads it from the verifier's own state (`programs/verifier.rs`).

@@ -4,9 +4,9 @@ use crate::common;
 
 use std::{os::unix::net::UnixListener, process::Command, time::Duration};
 
-use sockwatch_common::{EventKind, Tier};
 use common::{agent::sockwatch_bin, *};
 use sockwatch::kernel::probes::ProbeMode;
+use sockwatch_common::{EventKind, Tier};
 
 /// Bind's tiers, best first.
 const BIND_TIERS: [Tier; 3] = [Tier::Fentry, Tier::Kprobe, Tier::Tracepoint];

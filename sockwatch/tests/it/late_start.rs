@@ -11,10 +11,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use sockwatch_common::Tier;
 use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 use sockwatch::kernel::probes::ProbeMode;
+use sockwatch_common::Tier;
 
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8").to_string()

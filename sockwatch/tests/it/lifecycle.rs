@@ -4,12 +4,12 @@ use crate::common;
 
 use std::{path::Path, time::Duration};
 
-use sockwatch_common::{EventKind, Fidelity, FileId, Flavor, Tier};
 use common::{actor::Actor, *};
 use sockwatch::{
     events::KernelEvent,
     kernel::{probes::ProbeMode, watch},
 };
+use sockwatch_common::{EventKind, Fidelity, FileId, Flavor, Tier};
 
 /// The helper process behind [`Actor`]; does nothing when run as a test.
 fn s(p: &Path) -> String {

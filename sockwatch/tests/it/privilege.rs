@@ -26,7 +26,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sockwatch_common::Tier;
 use common::{
     actor::Actor,
     agent::{Agent, sockwatch_bin},
@@ -39,6 +38,7 @@ use sockwatch::{
     http::client::{get, percent_encode},
     kernel::preflight,
 };
+use sockwatch_common::Tier;
 
 const DAEMONSET: [Cap; 5] = [
     CAP_BPF,

@@ -1,8 +1,8 @@
 //! docs/events.schema.json against the writer: a sample of every event kind, every verdict and
 //! every notice, written as `run` writes them, must match it, and what the writer never writes
 //! must not.
-use sockwatch_common::{EventKind, Fidelity, FileId, Owner, Tier};
 use serde_json::{Value, json};
+use sockwatch_common::{EventKind, Fidelity, FileId, Owner, Tier};
 
 use crate::{
     engine::{

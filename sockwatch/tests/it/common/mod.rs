@@ -19,7 +19,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sockwatch_common::{Event, Tier};
 use sockwatch::{
     events::{KernelEvent, complete, mntns::MntnsIndex},
     kernel::{
@@ -30,6 +29,7 @@ use sockwatch::{
         watch::WatchedDir,
     },
 };
+use sockwatch_common::{Event, Tier};
 
 pub struct Loaded {
     pub probes: Probes,
