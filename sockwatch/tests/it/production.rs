@@ -375,7 +375,7 @@ fn assert_stale_owner_unlink(agent: Agent, sock: &Path, r: &Restart, runtime: &s
         .filter(|v| v["verdict"] == "foreign_unlink")
         .collect();
     assert_eq!(foreign, [&v], "one foreign unlink");
-    let replayed = replay(&events);
+    let replayed = common::replay::verdicts(&events, &[]);
     let again: Vec<&Value> = replayed
         .iter()
         .filter(|v| v["verdict"] == "foreign_unlink")
@@ -386,25 +386,6 @@ fn assert_stale_owner_unlink(agent: Agent, sock: &Path, r: &Restart, runtime: &s
         !sock.exists(),
         "the old daemon's exit left the new one's file"
     );
-}
-
-/// The verdicts `sockwatch replay` decides from a recorded events file.
-fn replay(events: &Path) -> Vec<Value> {
-    let out = Command::new(common::agent::sockwatch_bin())
-        .arg("replay")
-        .arg(events)
-        .output()
-        .expect("sockwatch replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .filter(|v: &Value| v.get("verdict").is_some())
-        .collect()
 }
 
 /// A Node.js server on a UNIX path; the new one removes a file left at the path before it

@@ -4,38 +4,17 @@
 //! they withheld one and where they let one stand.
 use crate::common;
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-use common::{
-    actor::Actor,
-    agent::{Agent, sockwatch_bin},
-    *,
-};
+use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 
 /// The run's flags the replay is given too: the run's takeover window and watch.
 const WINDOW: [&str; 2] = ["--takeover-window", "0s"];
 
-/// `sockwatch replay` of `events`, watching `watch`: its stdout lines.
+/// `sockwatch replay` of `events` as the run was configured: its verdict lines.
 fn replay(events: &Path, watch: &Path) -> Vec<String> {
-    let out = Command::new(sockwatch_bin())
-        .arg("replay")
-        .arg(events)
-        .arg("--watch")
-        .arg(watch)
-        .args(WINDOW)
-        .output()
-        .expect("sockwatch replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    common::replay::lines(events, &[&["--watch", s(watch)][..], &WINDOW].concat())
 }
 
 /// A run's verdict line without the fields every written line ends with (`schema`, `time`,

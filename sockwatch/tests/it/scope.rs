@@ -4,13 +4,9 @@
 //! the kind, the inode and the pids.
 use crate::common;
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-use common::{
-    actor::Actor,
-    agent::{Agent, sockwatch_bin},
-    *,
-};
+use common::{actor::Actor, agent::Agent, *};
 use serde_json::Value;
 
 /// Who did what in one directory, and to which file (device, inode).
@@ -147,23 +143,10 @@ fn nothing_outside_the_watches_both_verdicts_inside() {
 
 /// The verdicts `sockwatch replay` derives from `events` with `args`: (kind, path) each.
 fn replayed(events: &Path, args: &[&str]) -> Vec<(String, String)> {
-    let out = Command::new(sockwatch_bin())
-        .arg("replay")
-        .arg(events)
-        .args(["--takeover-window", "0s"])
-        .args(args)
-        .output()
-        .expect("run sockwatch replay");
-    assert!(
-        out.status.success(),
-        "replay: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a verdict line");
+    let args = [&["--takeover-window", "0s"], args].concat();
+    replay::verdicts(events, &args)
+        .iter()
+        .map(|v| {
             let path = v["path"].as_str().or(v["to"].as_str()).unwrap_or_default();
             (
                 v["verdict"].as_str().expect("verdict").to_owned(),

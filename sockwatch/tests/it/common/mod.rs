@@ -11,6 +11,7 @@ pub mod agent;
 pub mod daemons;
 pub mod go;
 pub mod prom;
+pub mod replay;
 pub mod scenes;
 
 use std::{
