@@ -12,6 +12,7 @@ pub mod daemons;
 pub mod go;
 pub mod prom;
 pub mod scenes;
+pub mod shared;
 
 use std::{
     path::Path,
