@@ -3,10 +3,9 @@
 //! the agent costs seconds a test under emulation. Each test gets a directory of its own
 //! under the shared agent's watched root and sees only the lines about that directory.
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     collections::HashSet,
     io::{Read, Seek, SeekFrom},
-    os::unix::net::UnixDatagram,
     path::{Path, PathBuf},
     sync::{Mutex, OnceLock, PoisonError},
     time::Duration,
@@ -16,7 +15,10 @@ use serde_json::Value;
 use sockwatch::{config::DEFAULT_TAKEOVER_WINDOW, host::clock::boot_ns};
 use tempfile::TempDir;
 
-use super::agent::{Agent, AgentLines, checked_line, wait_for};
+use super::{
+    actor::Actor,
+    agent::{Agent, AgentLines, checked_line, wait_for},
+};
 
 /// The shared agent, started by the first test that joins it and stopped at process exit.
 struct Shared {
@@ -80,8 +82,12 @@ extern "C" fn stop_at_exit() {
 /// A test's share of the shared agent: its own directory under the watched root, and the
 /// agent's lines about it.
 pub struct SharedAgent {
-    /// Open until the test ends: a closed marker could yield lines of its own.
-    markers: RefCell<Vec<UnixDatagram>>,
+    /// Binds the markers of [`SharedAgent::finish`] and holds them until the test ends (a
+    /// closed one could yield lines of its own). Another process: were this one to bind in
+    /// the watched root, the agent would track it and every actor it forks, as no agent of
+    /// a test's own does.
+    marker: RefCell<Option<Actor>>,
+    markers: Cell<usize>,
     dir: TempDir,
     seen: RefCell<Seen>,
 }
@@ -119,7 +125,8 @@ impl SharedAgent {
         let events = shared().agent().events.clone();
         let read = whole_lines(&std::fs::read(events).expect("the events file")) as u64;
         SharedAgent {
-            markers: RefCell::default(),
+            marker: RefCell::default(),
+            markers: Cell::default(),
             dir,
             seen: RefCell::new(Seen {
                 read,
@@ -249,14 +256,16 @@ impl SharedAgent {
             .map(|ts| ts + window)
     }
 
-    /// Binds a marker socket in the test's directory and waits for its bind line: the line's
-    /// place in the file, and its time.
+    /// Has a marker socket bound in the test's directory and waits for its bind line: the
+    /// line's place in the file, and its time.
     fn marker(&self) -> (usize, u64) {
-        let mut markers = self.markers.borrow_mut();
-        let path = self.dir().join(format!(".marker-{}", markers.len()));
-        markers.push(UnixDatagram::bind(&path).expect("bind a marker"));
-        drop(markers);
+        let n = self.markers.replace(self.markers.get() + 1);
+        let path = self.dir().join(format!(".marker-{n}"));
         let path = path.to_str().expect("utf-8").to_owned();
+        self.marker
+            .borrow_mut()
+            .get_or_insert_with(Actor::spawn)
+            .must(&format!("bind {path}"));
         self.expect_line("the marker's bind", |l| {
             l["kind"] == "bind" && l["path"] == path.as_str()
         });
