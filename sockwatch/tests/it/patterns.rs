@@ -11,7 +11,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{actor::Actor, agent::Agent, *};
+use common::{
+    actor::Actor,
+    agent::{Agent, AgentLines},
+    shared::SharedAgent,
+    *,
+};
 use serde_json::Value;
 
 fn tgid(v: &Value, who: &str) -> u64 {
@@ -27,9 +32,11 @@ fn s20_removing_a_hard_link_is_not_an_orphan() {
     if !root("s20") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let (sock, other) = (tmp.path().join("app.sock"), tmp.path().join("second-name"));
+    let agent = SharedAgent::join();
+    let (sock, other) = (
+        agent.dir().join("app.sock"),
+        agent.dir().join("second-name"),
+    );
     let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
     a.must(&format!("link {} {}", s(&sock), s(&other)));
@@ -46,7 +53,7 @@ fn s20_removing_a_hard_link_is_not_an_orphan() {
         v["verdict"] == "orphan_opened" && tgid(v, "owner") == u64::from(a.pid)
     });
     drop((a, c));
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let of_link: Vec<&Value> = verdicts.iter().filter(|v| v["path"] == s(&other)).collect();
     assert!(
         of_link.is_empty(),
@@ -59,29 +66,31 @@ fn s20_removing_a_hard_link_is_not_an_orphan() {
     assert_eq!(orphans, 1, "{verdicts:#?}");
 }
 
-/// Starts the agent on `dir`. Where releases come from syscall tracepoints, a release that is
-/// not a close(2) is repaired by the sweeps: those get a one-second interval here, and the test
-/// says so; on the precise tiers the kernel's release hook sees it, with no sweeps at all.
-fn start_for_releases(dir: &Path) -> Agent {
-    let agent = Agent::start(dir, dir, &[]);
-    if !agent.log_text().contains("] attached release: tracepoint") {
-        return agent;
-    }
-    drop(agent.stop());
-    std::fs::remove_file(dir.join("events.jsonl")).expect("reset the events file");
-    eprintln!("release on the tracepoint tier: these releases are seen by 1 s sweeps");
-    Agent::start(dir, dir, &["--scan-interval", "1s"])
-}
-
 /// After `release` closed A's listener without close(2), clients are refused: a stale
-/// connect of kind dead_listener naming A's file and A.
+/// connect of kind dead_listener naming A's file and A. Where releases come from syscall
+/// tracepoints, a release that is not a close(2) is repaired by the sweeps: the test gets an
+/// agent of its own sweeping every second there, and says so; on the precise tiers the
+/// kernel's release hook sees it, and the shared agent (no sweeps at all) serves.
 fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     if !root(test) {
         return;
     }
+    let shared = SharedAgent::join();
+    if !shared.log_text().contains("] attached release: tracepoint") {
+        refused_after_release(&shared, shared.dir(), test, release);
+        shared.finish();
+        return;
+    }
+    eprintln!("release on the tracepoint tier: these releases are seen by 1 s sweeps");
     let tmp = tempdir();
-    let agent = start_for_releases(tmp.path());
-    let sock = tmp.path().join("app.sock");
+    let agent = Agent::start(tmp.path(), tmp.path(), &["--scan-interval", "1s"]);
+    refused_after_release(&agent, tmp.path(), test, release);
+    agent.stop();
+}
+
+/// The body of [`released_without_close_is_a_dead_listener`], in `dir`, watched by `agent`.
+fn refused_after_release(agent: &impl AgentLines, dir: &Path, test: &str, release: &str) {
+    let sock = dir.join("app.sock");
     let mut a = Actor::spawn();
     let h = a.must(&format!("listen-on {}", s(&sock)));
     let ino = std::fs::metadata(&sock).expect("stat").ino();
@@ -104,7 +113,7 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     let v = loop {
         assert_eq!(client.must(&format!("connect {}", s(&sock))), "111");
         let found = agent
-            .verdicts()
+            .lines()
             .into_iter()
             .find(|v| v["verdict"] == "stale_connect");
         if let Some(v) = found {
@@ -122,8 +131,6 @@ fn released_without_close_is_a_dead_listener(test: &str, release: &str) {
     assert_eq!(v["file"]["ino"], ino, "{v}");
     assert_eq!(tgid(&v, "binder"), u64::from(a.pid), "{v}");
     assert_eq!(tgid(&v, "actor"), u64::from(client.pid), "{v}");
-    drop((a, client));
-    agent.stop();
 }
 
 /// The accepting thread lets go of the listener just after the connect it accepted returned:
@@ -170,9 +177,8 @@ fn a_close_while_a_thread_accepts_is_not_a_release() {
     if !root("close_while_accepting") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let sock = tmp.path().join("app.sock");
+    let agent = SharedAgent::join();
+    let sock = agent.dir().join("app.sock");
     let mut a = Actor::spawn();
     let h = a.must(&format!("listen-on {}", s(&sock)));
     let ino = std::fs::metadata(&sock).expect("stat").ino();
@@ -188,5 +194,5 @@ fn a_close_while_a_thread_accepts_is_not_a_release() {
     assert_eq!(v["file"]["ino"], ino, "{v}");
     assert_eq!(v["path"], s(&sock), "{v}");
     drop(a);
-    agent.stop();
+    agent.finish();
 }

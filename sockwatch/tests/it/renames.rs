@@ -6,7 +6,7 @@ use crate::common;
 
 use std::{os::unix::fs::MetadataExt, path::Path, time::Duration};
 
-use common::{actor::Actor, agent::Agent, *};
+use common::{actor::Actor, shared::SharedAgent, *};
 use serde_json::Value;
 
 fn tgid(v: &Value, who: &str) -> u64 {
@@ -20,17 +20,17 @@ fn ino(p: &Path) -> u64 {
 }
 
 /// The `moved` verdict of the socket file `file` (inode).
-fn moved_of(agent: &Agent, what: &str, file: u64) -> Value {
+fn moved_of(agent: &SharedAgent, what: &str, file: u64) -> Value {
     agent.expect_verdict(what, |v| {
         v["verdict"] == "moved" && v["file"]["ino"] == file
     })
 }
 
-/// Stops the agent and fails on any verdict of the given kinds.
-fn assert_none_of(agent: Agent, kinds: &[&str]) -> Vec<Value> {
+/// Finishes the test's share of the agent and fails on any verdict of the given kinds.
+fn assert_none_of(agent: &SharedAgent, kinds: &[&str]) -> Vec<Value> {
     // Events come through a 10 ms drain: give the last ones time to arrive.
     std::thread::sleep(Duration::from_millis(500));
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let bad: Vec<&Value> = verdicts
         .iter()
         .filter(|v| kinds.iter().any(|k| v["verdict"] == *k))
@@ -47,9 +47,8 @@ fn exchange_with_a_regular_file_moves_the_listener_and_replaces_nothing() {
     if !root("exchange_with_a_regular_file") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let (sock, plain) = (tmp.path().join("app.sock"), tmp.path().join("plain"));
+    let agent = SharedAgent::join();
+    let (sock, plain) = (agent.dir().join("app.sock"), agent.dir().join("plain"));
     let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
     c.must(&format!("touch {}", s(&plain)));
@@ -86,7 +85,7 @@ fn exchange_with_a_regular_file_moves_the_listener_and_replaces_nothing() {
     assert_eq!(tgid(&back, "actor"), u64::from(c.pid), "{back}");
     assert_eq!(c.must(&format!("connect {}", s(&sock))), "0");
     drop((a, c));
-    let verdicts = assert_none_of(agent, &["replaced", "foreign_unlink", "orphan_opened"]);
+    let verdicts = assert_none_of(&agent, &["replaced", "foreign_unlink", "orphan_opened"]);
     let moves = verdicts.iter().filter(|v| v["verdict"] == "moved").count();
     assert_eq!(moves, 2, "{verdicts:#?}");
 }
@@ -99,9 +98,8 @@ fn exchange_of_two_live_listeners_swaps_their_paths() {
     if !root("exchange_of_two_live_listeners") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let (pa, pb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
+    let agent = SharedAgent::join();
+    let (pa, pb) = (agent.dir().join("a.sock"), agent.dir().join("b.sock"));
     let (mut a, mut b, mut c) = (Actor::spawn(), Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&pa)));
     b.must(&format!("listen-on {}", s(&pb)));
@@ -131,7 +129,7 @@ fn exchange_of_two_live_listeners_swaps_their_paths() {
     assert_eq!(tgid(&v, "actor"), u64::from(c.pid), "{v}");
     assert_eq!(v["path"], s(&pa), "{v}");
     drop((a, b, c));
-    let verdicts = assert_none_of(agent, &["replaced"]);
+    let verdicts = assert_none_of(&agent, &["replaced"]);
     // A's socket only moved; its file at b.sock outlives it (`stale_socket_file` at its close).
     let of_a: Vec<&Value> = verdicts
         .iter()
@@ -150,9 +148,8 @@ fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
     if !root("a_listener_renamed_away") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
-    let (sock, away) = (tmp.path().join("app.sock"), tmp.path().join("moved.sock"));
+    let agent = SharedAgent::join();
+    let (sock, away) = (agent.dir().join("app.sock"), agent.dir().join("moved.sock"));
     let (mut a, mut c) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
     let file = ino(&sock);
@@ -181,7 +178,7 @@ fn a_listener_renamed_away_is_moved_and_followed_to_its_new_path() {
     assert_eq!(tgid(&v, "actor"), u64::from(c.pid), "{v}");
     assert_eq!(v["path"], s(&away), "{v}");
     drop((a, c));
-    assert_none_of(agent, &["replaced"]);
+    assert_none_of(&agent, &["replaced"]);
 }
 
 /// S5 by another program: it binds a socket at a temporary name and renames it over the live
@@ -193,12 +190,11 @@ fn s5_rename_over_a_live_listener_by_another_program_is_a_hijack() {
     if !root("s5_rename_over") {
         return;
     }
-    let tmp = tempdir();
-    let watched = tmp.path().join("run");
-    std::fs::create_dir(&watched).expect("mkdir");
-    let agent = Agent::start(tmp.path(), &watched, &[]);
+    let agent = SharedAgent::join();
+    let watched = agent.dir();
     let (sock, next) = (watched.join("app.sock"), watched.join("app.sock.new"));
     // B runs from a link of the test binary elsewhere: another program to the agent.
+    let tmp = tempdir();
     let other = other_program(tmp.path());
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn_from(&other));
     a.must(&format!("listen-on {}", s(&sock)));
@@ -228,5 +224,5 @@ fn s5_rename_over_a_live_listener_by_another_program_is_a_hijack() {
     assert_eq!(tgid(&v, "victim"), u64::from(b.pid), "{v}");
     assert_eq!(tgid(&v, "actor"), u64::from(c.pid), "{v}");
     drop((b, c));
-    assert_none_of(agent, &["moved"]);
+    assert_none_of(&agent, &["moved"]);
 }

@@ -8,6 +8,7 @@ use common::{
     actor::Actor,
     agent::Agent,
     go::{go_listen, go_or_skip, go_stop},
+    shared::SharedAgent,
     *,
 };
 use serde_json::Value;
@@ -119,11 +120,10 @@ fn s1_go_listener_close_unlinks_successor() {
     let Some(go) = go_or_skip("s1_go") else {
         return;
     };
-    let tmp = tempdir();
-    let dir = tmp.path().join("multus");
+    let agent = SharedAgent::join();
+    let dir = agent.dir().join("multus");
     std::fs::create_dir(&dir).expect("mkdir");
     let sock = dir.join("multus.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let (mut old, mut out) = go_listen(&go, &[], &sock);
     // The old daemon's program is read as the agent completes its bind: it ran for longer
     // than that in the incident, and must here too.
@@ -157,7 +157,7 @@ fn s1_go_listener_close_unlinks_successor() {
     });
     assert_eq!(orphan["cause"], "unlinked", "{orphan}");
     go_stop(&mut new, &mut new_out);
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let foreign = verdicts.iter().filter(|v| is(v, "foreign_unlink")).count();
     assert_eq!(
         foreign, 1,
@@ -192,11 +192,10 @@ fn s22_go_rollout_with_the_fix_is_one_takeover() {
     let Some(go) = go_or_skip("s22") else {
         return;
     };
-    let tmp = tempdir();
-    let dir = tmp.path().join("multus");
+    let agent = SharedAgent::join();
+    let dir = agent.dir().join("multus");
     std::fs::create_dir(&dir).expect("mkdir");
     let sock = dir.join("multus.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
     let mut client = Actor::spawn();
     let connects = |c: &mut Actor, step: &str| {
         assert_eq!(
@@ -245,9 +244,9 @@ fn s22_go_rollout_with_the_fix_is_one_takeover() {
     agent.expect_verdict("its end at the old daemon's exit", |v| {
         is(v, "orphan_closed") && v["file"] == orphan["file"]
     });
-    // Stopping decides whatever still waited for a successor: nothing may. (The successor
-    // stops after the agent: its fixed Close would leave a stale socket file behind.)
-    let verdicts = agent.stop();
+    // Finishing decides whatever still waited for a successor: nothing may. (The successor
+    // stops after: its fixed Close would leave a stale socket file behind.)
+    let verdicts = agent.finish();
     go_stop(&mut new, &mut new_out);
     let names: Vec<&str> = verdicts
         .iter()
@@ -314,27 +313,26 @@ fn s2_s6_owner_and_worker_unlinks_are_quiet() {
     if !root("s2_s6") {
         return;
     }
-    let tmp = tempdir();
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let agent = SharedAgent::join();
     let mut a = Actor::spawn();
-    let own = tmp.path().join("own.sock");
+    let own = agent.dir().join("own.sock");
     a.must(&format!("listen-on {}", s(&own)));
     a.must(&format!("unlink {}", s(&own)));
-    let worker = tmp.path().join("worker.sock");
+    let worker = agent.dir().join("worker.sock");
     a.must(&format!("listen-on {}", s(&worker)));
     assert!(
         a.must(&format!("fork-unlink {}", s(&worker)))
             .ends_with(" 0")
     );
     // A foreign unlink as a marker: once it is reported, the quiet ones were processed.
-    let marker = tmp.path().join("marker.sock");
+    let marker = agent.dir().join("marker.sock");
     a.must(&format!("listen-on {}", s(&marker)));
     let mut m = Actor::spawn();
     m.must(&format!("unlink {}", s(&marker)));
     agent.expect_verdict("marker", |v| {
         is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(m.pid)
     });
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let foreign: Vec<&Value> = verdicts
         .iter()
         .filter(|v| is(v, "foreign_unlink") || is(v, "replaced"))
@@ -353,19 +351,18 @@ fn s5_rename_over_by_the_same_program_is_a_hand_over() {
     if !root("s5") {
         return;
     }
-    let tmp = tempdir();
-    let sock = tmp.path().join("svc.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let agent = SharedAgent::join();
+    let sock = agent.dir().join("svc.sock");
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
     b.must(&format!(
         "listen-on {}",
-        s(&tmp.path().join("svc.sock.new"))
+        s(&agent.dir().join("svc.sock.new"))
     ));
-    let (dev, ino) = stat_id(&tmp.path().join("svc.sock.new"));
+    let (dev, ino) = stat_id(&agent.dir().join("svc.sock.new"));
     b.must(&format!(
         "rename {} {}",
-        s(&tmp.path().join("svc.sock.new")),
+        s(&agent.dir().join("svc.sock.new")),
         s(&sock)
     ));
     let v = agent.expect_verdict("the hand-over", |v| is(v, "takeover"));
@@ -384,7 +381,7 @@ fn s5_rename_over_by_the_same_program_is_a_hand_over() {
     agent.expect_verdict("A orphaned", |v| {
         is(v, "orphan_opened") && tgid(v, "owner") == u64::from(a.pid)
     });
-    agent.stop();
+    agent.finish();
 }
 
 /// S3: a client's bind mount pins the replaced server's inode: its refused connects are
@@ -395,11 +392,10 @@ fn s3_stale_connect_and_s8_not_listening() {
     if !root("s3_s8") {
         return;
     }
-    let tmp = tempdir();
-    let sock = tmp.path().join("srv.sock");
-    let view = tmp.path().join("client-view.sock");
-    let early = tmp.path().join("early.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let agent = SharedAgent::join();
+    let sock = agent.dir().join("srv.sock");
+    let view = agent.dir().join("client-view.sock");
+    let early = agent.dir().join("early.sock");
     let (mut a, mut b, mut c) = (Actor::spawn(), Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
     c.must(&format!("touch {}", s(&view)));
@@ -429,7 +425,7 @@ fn s3_stale_connect_and_s8_not_listening() {
     agent.expect_verdict("marker", |v| {
         is(v, "foreign_unlink") && tgid(v, "actor") == u64::from(m.pid)
     });
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let stale: Vec<&Value> = verdicts.iter().filter(|v| is(v, "stale_connect")).collect();
     assert_eq!(
         stale.len(),
@@ -445,9 +441,8 @@ fn s4_dead_listener_file() {
     if !root("s4") {
         return;
     }
-    let tmp = tempdir();
-    let sock = tmp.path().join("dead.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let agent = SharedAgent::join();
+    let sock = agent.dir().join("dead.sock");
     let mut a = Actor::spawn();
     a.must(&format!("listen-on {}", s(&sock)));
     let a_pid = u64::from(a.pid);
@@ -461,7 +456,7 @@ fn s4_dead_listener_file() {
     assert_eq!(tgid(&stale, "binder"), a_pid, "{stale}");
     let v = agent.expect_verdict("stale connect", |v| is(v, "stale_connect"));
     assert_eq!(v["kind"], "dead_listener", "{v}");
-    agent.stop();
+    agent.finish();
 }
 
 /// S10: the agent starts after A listens and after an orphan exists: the startup scan knows
@@ -526,9 +521,8 @@ fn close_then_unlink_is_not_stale() {
     if !root("close_then_unlink") {
         return;
     }
-    let tmp = tempdir();
-    let sock = tmp.path().join("graceful.sock");
-    let agent = Agent::start(tmp.path(), tmp.path(), &[]);
+    let agent = SharedAgent::join();
+    let sock = agent.dir().join("graceful.sock");
     let mut a = Actor::spawn();
     let h = a.must(&format!("bind {}", s(&sock)));
     a.must(&format!("listen {h}"));
@@ -536,14 +530,14 @@ fn close_then_unlink_is_not_stale() {
     a.must(&format!("unlink {}", s(&sock)));
     drop(a); // the engine decides staleness when the closer exits
     // A marker after the exit: a dead listener's file left behind.
-    let dead = tmp.path().join("dead.sock");
+    let dead = agent.dir().join("dead.sock");
     let mut d = Actor::spawn();
     d.must(&format!("listen-on {}", s(&dead)));
     drop(d);
     agent.expect_verdict("marker", |v| {
         is(v, "stale_socket_file") && v["path"] == s(&dead)
     });
-    let verdicts = agent.stop();
+    let verdicts = agent.finish();
     let graceful: Vec<&Value> = verdicts.iter().filter(|v| v["path"] == s(&sock)).collect();
     assert!(graceful.is_empty(), "{graceful:#?}");
 }

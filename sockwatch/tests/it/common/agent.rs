@@ -185,19 +185,12 @@ impl Agent {
         lines: fn(&Agent) -> Vec<T>,
         want: impl Fn(&T) -> bool,
     ) -> T {
-        let deadline = Instant::now() + patience();
-        loop {
-            if let Some(v) = lines(self).into_iter().find(|v| want(v)) {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what}; lines: {:#?}\nlog: {}",
-                self.text_lines(),
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(
+            what,
+            || lines(self),
+            want,
+            || format!("{:#?}\nlog: {}", self.text_lines(), self.log_text()),
+        )
     }
 
     /// Sends `signal` to the agent.
@@ -235,7 +228,7 @@ impl Agent {
         self.text_lines()
     }
 
-    fn interrupt(&mut self) {
+    pub(super) fn interrupt(&mut self) {
         // SAFETY: kill(2) takes no pointers; the pid is our own child's, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().expect("wait");
@@ -243,9 +236,43 @@ impl Agent {
     }
 }
 
+/// What a test reads of an agent: one of its own, or its share of the shared one.
+pub trait AgentLines {
+    fn lines(&self) -> Vec<Value>;
+    fn log_text(&self) -> String;
+}
+
+impl AgentLines for Agent {
+    fn lines(&self) -> Vec<Value> {
+        Agent::lines(self)
+    }
+
+    fn log_text(&self) -> String {
+        Agent::log_text(self)
+    }
+}
+
+/// Waits for an item of `lines()` matching `want`; fails with `context()` (the lines and
+/// the log) after [`patience`].
+pub fn wait_for<T>(
+    what: &str,
+    lines: impl Fn() -> Vec<T>,
+    want: impl Fn(&T) -> bool,
+    context: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + patience();
+    loop {
+        if let Some(v) = lines().into_iter().find(|v| want(v)) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "no {what}; lines: {}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One line of the agent's output, parsed; a line that is no JSON or does not match
 /// docs/events.schema.json fails the test.
-fn checked_line(line: &str) -> serde_json::Value {
+pub fn checked_line(line: &str) -> serde_json::Value {
     let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
     let errors: Vec<String> = events_schema()
         .iter_errors(&value)

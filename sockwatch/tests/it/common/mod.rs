@@ -13,6 +13,7 @@ pub mod go;
 pub mod prom;
 pub mod replay;
 pub mod scenes;
+pub mod shared;
 
 use std::{
     path::Path,
