@@ -180,7 +180,8 @@ impl Pipeline {
     pub fn event_failed(&mut self, kind: EventKind, why: &str) {
         if self.failed_kinds.insert(kind.name()) {
             log::error!(
-                "handling a {} event failed ({why}); skipped, and so is any other that fails                  (counted in sockwatch_event_failures_total)",
+                "handling a {} event failed ({why}); skipped, and so is any other that fails \
+                 (counted in sockwatch_event_failures_total)",
                 kind.name()
             );
         }
