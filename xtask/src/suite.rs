@@ -11,9 +11,7 @@ use anyhow::Context as _;
 use crate::{
     Linking,
     arch::Arch,
-    cmd, fuzz, headroom, healthy, image,
-    setup::{self, Ready},
-    soak,
+    cmd, fuzz, headroom, healthy, image, setup, soak,
     testrun::{self, Counts},
     vm,
 };
@@ -122,32 +120,35 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     });
     static_checks(&mut steps);
     beside_the_healthy_node(&mut steps, &mut results);
-    // The host layer mostly waits on its agents: the guests' test executable compiles beside
-    // it, at the lowest priority, so its tests keep the cores whenever they want them.
-    let mut initrds = None;
+    // The host layer mostly waits on its agents (a third of a core): the guests' initramfs
+    // compiles beside it at the lowest priority, then the guests boot beside the rest of it,
+    // niced, so its tests get a core whenever they want one and the guests take the remainder.
+    let mut static_agent = None;
     steps.run(
-        "host tests (root, host kernel), the guests' initramfs built beside them",
+        "host tests (root, host kernel) beside the guests (QEMU), booted once their initramfs is built",
         || {
             let ready = ready.as_ref().context("no kernels: setup --vm failed");
-            let (host, built) = std::thread::scope(|s| {
-                let build = s.spawn(move || {
+            let (host, guests) = std::thread::scope(|s| {
+                let guests = s.spawn(move || {
                     lowest_priority();
-                    vm::initramfs_per_arch(ready?, plans, tiers)
+                    let ready = ready?;
+                    let initrds = vm::initramfs_per_arch(ready, plans, tiers)
+                        .context("vm initramfs")?;
+                    guest_priority();
+                    vm::boot_all(ready, &initrds, vm_timeout, vm_jobs)
                 });
                 let host = host_tests(&mut results);
-                (host, build.join())
+                // Built in what the guests leave idle, for the image step after them.
+                static_agent = Some(std::thread::spawn(build_static_agent_when_idle));
+                (host, guests.join())
             });
-            let built = built.map_err(|_| anyhow::anyhow!("the initramfs build panicked"))?;
-            initrds = built.as_ref().ok().cloned();
-            host.and(built.map(drop).context("vm initramfs"))
+            let guests = guests
+                .map_err(|_| anyhow::anyhow!("the guests' thread panicked"))
+                .and_then(|booted| booted);
+            let guests = record_guests(guests, &mut results);
+            host.and(guests)
         },
     );
-    let mut static_agent = None;
-    steps.run("vm tests (QEMU)", || {
-        static_agent = Some(std::thread::spawn(build_static_agent_when_idle));
-        let prepared = ready.as_ref().zip(initrds.as_deref());
-        vm_tests(prepared, vm_timeout, vm_jobs, &mut results)
-    });
     steps.run(
         "image: built, run under podman as the DaemonSet runs it",
         || image_step(plans, static_agent.take()),
@@ -314,9 +315,18 @@ fn build_static_agent_when_idle() -> anyhow::Result<PathBuf> {
 
 /// Niceness 19 for the calling thread and the processes it starts from now on.
 fn lowest_priority() {
+    niceness(19);
+}
+
+/// Niceness 10 for the guests: below the host's tests, above the static agent's build.
+fn guest_priority() {
+    niceness(10);
+}
+
+fn niceness(n: i32) {
     // SAFETY: setpriority touches no memory. On Linux `who` 0 is this thread alone, and the
-    // processes it starts (cargo, rustc) inherit its niceness.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    // processes it starts (cargo, rustc, QEMU) inherit its niceness. Root may lower it again.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
 }
 
 /// The agent's image for this machine (its static build, `built` while the guests ran, else
@@ -375,24 +385,19 @@ fn host_tests(results: &mut Results) -> anyhow::Result<()> {
     failure.map_or(Ok(()), |f| Err(anyhow::anyhow!(f)))
 }
 
-/// One layer per guest kernel; none but a failed `vm` layer without kernels or initramfs.
-fn vm_tests(
-    prepared: Option<(&Ready, &[(Arch, PathBuf)])>,
-    vm_timeout: Duration,
-    vm_jobs: usize,
+/// One layer per guest kernel; a failed `vm` layer alone when no guest booted (no kernels,
+/// no initramfs).
+fn record_guests(
+    booted: anyhow::Result<Vec<vm::Outcome>>,
     results: &mut Results,
 ) -> anyhow::Result<()> {
-    let failed_vm = |why: String| Layer::new("vm".into(), Counts::default(), Some(why));
-    let Some((ready, initrds)) = prepared else {
-        results
-            .layers
-            .push(failed_vm("setup --vm or the initramfs build failed".into()));
-        anyhow::bail!("no guests to boot: setup --vm or the initramfs build failed");
-    };
-    let outcomes = match vm::boot_all(ready, initrds, vm_timeout, vm_jobs) {
+    let outcomes = match booted {
         Ok(o) => o,
         Err(e) => {
-            results.layers.push(failed_vm(format!("{e:#}")));
+            let why = format!("{e:#}");
+            results
+                .layers
+                .push(Layer::new("vm".into(), Counts::default(), Some(why)));
             return Err(e);
         }
     };
