@@ -4,10 +4,14 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+#[path = "../ebpf-build/shared_target.rs"]
+mod shared_target;
+
 fn main() -> anyhow::Result<()> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let root = manifest.join("../floor-ebpf");
     let root_dir = root.to_str().context("non-UTF-8 workspace path")?;
+    shared_target::share_target_dir("floor-ebpf")?;
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "floor-ebpf",
