@@ -1,6 +1,7 @@
 //! The healthy-node run (sockwatch/tests/it/healthy_node.rs): ten minutes of reloads and restarts
-//! under the agent and Prometheus, mostly waiting. The suite starts it before the fuzz step
-//! and collects it after the soak (each keeps one core busy), so it costs little wall time.
+//! under the agent and Prometheus, mostly waiting. The suite starts it before the static
+//! checks and collects it after the soak (each keeps the cores busy), so it costs little wall
+//! time.
 use std::{
     fs::File,
     path::PathBuf,

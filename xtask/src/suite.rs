@@ -118,8 +118,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
         })?);
         Ok(())
     });
+    let healthy = start_the_healthy_node(&mut steps);
     static_checks(&mut steps);
-    beside_the_healthy_node(&mut steps, &mut results);
+    fuzz_and_soak(&mut steps);
+    collect_the_healthy_node(&mut steps, &mut results, healthy);
     // The host layer mostly waits on its agents (a third of a core): the guests' initramfs
     // compiles beside it at the lowest priority, then the guests boot beside the rest of it,
     // niced, so its tests get a core whenever they want one and the guests take the remainder.
@@ -214,16 +216,21 @@ fn static_checks(steps: &mut Steps) {
     steps.run("clippy (eBPF crate)", clippy_ebpf);
 }
 
-/// The healthy node's ten minutes, with fuzz and soak keeping the cores busy meanwhile.
-fn beside_the_healthy_node(steps: &mut Steps, results: &mut Results) {
+/// The healthy node's ten minutes start first, mostly waiting: the static checks, fuzz and
+/// soak keep the cores busy meanwhile.
+fn start_the_healthy_node(steps: &mut Steps) -> Option<healthy::Running> {
     let mut healthy = None;
     steps.run(
-        "healthy node: build and start (runs beside fuzz and soak)",
+        "healthy node: build and start (runs beside the static checks, fuzz and soak)",
         || {
             healthy = Some(healthy::start()?);
             Ok(())
         },
     );
+    healthy
+}
+
+fn fuzz_and_soak(steps: &mut Steps) {
     steps.run(
         "fuzz (each parser 20 s, one per core, committed corpus)",
         || {
@@ -241,8 +248,15 @@ fn beside_the_healthy_node(steps: &mut Steps, results: &mut Results) {
             Ok(())
         },
     );
+}
+
+fn collect_the_healthy_node(
+    steps: &mut Steps,
+    results: &mut Results,
+    healthy: Option<healthy::Running>,
+) {
     steps.run("healthy node: ten minutes, collected", || {
-        let Some(run) = healthy.take() else {
+        let Some(run) = healthy else {
             results.layers.push(Layer::new(
                 "healthy node".into(),
                 Counts::default(),
