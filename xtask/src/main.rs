@@ -222,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 a.tiers(),
                 Duration::from_secs(a.vm_timeout),
                 a.vm_jobs,
+                || (),
             )?;
             Ok(outcomes.iter().all(|o| o.failure.is_none()))
         }

@@ -122,9 +122,10 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
     static_checks(&mut steps);
     fuzz_and_soak(&mut steps);
     collect_the_healthy_node(&mut steps, &mut results, healthy);
-    // The host layer mostly waits on its agents (a third of a core): the guests' initramfs
-    // compiles beside it at the lowest priority, then the guests boot beside the rest of it,
-    // niced, so its tests get a core whenever they want one and the guests take the remainder.
+    // The host layer mostly waits on its agents (a third of a core): the x86-64 guests'
+    // initramfs compiles beside it at the lowest priority, then those guests boot beside the
+    // rest of it, niced, while the arm64 one compiles, so the host's tests get a core whenever
+    // they want one and the guests take the remainder.
     let mut static_agent = None;
     steps.run(
         "host tests (root, host kernel) beside the guests (QEMU), booted once their initramfs is built",
@@ -133,11 +134,7 @@ pub fn run(plans: &[vm::Plan], tiers: vm::Tiers, vm_timeout: Duration, vm_jobs: 
             let (host, guests) = std::thread::scope(|s| {
                 let guests = s.spawn(move || {
                     lowest_priority();
-                    let ready = ready?;
-                    let initrds = vm::initramfs_per_arch(ready, plans, tiers)
-                        .context("vm initramfs")?;
-                    guest_priority();
-                    vm::boot_all(ready, &initrds, vm_timeout, vm_jobs)
+                    vm::test(ready?, plans, tiers, vm_timeout, vm_jobs, guest_priority)
                 });
                 let host = host_tests(&mut results);
                 // Built in what the guests leave idle, for the image step after them.

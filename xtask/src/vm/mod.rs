@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, ExitStatus},
     sync::{
-        Mutex,
+        Mutex, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -260,23 +260,60 @@ fn reap(child: &mut Child, stop: Stop) -> anyhow::Result<ExitStatus> {
     child.wait().context("waiting for qemu")
 }
 
-/// Builds each architecture's payload and initramfs once, then boots the kernels, `jobs`
-/// guests at a time (each guest's tests run one thread, which leaves a core idle while a lone
-/// guest runs). A failed boot prints its whole console log.
+/// Builds each architecture's payload and initramfs once and boots the kernels, `jobs` guests
+/// at a time (each guest's tests run one thread, which leaves a core idle while a lone guest
+/// runs). A failed boot prints its whole console log.
+///
+/// The first plan's guests boot as soon as its initramfs is written (then `first_built` runs,
+/// in this thread), and the other plans' initramfs compile beside them: their guests come
+/// last in the queue.
 pub fn test(
     ready: &Ready,
     plans: &[Plan],
     tiers: Tiers,
     timeout: Duration,
     jobs: usize,
+    first_built: impl FnOnce(),
 ) -> anyhow::Result<Vec<Outcome>> {
-    let initrds = initramfs_per_arch(ready, plans, tiers)?;
-    boot_all(ready, &initrds, timeout, jobs)
+    let (first, rest) = plans.split_at(plans.len().min(1));
+    let built = initramfs_per_arch(ready, first, tiers)?;
+    first_built();
+    std::thread::scope(|s| {
+        let building =
+            s.spawn(|| initramfs_per_arch(ready, rest, tiers).map_err(|e| format!("{e:#}")));
+        let building = Mutex::new(Some(building));
+        let later = OnceLock::new();
+        let initrd_of = |arch| {
+            if let Ok(initrd) = built_for(&built, arch) {
+                return Ok(initrd);
+            }
+            let later = later.get_or_init(|| {
+                let handle = building.lock().expect("build lock").take();
+                handle.map_or(Err("built once already".to_owned()), |h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the initramfs build panicked".to_owned()))
+                })
+            });
+            match later {
+                Ok(b) => built_for(b, arch),
+                Err(why) => Err(anyhow::anyhow!("building the initramfs: {why}")),
+            }
+        };
+        boot_all(ready, initrd_of, timeout, jobs)
+    })
 }
 
-/// Each plan's initramfs, built (the test executables compiled, the image written) before
-/// any guest boots, so the suite can build them while other work waits.
-pub fn initramfs_per_arch(
+/// `arch`'s initramfs among `built`.
+pub fn built_for(built: &[(Arch, PathBuf)], arch: Arch) -> anyhow::Result<PathBuf> {
+    built
+        .iter()
+        .find(|(a, _)| *a == arch)
+        .map(|(_, p)| p.clone())
+        .with_context(|| format!("no initramfs for {arch}"))
+}
+
+/// Each plan's initramfs, built: the test executables compiled, the image written.
+fn initramfs_per_arch(
     ready: &Ready,
     plans: &[Plan],
     tiers: Tiers,
@@ -297,22 +334,22 @@ pub fn initramfs_per_arch(
 
 /// Boots every kernel `ready` holds on its architecture's initramfs, `jobs` guests at a time,
 /// and reports each guest's outcome.
+///
+/// `initrd_of` gives an architecture's initramfs, and may wait for it to be built. The queue
+/// is ordered by the initramfs on disk when it is made: one not written yet goes last.
 pub fn boot_all(
     ready: &Ready,
-    initrds: &[(Arch, PathBuf)],
+    initrd_of: impl Fn(Arch) -> anyhow::Result<PathBuf> + Sync,
     timeout: Duration,
     jobs: usize,
 ) -> anyhow::Result<Vec<Outcome>> {
     let kernels = &ready.kernels;
     let initrd_of = |k: &Kernel| {
-        initrds
-            .iter()
-            .find(|(a, _)| *a == k.arch)
-            .map(|(_, p)| p.as_path())
+        initrd_of(k.arch)
             .with_context(|| format!("no initramfs for {}'s architecture {}", k.package, k.arch))
     };
     let queue = longest_first(kernels, |k| {
-        initrd_of(k).map_or(0, |p| fs::metadata(p).map_or(0, |m| m.len()))
+        fs::metadata(initrd_path(k.arch)).map_or(0, |m| m.len())
     });
     // A queue of kernels: each of `jobs` threads boots the next one when its guest is done.
     let next = AtomicUsize::new(0);
@@ -322,7 +359,7 @@ pub fn boot_all(
             s.spawn(|| {
                 while let Some(kernel) = queue.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let o = initrd_of(kernel)
-                        .and_then(|initrd| boot_and_report(kernel, initrd, timeout));
+                        .and_then(|initrd| boot_and_report(kernel, &initrd, timeout));
                     booted.lock().expect("outcomes lock").push(o);
                 }
             });
@@ -350,6 +387,13 @@ fn longest_first(kernels: &[Kernel], initrd_size: impl Fn(&Kernel) -> u64) -> Ve
     sized.into_iter().map(|(_, k)| k).collect()
 }
 
+fn initrd_path(arch: Arch) -> PathBuf {
+    cmd::target_dir()
+        .join("vm")
+        .join(arch.to_string())
+        .join("initrd.gz")
+}
+
 /// Builds `plan`'s payload and writes its initramfs, `target/vm/<arch>/initrd.gz`.
 fn prepare(
     plan: &Plan,
@@ -360,10 +404,7 @@ fn prepare(
     let started = Instant::now();
     let modules = test_modules(&plan.only)?;
     let payload = payload::build_payload(plan.arch)?;
-    let initrd = cmd::target_dir()
-        .join("vm")
-        .join(plan.arch.to_string())
-        .join("initrd.gz");
+    let initrd = initrd_path(plan.arch);
     let kernels: Vec<Kernel> = kernels
         .iter()
         .filter(|k| k.arch == plan.arch)
