@@ -60,7 +60,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let (btf, features) = (kernel.whole, kernel.features);
     let flavor = features.flavor();
     let mut floors = Vec::new();
-    for spec in programs_of(args.probe_mode) {
+    for spec in programs_of(args.probe_mode).filter(|p| p.loads_in(flavor)) {
         let program = spec.name(flavor);
         match attach(spec, &btf) {
             Ok((ebpf, empty)) => floors.push(Floor {
@@ -185,7 +185,8 @@ mod tests {
         assert!(lsm.contains(&"unlink_lsm") && lsm.contains(&"bind_fexit"));
         assert!(!lsm.contains(&"unlink_fentry"));
         let tp = names(ProbeMode::Tracepoint);
-        assert!(tp.contains(&"bind_tp_exit") && tp.contains(&"release_tp_close"));
+        assert!(tp.contains(&"bind_tp_ret") && tp.contains(&"bind_tp_exit"));
+        assert!(tp.contains(&"release_tp_close"));
         // Process events keep their tracepoints under every mode.
         for mode in [ProbeMode::Lsm, ProbeMode::Fentry, ProbeMode::Kprobe] {
             let n = names(mode);

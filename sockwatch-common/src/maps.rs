@@ -23,6 +23,10 @@ pub const LIVE_NAMES: &str = "LIVE_NAMES";
 pub const RELEASED_NAMES: &str = "RELEASED_NAMES";
 /// Entries `RELEASED_NAMES` holds: the latest releases, the oldest forgotten first.
 pub const RELEASED_NAMES_CAPACITY: u32 = 4_096;
+/// One u32: non-zero when neither removal hook runs on the tracepoint tier, whose filters
+/// are the only readers of `LIVE_NAMES` and `RELEASED_NAMES`; binds and releases then keep
+/// no names. Set by the loader once every hook is attached; zero (names kept) until then.
+pub const NAMES_UNREAD: &str = "NAMES_UNREAD";
 /// Processes that hold (or descend from a holder of) a live socket: fork/exit filter.
 pub const TRACKED: &str = "TRACKED";
 /// Entries `TRACKED` holds.

@@ -413,8 +413,10 @@ int shim_release_last_bound_sockets_bounded(void)
 #define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
 #define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
 #define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
+#define SW_SYSCALL_ARG2(regs) BPF_CORE_READ(regs, dx)
 #define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, r10)
 #define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, r8)
+#define SW_SYSCALL_ARG5(regs) BPF_CORE_READ(regs, r9)
 #elif defined(__TARGET_ARCH_arm64)
 // asm-generic numbers; no unlink, rmdir or rename (-1 never matches a syscall number).
 #define SW_NR_UNLINK -1
@@ -435,8 +437,10 @@ struct pt_regs___arm64 {
 #define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
 #define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, orig_x0)
 #define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, regs[1])
+#define SW_SYSCALL_ARG2(regs) BPF_CORE_READ(regs, regs[2])
 #define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, regs[3])
 #define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, regs[4])
+#define SW_SYSCALL_ARG5(regs) BPF_CORE_READ(regs, regs[5])
 #else
 #error "sockwatch: no syscall decoding for this __TARGET_ARCH"
 #endif
@@ -459,6 +463,24 @@ int shim_syscall_target_path(char *buf)
 	else
 		return -1;
 	return bpf_probe_read_user_str(buf, SW_PATH_CAP, user);
+}
+
+// The descriptor and address arguments of the current socket syscall, read at its exit from
+// the registers its entry saved, so that one program at the exit does what an entry program
+// and a pending record did: bind and connect pass (fd, addr, len), sendto (fd, buf, len,
+// flags, addr, addr_len). Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
+void shim_syscall_sock_call(int sendto, struct sw_sock_call *out)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	sw_syscall_regs *regs = (sw_syscall_regs *)bpf_task_pt_regs(task);
+	out->fd = SW_SYSCALL_ARG0(regs);
+	if (sendto) {
+		out->addr = SW_SYSCALL_ARG4(regs);
+		out->len = SW_SYSCALL_ARG5(regs);
+	} else {
+		out->addr = SW_SYSCALL_ARG1(regs);
+		out->len = SW_SYSCALL_ARG2(regs);
+	}
 }
 
 // The flags of the current renameat2 syscall; 0 for rename, renameat and renames from no

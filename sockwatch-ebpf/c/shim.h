@@ -15,4 +15,11 @@ struct sw_file {
 	__u32 mode;
 };
 
+// A socket syscall's descriptor and address arguments (shim_syscall_sock_call).
+struct sw_sock_call {
+	__u64 fd;
+	__u64 addr;
+	__u64 len;
+};
+
 #endif

@@ -36,6 +36,31 @@ pub struct Draft(RingBufEntry<Event>, EventKind);
 /// Reserves one event and fills the fields every kind shares; counts a full ring buffer.
 #[inline(always)]
 pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft> {
+    // SAFETY: helpers without arguments.
+    let (ts_ns, cgroup_id) = unsafe { (bpf_ktime_get_boot_ns(), bpf_get_current_cgroup_id()) };
+    reserve_stamped(kind, tier, fidelity, ts_ns, cgroup_id)
+}
+
+/// [`reserve`] for an event of the process `binder` names, stamped with the time and cgroup
+/// read for it (a bind: its live-table entry and its record read them once).
+#[inline(always)]
+pub fn reserve_as(
+    kind: EventKind,
+    tier: Tier,
+    fidelity: Fidelity,
+    binder: &Owner,
+) -> Option<Draft> {
+    reserve_stamped(kind, tier, fidelity, binder.bind_ns, binder.cgroup_id)
+}
+
+#[inline(always)]
+fn reserve_stamped(
+    kind: EventKind,
+    tier: Tier,
+    fidelity: Fidelity,
+    ts_ns: u64,
+    cgroup_id: u64,
+) -> Option<Draft> {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count_lost(kind);
         return None;
@@ -49,10 +74,10 @@ pub fn reserve(kind: EventKind, tier: Tier, fidelity: Fidelity) -> Option<Draft>
         (*ev).tier = tier as u8;
         (*ev).fidelity = fidelity as u8;
         (*ev).flags = 0;
-        (*ev).ts_ns = bpf_ktime_get_boot_ns();
+        (*ev).ts_ns = ts_ns;
         (*ev).tgid = (pid_tgid >> 32) as u32;
         (*ev).pid = pid_tgid as u32;
-        (*ev).cgroup_id = bpf_get_current_cgroup_id();
+        (*ev).cgroup_id = cgroup_id;
         (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
         (*ev).file = FileId::default();
         (*ev).sock_ino = 0;

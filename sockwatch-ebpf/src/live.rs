@@ -6,25 +6,34 @@ use sockwatch_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
 use crate::{
     counters::count,
     current,
-    maps::{LIVE, LIVE_NAMES, RELEASED_NAMES, TRACKED},
+    maps::{LIVE, LIVE_NAMES, NAMES_UNREAD, RELEASED_NAMES, TRACKED},
     record::Pending,
     shim::{self, Dentry, File},
     watch,
 };
 
-/// Records a freshly bound socket; returns its owner (the current process).
+/// The current process as the owner of a socket it binds now.
 #[inline(always)]
-pub fn bound(file: &File, dentry: Dentry) -> Owner {
-    let tgid = current::tgid();
-    let owner = Owner {
-        tgid,
+pub fn binder() -> Owner {
+    Owner {
+        tgid: current::tgid(),
         _pad: 0,
         // SAFETY: a helper without arguments.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         // SAFETY: a helper without arguments.
         bind_ns: unsafe { bpf_ktime_get_boot_ns() },
+    }
+}
+
+/// Records a freshly bound socket, owned by `owner`.
+#[inline(always)]
+pub fn bound(file: &File, dentry: Dentry, owner: Owner) {
+    let names = names_read();
+    let name_hash = if names {
+        shim::dentry_name_hash(dentry)
+    } else {
+        0
     };
-    let name_hash = shim::dentry_name_hash(dentry);
     let live = LiveSock {
         sock_ino: file.sock_ino,
         owner,
@@ -34,11 +43,18 @@ pub fn bound(file: &File, dentry: Dentry) -> Owner {
     };
     if LIVE.insert(file.id(), live, 0).is_err() {
         count(Counter::MapFull);
-        return owner;
+        return;
     }
-    add_name(name_hash);
-    track(tgid);
-    owner
+    if names {
+        add_name(name_hash);
+    }
+    track(owner.tgid);
+}
+
+/// Whether the name index is kept (see [`sockwatch_common::maps::NAMES_UNREAD`]).
+#[inline(always)]
+fn names_read() -> bool {
+    NAMES_UNREAD.get(0).is_none_or(|off| *off == 0)
 }
 
 /// Marks a live socket as listening; false if it is not in the table (or its entry is
@@ -67,10 +83,12 @@ pub fn released(file: &File) -> Option<LiveSock> {
         return None;
     }
     let _ = LIVE.remove(id);
-    drop_name(live.name_hash);
-    // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
-    // removal of it, is still news to the engine.
-    let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
+    if names_read() {
+        drop_name(live.name_hash);
+        // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
+        // removal of it, is still news to the engine.
+        let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
+    }
     Some(live)
 }
 

@@ -38,6 +38,10 @@ pub static LIVE_NAMES: HashMap<u64, u64> = HashMap::with_max_entries(maps::LIVE_
 pub static RELEASED_NAMES: LruHashMap<u64, u8> =
     LruHashMap::with_max_entries(maps::RELEASED_NAMES_CAPACITY, 0);
 
+/// `NAMES_UNREAD[0]`: see [`sockwatch_common::maps::NAMES_UNREAD`].
+#[map(name = "NAMES_UNREAD")]
+pub static NAMES_UNREAD: Array<u32> = Array::with_max_entries(1, 0);
+
 /// tgid -> 1 for processes that bound a live socket or descend from one.
 #[map(name = "TRACKED")]
 pub static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(maps::TRACKED_CAPACITY, 0);

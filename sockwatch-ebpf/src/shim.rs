@@ -28,6 +28,15 @@ impl File {
     }
 }
 
+/// Mirrors `struct sw_sock_call` in `c/shim.h`.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct SockCall {
+    pub fd: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
 pub type Sock = *const c_void;
 pub type Dentry = *const c_void;
 
@@ -131,6 +140,7 @@ unsafe extern "C" {
     fn shim_release_last_bound_sockets();
     fn shim_release_last_bound_sockets_bounded() -> i32;
     fn shim_atomic_add(counter: *mut u64, delta: i64) -> u64;
+    fn shim_syscall_sock_call(sendto: i32, out: *mut SockCall);
 }
 
 /// A `File` filled by a shim function that returns 0 when it found one.
@@ -218,6 +228,16 @@ pub fn syscall_target_path(buf: &mut [u8; PATH_CAP]) -> Option<u16> {
 pub fn basename_hash(buf: &[u8; PATH_CAP], len: usize) -> u64 {
     // SAFETY: the shim reads `buf` only below SW_PATH_CAP (= PATH_CAP), index masked.
     unsafe { shim_basename_hash(buf.as_ptr(), len as i32) }
+}
+
+/// The current bind's, connect's or (with `sendto`) sendto's descriptor, address and address
+/// length, from the registers the syscall saved (`bpf_task_pt_regs`): read at the exit.
+#[inline(always)]
+pub fn syscall_sock_call(sendto: bool) -> SockCall {
+    let mut out = SockCall::default();
+    // SAFETY: `out` is a live `SockCall`, the layout of the `struct sw_sock_call` the shim fills.
+    unsafe { shim_syscall_sock_call(i32::from(sendto), &mut out) };
+    out
 }
 
 /// Does the current task hold a descriptor of the socket with this sockfs inode? `None` when

@@ -44,7 +44,21 @@ pub fn bind_kretprobe(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Tracepoint tier, entry: keep only UNIX path binds (read from user memory).
+/// Tracepoint tier, one program: the arguments read at the exit from the registers the
+/// syscall saved (`bpf_task_pt_regs`); only a UNIX path bind resolves its descriptor.
+#[tracepoint(category = "syscalls", name = "sys_exit_bind")]
+pub fn bind_tp_ret(ctx: TracePointContext) -> u32 {
+    if tp_ret(&ctx) == 0 && !current::is_agent() {
+        let call = shim::syscall_sock_call(false);
+        if sockaddr::is_user_unix_path(call.addr as _, call.len) {
+            tp_bound(call.fd);
+        }
+    }
+    0
+}
+
+/// Tracepoint tier without `bpf_task_pt_regs` (before 5.15), entry: keep only UNIX path binds
+/// (read from user memory) for the exit.
 #[tracepoint(category = "syscalls", name = "sys_enter_bind")]
 pub fn bind_tp_enter(ctx: TracePointContext) -> u32 {
     if !current::is_agent() && sockaddr::is_user_unix_path(tp_arg(&ctx, 1) as _, tp_arg(&ctx, 2)) {
@@ -53,16 +67,24 @@ pub fn bind_tp_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Tracepoint tier, exit: resolve the descriptor to its socket and bound file.
+/// The same, exit: the kept descriptor resolved.
 #[tracepoint(category = "syscalls", name = "sys_exit_bind")]
 pub fn bind_tp_exit(ctx: TracePointContext) -> u32 {
     if let Some(p) = pending::take(Slot::Bind, false)
         && tp_ret(&ctx) == 0
     {
-        let sk = shim::socket_sk(shim::current_fd_socket(p.arg as i32));
-        bound(sk, Tier::Tracepoint);
+        tp_bound(p.arg);
     }
     0
+}
+
+/// Descriptor `fd` of a successful bind resolved to its socket and bound file.
+#[inline(always)]
+fn tp_bound(fd: u64) {
+    bound(
+        shim::socket_sk(shim::current_fd_socket(fd as i32)),
+        Tier::Tracepoint,
+    );
 }
 
 #[inline(always)]
@@ -75,8 +97,10 @@ fn bound(sk: Sock, tier: Tier) {
     let Some(file) = shim::sk_bound_file(sk) else {
         return;
     };
-    let owner = live::bound(&file, dentry);
-    if let Some(mut ev) = emit::reserve(EventKind::Bind, tier, Fidelity::Exact) {
+    // One clock and cgroup read serve the table's entry and the record.
+    let owner = live::binder();
+    live::bound(&file, dentry, owner);
+    if let Some(mut ev) = emit::reserve_as(EventKind::Bind, tier, Fidelity::Exact, &owner) {
         ev.file(&file)
             .dir(live::parent_id(dentry))
             .owner(&owner)

@@ -21,7 +21,7 @@ use crate::{
     counters::count,
     current, emit, live, pending,
     record::{Pending, Slot},
-    shim,
+    shim::{self, SockCall},
     sockaddr::{self, SUN_PATH_OFFSET},
     watch,
 };
@@ -115,7 +115,28 @@ pub fn conn_dgram_kret(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Tracepoint tier: `connect(fd, uaddr, len)`, path read from user memory.
+/// Tracepoint tier, one program per syscall: `connect(fd, uaddr, len)`, its arguments read at
+/// the exit from the registers the syscall saved (`bpf_task_pt_regs`), the path from user
+/// memory.
+#[tracepoint(category = "syscalls", name = "sys_exit_connect")]
+pub fn connect_tp_ret(ctx: TracePointContext) -> u32 {
+    tp_returned(tp_ret(&ctx), shim::syscall_sock_call(false), 0);
+    0
+}
+
+/// `sendto(fd, buf, len, flags, addr, addr_len)`.
+#[tracepoint(category = "syscalls", name = "sys_exit_sendto")]
+pub fn sendto_tp_ret(ctx: TracePointContext) -> u32 {
+    tp_returned(
+        tp_ret(&ctx).min(0),
+        shim::syscall_sock_call(true),
+        flags::SENDTO,
+    );
+    0
+}
+
+/// Tracepoint tier without `bpf_task_pt_regs` (before 5.15): the entry keeps a connect to a
+/// path for the exit.
 #[tracepoint(category = "syscalls", name = "sys_enter_connect")]
 pub fn connect_tp_enter(ctx: TracePointContext) -> u32 {
     tp_begin(tp_arg(&ctx, 0), tp_arg(&ctx, 1), tp_arg(&ctx, 2), 0);
@@ -128,7 +149,6 @@ pub fn connect_tp_exit(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `sendto(fd, buf, len, flags, addr, addr_len)`.
 #[tracepoint(category = "syscalls", name = "sys_enter_sendto")]
 pub fn sendto_tp_enter(ctx: TracePointContext) -> u32 {
     tp_begin(
@@ -267,7 +287,7 @@ fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
         return;
     }
     // The descriptor is kept, not resolved: most connects succeed, and only a failure needs
-    // the socket's type (`tp_end`).
+    // the socket's type (`refused`).
     let p = Pending {
         flags: extra,
         ..Pending::args(uaddr, fd)
@@ -277,17 +297,31 @@ fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
 
 #[inline(always)]
 fn tp_end(ret: i64) {
-    let Some(p) = pending::take(Slot::Connect, false) else {
-        return;
-    };
+    if let Some(p) = pending::take(Slot::Connect, false) {
+        tp_finished(ret, p.arg, p.ptr, p.flags);
+    }
+}
+
+/// A connect or sendto at its exit, its arguments read there.
+#[inline(always)]
+fn tp_returned(ret: i64, call: SockCall, extra: u16) {
+    if !current::is_agent() && sockaddr::is_user_unix_path(call.addr as *const u8, call.len) {
+        tp_finished(ret, call.fd, call.addr, extra);
+    }
+}
+
+/// A connect or sendto to a path (`uaddr` in user memory) by descriptor `fd` returned `ret`:
+/// a success counted, a failure reported.
+#[inline(always)]
+fn tp_finished(ret: i64, fd: u64, uaddr: u64, extra: u16) {
     if ret >= 0 {
         count(Counter::ConnectOk);
         return;
     }
     // The descriptor is still this thread's at the syscall's exit (a sibling thread's close
     // in between would only lose the datagram flag).
-    let mut f = p.flags;
-    let sk = shim::socket_sk(shim::current_fd_socket(p.arg as i32));
+    let mut f = extra;
+    let sk = shim::socket_sk(shim::current_fd_socket(fd as i32));
     if !sk.is_null() && shim::sk_type(sk) == SOCK_DGRAM {
         f |= flags::DGRAM;
     }
@@ -295,7 +329,7 @@ fn tp_end(ret: i64) {
         ev.ret(ret)
             .flags(f)
             .aux(shim::current_mntns())
-            .user_path((p.ptr as *const u8).wrapping_add(SUN_PATH_OFFSET));
+            .user_path((uaddr as *const u8).wrapping_add(SUN_PATH_OFFSET));
         ev.submit();
     }
 }

@@ -11,12 +11,13 @@ const BPF_NOEXIST: u64 = 1;
 const BPF_EXIST: u64 = 2;
 
 /// The kernel's table of live sockets, and its base-name index (the tracepoint tier's
-/// filter), as userspace reads and seeds them.
+/// filter, kept only where a removal hook runs on that tier), as userspace reads and seeds
+/// them.
 pub struct LiveTable {
     /// Entries the table was created with.
     pub capacity: u32,
     pub(super) live: HashMap<MapData, FileId, LiveSock>,
-    pub(super) names: HashMap<MapData, u64, u64>,
+    pub(super) names: Option<HashMap<MapData, u64, u64>>,
     /// tgid -> 1 for the processes the exit hook releases sockets of.
     pub(super) tracked: HashMap<MapData, u32, u32>,
     /// What hooks' entries keep for their exits, per thread and hook.
@@ -196,14 +197,20 @@ impl LiveTable {
     }
 
     fn add_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
-        let n = self.names.get(&hash, 0).unwrap_or(0);
-        self.names.insert(hash, n + 1, 0)
+        let Some(names) = &mut self.names else {
+            return Ok(());
+        };
+        let n = names.get(&hash, 0).unwrap_or(0);
+        names.insert(hash, n + 1, 0)
     }
 
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {
-        match self.names.get(&hash, 0) {
-            Ok(n) if n > 1 => self.names.insert(hash, n - 1, 0),
-            Ok(_) => self.names.remove(&hash),
+        let Some(names) = &mut self.names else {
+            return Ok(());
+        };
+        match names.get(&hash, 0) {
+            Ok(n) if n > 1 => names.insert(hash, n - 1, 0),
+            Ok(_) => names.remove(&hash),
             Err(_) => Ok(()),
         }
     }

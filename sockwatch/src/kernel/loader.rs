@@ -5,7 +5,7 @@
 //! others were refused, so `run` and `check` can say exactly what this kernel offers.
 use aya::{
     Btf, Ebpf, EbpfLoader, Endianness,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
 };
 use sockwatch_common::{
     Counter, Event, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots,
@@ -24,7 +24,7 @@ use crate::{
         btf,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
-        probes::{Hook, PROBES, ProbeMode, TierSpec},
+        probes::{Hook, PROBES, ProbeMode, ProgramSpec, TierSpec},
         watch::WatchedDir,
     },
 };
@@ -147,6 +147,8 @@ pub struct Probes {
     /// The probe mode the hooks were attached under.
     pub mode: ProbeMode,
     live_capacity: u32,
+    /// Whether a removal hook runs on the tracepoint tier, whose filters read the name index.
+    names_read: bool,
 }
 
 /// Where a load's time went: start-up latency matters to a DaemonSet's rollout, and under
@@ -216,6 +218,12 @@ impl Probes {
                 &coverage, &report, opts,
             )));
         }
+        let names_read = report.iter().any(|r| {
+            matches!(r.hook, Hook::Unlink | Hook::Rename) && r.attached == Some(Tier::Tracepoint)
+        });
+        if !names_read {
+            stop_names(&mut ebpf)?;
+        }
         Ok(Self {
             ebpf,
             report,
@@ -224,6 +232,7 @@ impl Probes {
             timings,
             mode: opts.mode,
             live_capacity: opts.live_capacity,
+            names_read,
         })
     }
 
@@ -266,10 +275,11 @@ impl Probes {
             .ebpf
             .take_map(maps::PENDING)
             .ok_or(LoadError::Map(maps::PENDING))?;
+        let names = HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?;
         Ok(LiveTable {
             capacity: self.live_capacity,
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
-            names: HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?,
+            names: self.names_read.then_some(names),
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
             pending: HashMap::try_from(pending).map_err(|_| LoadError::Map(maps::PENDING))?,
             counted: None,
@@ -382,9 +392,10 @@ pub fn probe_support(
             let (result, mut programs) =
                 try_tier(&mut ebpf, hook.hook, tier, own, btf, stand_ins, trial);
             unload_tier(&mut ebpf, tier, own);
-            // The other flavor's twins too: their cost is part of the picture.
+            // The other flavor's own programs too: their cost is part of the picture.
             let other = other_flavor(own);
-            for spec in tier.programs.iter().filter(|p| p.bounded.is_some()) {
+            let theirs = |p: &&ProgramSpec| p.per_flavor() && p.loads_in(other);
+            for spec in tier.programs.iter().filter(theirs) {
                 programs.push(measure_program(
                     &mut ebpf, spec, hook.hook, tier.tier, other, btf, trial,
                 ));
@@ -526,6 +537,19 @@ fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf
         .map_max_entries(maps::LIVE_NAMES, opts.live_capacity)
         .load(EBPF_OBJECT)
         .map_err(LoadError::Object)
+}
+
+/// Tells binds and releases to keep no name index: no program attached reads it (see
+/// [`maps::NAMES_UNREAD`]).
+fn stop_names(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let map = ebpf
+        .map_mut(maps::NAMES_UNREAD)
+        .ok_or(LoadError::Map(maps::NAMES_UNREAD))?;
+    let mut unread =
+        Array::<_, u32>::try_from(map).map_err(|_| LoadError::Map(maps::NAMES_UNREAD))?;
+    unread
+        .set(0, 1, 0)
+        .map_err(|e| LoadError::MapUpdate(maps::NAMES_UNREAD, e))
 }
 
 fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {

@@ -77,6 +77,8 @@ pub struct ProgramSpec {
     pub program: &'static str,
     /// Its twin for kernels without `bpf_loop` ([`Flavor::Bounded`]), if it needs one.
     pub bounded: Option<&'static str>,
+    /// The one flavor it is loaded in: the other does its work with other programs.
+    pub only: Option<Flavor>,
     pub attach: Attach,
     /// The tier works without it, with less detail (its target may be inlined on some
     /// kernels); the loader reports it as degraded.
@@ -108,11 +110,21 @@ impl ProgramSpec {
 
     /// The flavors this program exists in.
     pub fn flavors(&self) -> &'static [Flavor] {
-        if self.bounded.is_some() {
-            &[Flavor::Helpers, Flavor::Bounded]
-        } else {
-            &[Flavor::Helpers]
+        match (self.only, self.bounded) {
+            (Some(Flavor::Bounded), _) => &[Flavor::Bounded],
+            (None, Some(_)) => &[Flavor::Helpers, Flavor::Bounded],
+            _ => &[Flavor::Helpers],
         }
+    }
+
+    /// Whether a tier loads it under `flavor`.
+    pub fn loads_in(&self, flavor: Flavor) -> bool {
+        self.only.is_none_or(|f| f == flavor)
+    }
+
+    /// Whether what is loaded differs by flavor (a twin, or one flavor only).
+    pub fn per_flavor(&self) -> bool {
+        self.bounded.is_some() || self.only.is_some()
     }
 }
 
@@ -120,25 +132,29 @@ const fn p(program: &'static str, attach: Attach) -> ProgramSpec {
     ProgramSpec {
         program,
         bounded: None,
+        only: None,
         attach,
         optional: false,
+    }
+}
+/// A program loaded in one flavor only.
+const fn only(flavor: Flavor, program: &'static str, attach: Attach) -> ProgramSpec {
+    ProgramSpec {
+        only: Some(flavor),
+        ..p(program, attach)
     }
 }
 /// A program with a `_b` twin: see [`Flavor`].
 const fn flavored(program: &'static str, bounded: &'static str, attach: Attach) -> ProgramSpec {
     ProgramSpec {
-        program,
         bounded: Some(bounded),
-        attach,
-        optional: false,
+        ..p(program, attach)
     }
 }
 const fn optional(program: &'static str, attach: Attach) -> ProgramSpec {
     ProgramSpec {
-        program,
-        bounded: None,
-        attach,
         optional: true,
+        ..p(program, attach)
     }
 }
 const fn fentry(function: &'static str) -> Attach {
@@ -173,10 +189,24 @@ macro_rules! syscall_pairs {
     };
 }
 
+/// The tracepoint programs of a socket syscall that takes an address (bind, connect, sendto):
+/// where the kernel has `bpf_task_pt_regs`, one program at the exit (`<syscall>_tp_ret`) reads
+/// the arguments from the registers the syscall saved; without it, the entry keeps them for
+/// the exit in a pending record.
+macro_rules! addressed_syscalls {
+    ($($syscall:literal),+) => {
+        &[$(
+            only(Flavor::Helpers, concat!($syscall, "_tp_ret"), sys(concat!("sys_exit_", $syscall))),
+            only(Flavor::Bounded, concat!($syscall, "_tp_enter"), sys(concat!("sys_enter_", $syscall))),
+            only(Flavor::Bounded, concat!($syscall, "_tp_exit"), sys(concat!("sys_exit_", $syscall))),
+        )+]
+    };
+}
+
 /// The tiers of a hook on a `unix_*` socket call (bind, listen): fexit, kprobe with
-/// kretprobe, and the syscall's enter/exit tracepoints, named `<hook>_<tier>`.
+/// kretprobe, and the syscall's tracepoint programs `$tracepoints`, named `<hook>_<tier>`.
 macro_rules! socket_call_tiers {
-    ($hook:literal, $function:literal) => {
+    ($hook:literal, $function:literal, $tracepoints:expr) => {
         &[
             tier(
                 Tier::Fentry,
@@ -189,7 +219,7 @@ macro_rules! socket_call_tiers {
                     p(concat!($hook, "_kretprobe"), kretprobe($function)),
                 ],
             ),
-            tier(Tier::Tracepoint, syscall_pairs!($hook)),
+            tier(Tier::Tracepoint, $tracepoints),
         ]
     };
 }
@@ -250,11 +280,11 @@ const RENAME_TIERS: [TierSpec; 3] = vfs_tiers!("rename", "vfs_rename", "inode_re
 pub const PROBES: &[HookSpec] = &[
     HookSpec {
         hook: Hook::Bind,
-        tiers: socket_call_tiers!("bind", "unix_bind"),
+        tiers: socket_call_tiers!("bind", "unix_bind", addressed_syscalls!("bind")),
     },
     HookSpec {
         hook: Hook::Listen,
-        tiers: socket_call_tiers!("listen", "unix_listen"),
+        tiers: socket_call_tiers!("listen", "unix_listen", syscall_pairs!("listen")),
     },
     HookSpec {
         hook: Hook::Unlink,
@@ -300,7 +330,7 @@ pub const PROBES: &[HookSpec] = &[
                     p("conn_dgram_kret", kretprobe("unix_dgram_connect")),
                 ],
             ),
-            tier(Tier::Tracepoint, syscall_pairs!("connect", "sendto")),
+            tier(Tier::Tracepoint, addressed_syscalls!("connect", "sendto")),
         ],
     },
     HookSpec {

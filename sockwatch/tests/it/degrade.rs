@@ -313,8 +313,9 @@ fn without_the_release_hook_a_closed_socket_is_not_called_open() {
 }
 
 /// The bounded twins (what kernels without `bpf_loop` get) on this kernel: the release of a
-/// socket at its holder's exit, found by the bounded fd walk, and a foreign unlink, named by
-/// the file's own name and completed from its directory.
+/// socket at its holder's exit, found by the bounded fd walk, a foreign unlink, named by the
+/// file's own name and completed from its directory, and refused connects and sendtos seen
+/// by the syscalls' entry/exit pairs.
 #[test]
 fn bounded_programs_report_exits_and_foreign_unlinks() {
     if !root("bounded_programs_report_exits_and_foreign_unlinks") {
@@ -354,6 +355,28 @@ fn bounded_programs_report_exits_and_foreign_unlinks() {
     });
     assert_eq!(v["victim"]["tgid"], owner.pid, "{v}");
     assert_eq!(v["actor"]["tgid"], other.pid, "{v}");
+
+    // The tracepoint tier's connect and sendto, by their entry/exit pairs: refused by the file
+    // the exited holder left.
+    if agent.log_text().contains("connect: tracepoint") {
+        let refused = libc::ECONNREFUSED.to_string();
+        for (call, flag) in [("connect", None), ("sendto", Some("sendto"))] {
+            let mut client = Actor::spawn();
+            assert_eq!(client.must(&format!("{call} {}", held.display())), refused);
+            let c = agent.expect_line(call, |l| {
+                l["kind"] == "connect" && l["path"] == path_of(&held) && l["tgid"] == client.pid
+            });
+            assert_eq!(c["ret"], -libc::ECONNREFUSED, "{c}");
+            if let Some(flag) = flag {
+                assert_eq!(c[flag], true, "{c}");
+            }
+        }
+    } else {
+        skip(
+            "bounded_programs_report_exits_and_foreign_unlinks",
+            "connect is not on the tracepoint tier: its pairs are not loaded",
+        );
+    }
     drop((owner, other));
     agent.stop();
 }
@@ -482,13 +505,19 @@ fn sweeps_prune_pending_records_no_exit_took() {
         .collect();
     for (mode, tier) in modes {
         let kept = if tier == Tier::Kprobe { 2.0 } else { 1.0 };
-        stale_pending_record_is_pruned(mode.name(), kept);
+        // Where the kernel has bpf_task_pt_regs the tracepoint tier's connect is one program
+        // that keeps nothing: its entry/exit pair (the bounded programs) keeps the record.
+        let extra: &[&str] = match tier {
+            Tier::Tracepoint => &["--test-bounded-programs"],
+            _ => &[],
+        };
+        stale_pending_record_is_pruned(mode.name(), kept, extra);
     }
 }
 
-/// Blocks a connect under `--probe-mode mode` and waits for the sweep to prune the `kept`
-/// records its hooks left.
-fn stale_pending_record_is_pruned(mode: &str, kept: f64) {
+/// Blocks a connect under `--probe-mode mode` (and `extra` flags) and waits for the sweep to
+/// prune the `kept` records its hooks left.
+fn stale_pending_record_is_pruned(mode: &str, kept: f64, extra: &[&str]) {
     let (dir, watch) = watched_tempdir();
     let addr = free_addr();
     let listen = addr.to_string();
@@ -496,13 +525,17 @@ fn stale_pending_record_is_pruned(mode: &str, kept: f64) {
         dir.path(),
         &watch,
         &[
-            "--listen",
-            &listen,
-            "--scan-interval",
-            "1s",
-            "--probe-mode",
-            mode,
-        ],
+            &[
+                "--listen",
+                &listen,
+                "--scan-interval",
+                "1s",
+                "--probe-mode",
+                mode,
+            ],
+            extra,
+        ]
+        .concat(),
     );
     let pruned = || {
         value(

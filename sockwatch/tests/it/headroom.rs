@@ -33,13 +33,14 @@ fn release() -> String {
         .to_owned()
 }
 
-/// `helpers`/`bounded` for a program with a twin; `any` for one both flavors share.
+/// `helpers`/`bounded` for a program with a twin or of one flavor; `any` for one both flavors
+/// share.
 fn flavor_of(l: &ProgramLoad) -> &'static str {
     let twinned = sockwatch::kernel::probes::PROBES
         .iter()
         .flat_map(|h| h.tiers)
         .flat_map(|t| t.programs)
-        .any(|p| p.bounded.is_some() && p.name(l.flavor) == l.program);
+        .any(|p| p.per_flavor() && p.name(l.flavor) == l.program);
     if twinned { l.flavor.name() } else { "any" }
 }
 
