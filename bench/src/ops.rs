@@ -4,8 +4,8 @@ use std::{ffi::CString, fs, os::unix::ffi::OsStrExt as _, path::Path, time::Inst
 use anyhow::Context as _;
 
 use crate::sys::{
-    UnixAddr, accept, bind, close, connect, cstr, listen, socket_path, stream_socket,
-    thread_cpu_ns, unlink,
+    UnixAddr, accept, bind, close, connect, cstr, fork_exit_wait, listen, open_rdonly, pipe,
+    socket_path, socketpair, stream_socket, thread_cpu_ns, unlink,
 };
 
 /// Per-op cost of a batch: wall-clock nanoseconds, and the thread's own CPU time (user and
@@ -62,8 +62,8 @@ pub fn op_unlink(dir: &Path, n: u64) -> anyhow::Result<Timing> {
     Ok(time_batch(n, || unlink(next.next().expect("n files"))))
 }
 
-/// A whole socket life cycle in the watched directory, in the order of a C daemon: socket,
-/// bind, listen, a client's socket and connect, accept, three closes, unlink.
+/// A whole socket life cycle in `dir`, in the order of a C daemon: socket, bind, listen, a
+/// client's socket and connect, accept, three closes, unlink.
 pub fn op_sockcycle(dir: &Path, n: u64) -> anyhow::Result<Timing> {
     let (sa, c_path) = socket_path(&dir.join("cycle.sock"))?;
     Ok(timed(n, || {
@@ -146,4 +146,27 @@ pub fn op_getppid(n: u64) -> Timing {
         let ppid = unsafe { libc::getppid() };
         std::hint::black_box(ppid);
     })
+}
+
+/// open(2) and close(2) of a regular file in `dir`.
+pub fn op_open(dir: &Path, n: u64) -> anyhow::Result<Timing> {
+    let p = dir.join("open.file");
+    fs::File::create(&p).with_context(|| format!("create {}", p.display()))?;
+    let c = cstr(&p);
+    Ok(timed(n, || close(open_rdonly(&c))))
+}
+
+/// pipe(2) and the close of both ends.
+pub fn op_pipe(n: u64) -> Timing {
+    timed(n, || pipe().into_iter().for_each(close))
+}
+
+/// socketpair(2) of unnamed UNIX sockets and the close of both.
+pub fn op_socketpair(n: u64) -> Timing {
+    timed(n, || socketpair().into_iter().for_each(close))
+}
+
+/// fork(2) of a child that exits at once, and its reaping.
+pub fn op_fork(n: u64) -> Timing {
+    timed(n, fork_exit_wait)
 }

@@ -8,7 +8,10 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use crate::{
-    ops::{Timing, op_connect, op_getppid, op_sockcycle, op_sockcycle_go, op_unlink},
+    ops::{
+        Timing, op_connect, op_fork, op_getppid, op_open, op_pipe, op_sockcycle, op_sockcycle_go,
+        op_socketpair, op_unlink,
+    },
     sys::sockaddr,
 };
 
@@ -24,6 +27,7 @@ pub fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
     let lfd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let target = sockaddr(&target)?;
     let watched = watched.to_path_buf();
+    let unwatched = unwatched.to_path_buf();
     let stdin = io::stdin();
     let mut out = io::stdout();
     for line in stdin.lock().lines() {
@@ -34,7 +38,7 @@ pub fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
             ["quit"] | [] => break,
             _ => bail!("unknown command {line:?}"),
         };
-        let watched = watched.clone();
+        let (watched, unwatched) = (watched.clone(), unwatched.clone());
         let t = std::thread::spawn(move || -> anyhow::Result<Timing> {
             match kind.as_str() {
                 "unlink" => op_unlink(&watched, n),
@@ -42,6 +46,11 @@ pub fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
                 "sockcycle-go" => op_sockcycle_go(&watched, n),
                 "connect" => Ok(op_connect(lfd, &target, n)),
                 "getppid" => Ok(op_getppid(n)),
+                "open" => op_open(&unwatched, n),
+                "pipe" => Ok(op_pipe(n)),
+                "socketpair" => Ok(op_socketpair(n)),
+                "sockcycle-unwatched" => op_sockcycle(&unwatched, n),
+                "fork" => Ok(op_fork(n)),
                 other => bail!("unknown op {other}"),
             }
         })

@@ -86,6 +86,45 @@ pub fn close(fd: libc::c_int) {
     ok(r, "close");
 }
 
+/// A read-only descriptor of file `p`.
+pub fn open_rdonly(p: &CString) -> libc::c_int {
+    // SAFETY: p is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    ok(fd, "open")
+}
+
+/// A pipe's two ends.
+pub fn pipe() -> [libc::c_int; 2] {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
+    ok(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, "pipe2");
+    fds
+}
+
+/// A connected pair of unnamed UNIX stream sockets.
+pub fn socketpair() -> [libc::c_int; 2] {
+    let mut fds = [0; 2];
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    // SAFETY: fds has room for the two descriptors socketpair writes.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) };
+    ok(r, "socketpair");
+    fds
+}
+
+/// A child that exits at once, reaped.
+pub fn fork_exit_wait() {
+    // SAFETY: the child only calls _exit, which is async-signal-safe after a fork of a
+    // multi-threaded process.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: ends the child without running the parent's destructors or atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    ok(pid, "fork");
+    // SAFETY: waits for our own child; a null status pointer is allowed.
+    ok(unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) }, "waitpid");
+}
+
 pub fn unlink(p: &CString) {
     // SAFETY: p is a NUL-terminated string that outlives the call.
     let r = unsafe { libc::unlink(p.as_ptr()) };

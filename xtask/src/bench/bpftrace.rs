@@ -82,12 +82,16 @@ pub fn script(watched: &Path) -> String {
     s
 }
 
-/// Empty programs on every tracepoint sockwatch's tracepoint tier attaches, and on the
-/// tracepoints of [`script`]'s fork and exit counters: the attachment's own cost.
+/// Empty programs on every tracepoint sockwatch's tracepoint tier attaches on a kernel with
+/// `bpf_task_pt_regs` (this host's), and on the tracepoints of [`script`]'s fork and exit
+/// counters: the attachment's own cost.
 pub fn floor_script() -> String {
     let mut s = String::from("BEGIN { printf(\"ready\\n\"); }\n");
-    for call in TRACED_SYSCALLS {
+    for call in PAIRED_SYSCALLS {
         s += &format!("tracepoint:syscalls:sys_enter_{call} {{}}\n");
+        s += &format!("tracepoint:syscalls:sys_exit_{call} {{}}\n");
+    }
+    for call in EXIT_ONLY_SYSCALLS {
         s += &format!("tracepoint:syscalls:sys_exit_{call} {{}}\n");
     }
     s += "tracepoint:syscalls:sys_enter_close {}\n\
@@ -97,13 +101,16 @@ pub fn floor_script() -> String {
 }
 
 /// The empty program of [`floor_script`] on the tracepoint the tracepoint tier's `program`
-/// runs on, by the name bpftrace gives it (`bind_tp_exit` → `sys_exit_bind`); the kernel keeps
+/// runs on, by the name bpftrace gives it (`bind_tp_ret` → `sys_exit_bind`); the kernel keeps
 /// 15 characters of a name, so compare with [`same_program`].
 pub fn floor_of(program: &str) -> Option<String> {
     if let Some(call) = program.strip_suffix("_tp_enter") {
         return Some(format!("sys_enter_{call}"));
     }
-    if let Some(call) = program.strip_suffix("_tp_exit") {
+    if let Some(call) = program
+        .strip_suffix("_tp_exit")
+        .or_else(|| program.strip_suffix("_tp_ret"))
+    {
         return Some(format!("sys_exit_{call}"));
     }
     let tracepoint = match program {
@@ -121,17 +128,17 @@ pub fn same_program(a: &str, b: &str) -> bool {
 }
 
 /// The syscalls whose entry and exit sockwatch's tracepoint tier hooks.
-const TRACED_SYSCALLS: [&str; 9] = [
-    "bind",
+const PAIRED_SYSCALLS: [&str; 6] = [
     "listen",
-    "connect",
-    "sendto",
     "unlink",
     "unlinkat",
     "rename",
     "renameat",
     "renameat2",
 ];
+
+/// The syscalls it hooks at the exit only, their arguments read from the saved registers.
+const EXIT_ONLY_SYSCALLS: [&str; 3] = ["bind", "connect", "sendto"];
 
 /// Tracepoint probes in [`script`].
 pub fn probes(script: &str) -> usize {
@@ -249,7 +256,7 @@ mod tests {
     #[test]
     fn the_bpftrace_script_covers_the_tracepoint_tiers_syscalls() {
         let s = script(Path::new("/run/w"));
-        for call in TRACED_SYSCALLS {
+        for call in PAIRED_SYSCALLS.iter().chain(&EXIT_ONLY_SYSCALLS) {
             assert!(s.contains(&format!("sys_enter_{call} ")), "{call}");
             assert!(s.contains(&format!("sys_exit_{call} ")), "{call}");
         }
@@ -259,18 +266,21 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_has_an_empty_program_on_each_of_the_scripts_tracepoints() {
+    fn the_floor_has_an_empty_program_where_sockwatch_attaches_and_the_script_too() {
         let (s, floor) = (script(Path::new("/run/w")), floor_script());
         let tracepoints = |text: &str| -> Vec<String> {
-            let mut v: Vec<String> = text
-                .lines()
+            text.lines()
                 .filter(|l| l.starts_with("tracepoint:"))
                 .map(|l| l.split([' ', '{']).next().unwrap_or_default().to_owned())
-                .collect();
-            v.sort();
-            v
+                .collect()
         };
-        assert_eq!(tracepoints(&floor), tracepoints(&s));
+        let (script_points, floor_points) = (tracepoints(&s), tracepoints(&floor));
+        assert_eq!(floor_points.len(), 2 * 6 + 3 + 3);
+        assert!(floor_points.iter().all(|t| script_points.contains(t)));
+        for call in EXIT_ONLY_SYSCALLS {
+            assert!(!floor.contains(&format!("sys_enter_{call} ")), "{call}");
+            assert!(floor.contains(&format!("sys_exit_{call} ")), "{call}");
+        }
         assert!(
             floor
                 .lines()
@@ -283,7 +293,9 @@ mod tests {
     fn each_tracepoint_program_has_the_empty_program_on_its_tracepoint() {
         let floor = floor_script();
         for (program, empty) in [
-            ("bind_tp_exit", "sys_exit_bind"),
+            ("bind_tp_ret", "sys_exit_bind"),
+            ("sendto_tp_ret", "sys_exit_sendto"),
+            ("listen_tp_exit", "sys_exit_listen"),
             ("renameat2_tp_enter", "sys_enter_renameat2"),
             ("release_tp_close", "sys_enter_close"),
             ("fork_tp_btf", "sched_process_fork"),

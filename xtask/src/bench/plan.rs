@@ -43,6 +43,11 @@ impl Plan {
             (Op::Unlink, 10_000, 2_000),
             (Op::SockCycle, 3_000, 600),
             (Op::SockCycleGo, 3_000, 600),
+            (Op::Open, 50_000, 10_000),
+            (Op::Pipe, 40_000, 8_000),
+            (Op::SocketPair, 20_000, 4_000),
+            (Op::SockCycleUnwatched, 3_000, 600),
+            (Op::Fork, 1_000, 200),
         ];
         let steps = if quick {
             vec![10_000, 50_000]
@@ -81,7 +86,23 @@ pub enum Op {
     SockCycleGo,
     Connect,
     Getppid,
+    Open,
+    Pipe,
+    SocketPair,
+    SockCycleUnwatched,
+    Fork,
 }
+
+/// The operations that concern no watched socket: what every workload on the node pays
+/// (issue 38's node tax), each against its floor.
+pub const UNRELATED: [Op; 6] = [
+    Op::Getppid,
+    Op::Open,
+    Op::Pipe,
+    Op::SocketPair,
+    Op::SockCycleUnwatched,
+    Op::Fork,
+];
 
 impl Op {
     /// The workload's name for it.
@@ -92,6 +113,11 @@ impl Op {
             Op::SockCycleGo => "sockcycle-go",
             Op::Connect => "connect",
             Op::Getppid => "getppid",
+            Op::Open => "open",
+            Op::Pipe => "pipe",
+            Op::SocketPair => "socketpair",
+            Op::SockCycleUnwatched => "sockcycle-unwatched",
+            Op::Fork => "fork",
         }
     }
 
@@ -109,6 +135,14 @@ impl Op {
             }
             Op::Connect => "connect to an unwatched socket (socket, connect, accept, 2× close)",
             Op::Getppid => "getppid(2), a syscall nothing observes",
+            Op::Open => "open(2) and close(2) of a regular file outside the watched directory",
+            Op::Pipe => "pipe(2) and two closes",
+            Op::SocketPair => "socketpair(2) of unnamed UNIX sockets and two closes",
+            Op::SockCycleUnwatched => {
+                "socket life cycle outside the watched directory, C order (socket, bind, \
+                 listen, socket, connect, accept, 3× close, unlink)"
+            }
+            Op::Fork => "fork(2) of a child that exits at once, and waitpid(2)",
         }
     }
 }
@@ -153,6 +187,11 @@ mod tests {
                 (Op::Unlink, 10_000),
                 (Op::SockCycle, 3_000),
                 (Op::SockCycleGo, 3_000),
+                (Op::Open, 50_000),
+                (Op::Pipe, 40_000),
+                (Op::SocketPair, 20_000),
+                (Op::SockCycleUnwatched, 3_000),
+                (Op::Fork, 1_000),
             ]
         );
         assert_eq!((full.steps.len(), full.step_secs), (9, 5.0));

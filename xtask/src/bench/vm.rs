@@ -42,12 +42,17 @@ pub fn floor(tier: &str) -> String {
 /// The operations and batch sizes of the host's overhead phase, half of each batch: TCG runs
 /// these syscalls 3–9× slower than this host does, and batches of a fifth (60–80 ms each)
 /// left interquartile ranges of ±30 points even for getppid.
-pub const OPS: [(&str, u64); 5] = [
+pub const OPS: [(&str, u64); 10] = [
     ("getppid", 200_000),
     ("connect", 2_500),
     ("unlink", 5_000),
     ("sockcycle", 1_500),
     ("sockcycle-go", 1_500),
+    ("open", 25_000),
+    ("pipe", 20_000),
+    ("socketpair", 10_000),
+    ("sockcycle-unwatched", 1_500),
+    ("fork", 500),
 ];
 const OP_LINE: &str = "SOCKWATCH-BENCH-OP: ";
 const PROG_LINE: &str = "SOCKWATCH-BENCH-PROG: ";

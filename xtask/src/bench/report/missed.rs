@@ -10,23 +10,6 @@ use crate::bench::{
     throughput::Throughput,
 };
 
-/// The next fix for the tracepoint tier's programs: bind, the costliest, and connect run as
-/// entry/exit pairs.
-const TRACEPOINT_FIX: &str = "bind (the costliest syscall) and connect each run two programs: \
-    the entry program reads the caller's sockaddr to keep only path sockets and stashes the \
-    call in the pending map for the exit program, which takes it back (a map insert and a \
-    delete per call) before it does the work; read the arguments from the syscall's saved \
-    registers at the exit instead (`bpf_task_pt_regs`, 5.15+; `orig_x0` on arm64), one \
-    program per call";
-
-/// The next fix for the precise tiers' programs, which have no entry/exit pair to merge.
-pub const PRECISE_FIX: &str = "bind is the costliest program per run on every tier: beside \
-    its live-table entry it keeps a name index that only the tracepoint tier's unlink and \
-    rename filters read (a hash-map insert per bind, a delete per release), and it reads the \
-    boot clock and the cgroup id twice (for the entry, and again in `emit::reserve` for the \
-    record); keep the name index only where a tracepoint-tier unlink or rename hook is \
-    attached, and read each value once";
-
 pub fn render(s: &mut String, o: &Overhead) -> std::fmt::Result {
     let top: Vec<String> = sockwatch_steps(o)
         .into_iter()
@@ -44,7 +27,7 @@ pub fn render(s: &mut String, o: &Overhead) -> std::fmt::Result {
          Syscall by syscall (Go order), the largest additions are: {}. The workload \
          thread's CPU time grows {} (C order) and {} (Go order), against wall-clock ratios \
          of {} and {}. The costliest program runs (programs run at least 100 times): {}. \
-         Added per call against the programs' own run time: {}. Next fix: {TRACEPOINT_FIX}.\n",
+         Added per call against the programs' own run time: {}.\n",
         o.added_ns(Variant::Sockwatch, Op::Getppid)
             .map_or("?".into(), ns),
         if top.is_empty() {
@@ -88,27 +71,29 @@ fn sockwatch_steps(o: &Overhead) -> Vec<(&'static str, f64)> {
     out
 }
 
-/// For bind and listen: what sockwatch adds to the call, and its two programs' run time.
+/// For bind and listen: what sockwatch adds to the call, and its programs' run time (those on
+/// the call's tracepoints, `<call>_tp_*`).
 fn program_share(o: &Overhead) -> String {
     let steps = sockwatch_steps(o);
-    let run = |name: &str| {
-        o.programs
-            .iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, _, avg)| *avg)
-    };
     let mut out = Vec::new();
-    for (call, progs) in [
-        ("bind", ["bind_tp_enter", "bind_tp_exit"]),
-        ("listen", ["listen_tp_enter", "listen_tp_exit"]),
-    ] {
+    for call in ["bind", "listen"] {
+        let prefix = format!("{call}_tp_");
+        let ran: Vec<f64> = o
+            .programs
+            .iter()
+            .filter(|(n, _, _)| n.starts_with(&prefix))
+            .map(|(_, _, avg)| *avg)
+            .collect();
         let added = steps.iter().find(|(n, _)| *n == call).map(|(_, x)| *x);
-        let ran: Option<f64> = progs.iter().map(|p| run(p)).sum();
-        if let (Some(a), Some(r)) = (added, ran) {
+        if let (Some(a), false) = (added, ran.is_empty()) {
             out.push(format!(
-                "{call} gets {} per call, of which its two programs run {:.0} ns",
+                "{call} gets {} per call, of which its {} run {:.0} ns",
                 ns(a),
-                r
+                match ran.len() {
+                    1 => "one program".to_owned(),
+                    n => format!("{n} programs"),
+                },
+                ran.iter().sum::<f64>()
             ));
         }
     }

@@ -6,13 +6,16 @@ use crate::bench::{
     footprint::Footprint,
     latency::Latency,
     overhead::Overhead,
-    plan::{Op, Variant},
+    plan::{Op, UNRELATED, Variant},
     stats::{Spread, quantile},
     throughput::Throughput,
 };
 
 /// Issue 12's most agent CPU per event at 50,000 events/s, µs.
 pub const AGENT_CPU_US: f64 = 1.5;
+
+/// Issue 38's node tax: points an unrelated operation may pay above its floor.
+const NODE_TAX_POINTS: f64 = 3.0;
 
 /// "Flat in the socket count": the p50 scrape with the held sockets at most this many times
 /// the p50 with none.
@@ -76,6 +79,8 @@ pub fn all(
         let floor = "within 2× the empty-program floor (issue 12)";
         t.extend(versus(o, Variant::Floor, floor, 2.0));
         t.extend(unrelated_syscall(o));
+        t.extend(node_tax(o));
+        t.extend(cycle_to_floor(o));
         t.extend(programs_to_floor(o));
     }
     if let Some(th) = throughput {
@@ -149,6 +154,53 @@ fn unrelated_syscall(o: &Overhead) -> Option<Target> {
         format!("{sw:.0} vs {floor:.0} ns per call ({:+.1} %)", over * 100.0),
         Verdict::at_most(over, 0.10, |x| format!("{:.1} points", x * 100.0)),
     ))
+}
+
+/// Issue 38's node tax: every operation that concerns no watched socket within 3 points of
+/// the floor's ratio to `off` (floor ×1.11 → sockwatch ≤ ×1.14), p50 of per-round ratios.
+fn node_tax(o: &Overhead) -> Option<Target> {
+    let mut shown = Vec::new();
+    let mut over = Vec::new();
+    for op in UNRELATED {
+        let p50 = |v| Spread::of(&o.ratios(v, op)).map(|r| r.p50);
+        let (Some(sw), Some(floor)) = (p50(Variant::Sockwatch), p50(Variant::Floor)) else {
+            continue;
+        };
+        shown.push(format!("{}: ×{sw:.3} vs ×{floor:.3}", op.arg()));
+        let points = (sw - floor) * 100.0;
+        if points > NODE_TAX_POINTS {
+            over.push(format!("{} by {:.1} points", op.arg(), points - NODE_TAX_POINTS));
+        }
+    }
+    if shown.is_empty() {
+        return None;
+    }
+    let verdict = match over.is_empty() {
+        true => Verdict::Met,
+        false => Verdict::Missed(over.join(", ")),
+    };
+    Some(Target::new(
+        "node tax (issue 38): every unrelated operation ≤ 3 points above the floor's ratio to \
+         off",
+        shown.join("; "),
+        verdict,
+    ))
+}
+
+/// Issue 38: a watched socket life cycle costs at most 1.5× what the floor adds to it.
+fn cycle_to_floor(o: &Overhead) -> Vec<Target> {
+    [(Op::SockCycle, "C order"), (Op::SockCycleGo, "Go order")]
+        .into_iter()
+        .filter_map(|(op, order)| {
+            let sw = o.added_ns(Variant::Sockwatch, op)?;
+            let floor = o.added_ns(Variant::Floor, op).filter(|f| *f > 0.0)?;
+            Some(Target::new(
+                format!("watched life cycle ({order}) ≤ 1.5× the floor's added ns (issue 38)"),
+                format!("{} vs {} ({:.2}×)", ns(sw), ns(floor), sw / floor),
+                Verdict::at_most(sw / floor, 1.5, |x| format!("{x:.2}×")),
+            ))
+        })
+        .collect()
 }
 
 /// Every program's run time within 2× the empty program's on its tracepoint. An empty program

@@ -198,3 +198,37 @@ fn the_agent_profile_splits_its_cpu_per_event_and_names_the_next_fix_when_missed
         assert!(text.contains(row), "{row} in\n{text}");
     }
 }
+
+/// Issue 38: the unrelated operations against the floor's ratio (3 points), and a watched life
+/// cycle's added cost against the floor's (1.5×).
+#[test]
+fn the_node_tax_and_the_life_cycle_against_the_floor() {
+    let mut r = report();
+    let o = r.overhead.as_mut().expect("overhead");
+    o.variants.push(Variant::Floor);
+    for &(op, _) in &r.plan.ops {
+        o.ns.insert((Variant::Floor, op), vec![1_100.0, 1_100.0]);
+    }
+    // fork pays 2 points above its floor: within the tax.
+    o.ns.insert((Variant::Sockwatch, Op::Fork), vec![1_120.0, 1_120.0]);
+    let text = r.render();
+    let row = "| node tax (issue 38): every unrelated operation ≤ 3 points above the floor's \
+               ratio to off | getppid: ×1.500 vs ×1.100; open: ×1.500 vs ×1.100; pipe: ×1.500 \
+               vs ×1.100; socketpair: ×1.500 vs ×1.100; sockcycle-unwatched: ×1.500 vs \
+               ×1.100; fork: ×1.120 vs ×1.100 | **missed** getppid by 37.0 points, open by \
+               37.0 points, pipe by 37.0 points, socketpair by 37.0 points, \
+               sockcycle-unwatched by 37.0 points |";
+    assert!(text.contains(row), "{row} in\n{text}");
+    let row = "| watched life cycle (C order) ≤ 1.5× the floor's added ns (issue 38) | +500 ns \
+               vs +100 ns (5.00×) | **missed** by 3.50× |";
+    assert!(text.contains(row), "{row} in\n{text}");
+
+    let o = r.overhead.as_mut().expect("overhead");
+    for op in crate::bench::plan::UNRELATED {
+        o.ns.insert((Variant::Sockwatch, op), vec![1_120.0, 1_120.0]);
+    }
+    o.ns.insert((Variant::Sockwatch, Op::SockCycleGo), vec![1_140.0, 1_140.0]);
+    let text = r.render();
+    assert!(text.contains("fork: ×1.120 vs ×1.100 | met |"), "{text}");
+    assert!(text.contains("+140 ns vs +100 ns (1.40×) | met |"), "{text}");
+}

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{GuestBench, PRECISE, added, floor, floor_ns, percent, targets};
-use crate::bench::{report::missed::PRECISE_FIX, stats::Spread};
+use crate::bench::stats::Spread;
 
 /// The programs shown per tier, largest own work first.
 const SHOWN: usize = 4;
@@ -30,7 +30,7 @@ pub fn render(s: &mut String, g: &GuestBench) -> std::fmt::Result {
             own_work(g, tier)
         )?;
     }
-    writeln!(s, "\n**Next fix (the precise tiers):** {PRECISE_FIX}.\n")
+    writeln!(s)
 }
 
 /// Each operation's added cost under the tier against what its floor adds.
