@@ -97,7 +97,10 @@ pub fn open_rdonly(p: &CString) -> libc::c_int {
 pub fn pipe() -> [libc::c_int; 2] {
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors pipe2 writes.
-    ok(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, "pipe2");
+    ok(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
+        "pipe2",
+    );
     fds
 }
 
@@ -122,7 +125,10 @@ pub fn fork_exit_wait() {
     }
     ok(pid, "fork");
     // SAFETY: waits for our own child; a null status pointer is allowed.
-    ok(unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) }, "waitpid");
+    ok(
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) },
+        "waitpid",
+    );
 }
 
 pub fn unlink(p: &CString) {

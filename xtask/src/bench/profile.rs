@@ -19,18 +19,12 @@ pub struct Stage {
     pub name: &'static str,
     /// The symbols whose inclusive share is the stage's; a symbol matches where it occurs.
     symbols: &'static [&'static str],
-    /// What would make the stage cheaper, when it is the largest.
-    pub next_fix: &'static str,
 }
 
 pub const STAGES: [Stage; 6] = [
     Stage {
         name: "correlation engine (`Engine::apply_into`)",
         symbols: &["sockwatch::engine::Engine::apply_into"],
-        next_fix: "beside its hashed socket entries it keeps B-tree indexes by path, socket \
-                   inode and eviction order, owner sets and a history per socket: several \
-                   tree updates and allocations per event, and once the table is full an \
-                   eviction per bind; fewer, allocation-free index updates per event",
     },
     Stage {
         name: "event lines as JSON (`json::write_line`, `json::stamp`)",
@@ -38,31 +32,22 @@ pub const STAGES: [Stage; 6] = [
             "sockwatch::events::json::write_line",
             "sockwatch::events::json::stamp",
         ],
-        next_fix: "each field is formatted on its own; the fields every line shares (schema, \
-                   node, the time's date) could be copied from the batch's first line",
     },
     Stage {
         name: "write(2) of the events file (`JsonLines::flush`)",
         symbols: &["sockwatch::pipeline::output::JsonLines::flush"],
-        next_fix: "the kernel's copy of the bytes dominates, not the calls: fewer bytes per \
-                   line (`--events-filter verdicts` writes none)",
     },
     Stage {
         name: "records decoded (`decode::decode`)",
         symbols: &["sockwatch::events::decode::decode"],
-        next_fix: "each record is copied out of the ring and its strings allocated: decoding \
-                   in place, borrowing the strings",
     },
     Stage {
         name: "completion: attribution, mount namespaces (`Completer::complete`)",
         symbols: &["sockwatch::events::complete::Completer::complete"],
-        next_fix: "the cgroup attribution is cloned per event: a shared reference",
     },
     Stage {
         name: "metrics (`Metrics::event`)",
         symbols: &["Metrics>::event"],
-        next_fix: "the counters are atomics shared with the scrape: per-thread counts folded \
-                   in at each scrape",
     },
 ];
 

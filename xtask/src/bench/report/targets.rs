@@ -169,7 +169,11 @@ fn node_tax(o: &Overhead) -> Option<Target> {
         shown.push(format!("{}: ×{sw:.3} vs ×{floor:.3}", op.arg()));
         let points = (sw - floor) * 100.0;
         if points > NODE_TAX_POINTS {
-            over.push(format!("{} by {:.1} points", op.arg(), points - NODE_TAX_POINTS));
+            over.push(format!(
+                "{} by {:.1} points",
+                op.arg(),
+                points - NODE_TAX_POINTS
+            ));
         }
     }
     if shown.is_empty() {

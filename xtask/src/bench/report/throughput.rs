@@ -111,11 +111,10 @@ fn render_profile(s: &mut String, t: &Throughput) -> std::fmt::Result {
 pub fn largest_stage(p: &Profile, per_event: f64) -> String {
     match p.largest() {
         Some((stage, share)) => format!(
-            "the largest stage is the {} at {:.0} % ({:.2} µs per event); next: {}",
+            "the largest stage is the {} at {:.0} % ({:.2} µs per event)",
             stage.name,
             share * 100.0,
             share * per_event,
-            stage.next_fix
         ),
         None => "no stage of the event path was seen in the profile".into(),
     }
