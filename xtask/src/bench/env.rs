@@ -19,6 +19,8 @@ pub struct Env {
     pub root: PathBuf,
     pub watched: PathBuf,
     pub unwatched: PathBuf,
+    /// Where the workload of the operations that concern no watched socket works.
+    pub elsewhere: PathBuf,
     pub sockwatch: PathBuf,
     pub workload: PathBuf,
     mounted: bool,
@@ -41,13 +43,14 @@ impl Env {
             let p = e?.path();
             let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
         }
-        for d in ["w", "u", "f"] {
+        for d in ["w", "u", "f", "n"] {
             fs::create_dir_all(root.join(d))?;
         }
         let release = cmd::target_dir().join("release");
         Ok(Env {
             watched: root.join("w"),
             unwatched: root.join("u"),
+            elsewhere: root.join("n"),
             sockwatch: release.join("sockwatch"),
             workload: release.join("sockwatch-bench"),
             root,

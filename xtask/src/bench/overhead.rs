@@ -4,6 +4,7 @@ use std::{
     collections::BTreeMap,
     fs,
     io::{BufRead as _, BufReader, Write as _},
+    path::Path,
     process::{Child, ChildStdin, ChildStdout, Stdio},
     time::Instant,
 };
@@ -16,13 +17,39 @@ use super::{
     env::Env,
     log::{Notes, progress},
     observer::{Observer, start_sockwatch},
-    plan::{Op, Plan, Variant},
+    plan::{Op, Plan, UNRELATED, Variant},
     process,
     stats::{Spread, median},
 };
 use crate::cmd;
 
-/// The workload's `serve` mode: one process through the whole overhead phase.
+/// The workload's `serve` mode: two processes through the whole overhead phase, one for the
+/// operations on watched sockets and one for those that concern none ([`UNRELATED`]). The
+/// kernel tracks a process that bound a watched socket, and its children, for the rest of its
+/// life (its closes and exit are looked at): the second stands for the node's other
+/// workloads, which never did.
+struct Workload {
+    watched: Serve,
+    unrelated: Serve,
+}
+
+impl Workload {
+    fn start(env: &Env) -> anyhow::Result<Workload> {
+        Ok(Workload {
+            watched: Serve::start(env, &env.watched, &env.unwatched)?,
+            unrelated: Serve::start(env, &env.elsewhere, &env.elsewhere)?,
+        })
+    }
+
+    fn op(&mut self, op: Op, n: u64) -> anyhow::Result<(f64, f64, Vec<f64>)> {
+        match UNRELATED.contains(&op) {
+            true => self.unrelated.op(op, n),
+            false => self.watched.op(op, n),
+        }
+    }
+}
+
+/// One `serve` process.
 struct Serve {
     child: Child,
     stdin: ChildStdin,
@@ -30,11 +57,12 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(env: &Env) -> anyhow::Result<Serve> {
+    /// `serve WATCHED UNWATCHED`: the directories of its watched and unwatched operations.
+    fn start(env: &Env, watched: &Path, unwatched: &Path) -> anyhow::Result<Serve> {
         let mut child = cmd::command(&env.workload)
             .arg("serve")
-            .arg(&env.watched)
-            .arg(&env.unwatched)
+            .arg(watched)
+            .arg(unwatched)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -181,7 +209,7 @@ struct Window {
 }
 
 /// Runs every batch of the plan `plan.reps` times, each after the plan's pause.
-fn run_batches(serve: &mut Serve, plan: &Plan) -> anyhow::Result<Window> {
+fn run_batches(serve: &mut Workload, plan: &Plan) -> anyhow::Result<Window> {
     let mut w = Window::default();
     for _ in 0..plan.reps {
         for &(op, n) in &plan.ops {
@@ -236,7 +264,7 @@ pub fn overhead(
 ) -> anyhow::Result<Overhead> {
     let t = Instant::now();
     let variants = observers(env, audit, notes);
-    let mut serve = Serve::start(env)?;
+    let mut serve = Workload::start(env)?;
     let binds = binds_per_window(plan);
     let mut out = Overhead {
         variants: variants.clone(),
@@ -281,7 +309,7 @@ const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// One more pass of every op under sockwatch with `kernel.bpf_stats_enabled` on (outside the
 /// measured rounds: the statistics add two clock reads per program run), then each of the
 /// agent's programs with its run count and average run time.
-fn profile_programs(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
+fn profile_programs(env: &Env, plan: &Plan, serve: &mut Workload) -> anyhow::Result<Programs> {
     let agent = start_sockwatch(env)?;
     let ran = profile_pass(agent.pid(), plan, serve);
     agent.stop()?;
@@ -290,7 +318,7 @@ fn profile_programs(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result
 
 /// The same pass under the empty programs: each one's run time is the floor of the agent's
 /// program on its tracepoint.
-fn profile_floor(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
+fn profile_floor(env: &Env, plan: &Plan, serve: &mut Workload) -> anyhow::Result<Programs> {
     let Observer::Floor(b) = Observer::start(Variant::Floor, env)? else {
         bail!("the floor observer is not bpftrace");
     };
@@ -305,7 +333,7 @@ fn profile_floor(env: &Env, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Pr
 pub type Programs = Vec<(String, u64, f64)>;
 
 /// Every op once with the statistics on; then the programs `pid` holds that ran.
-fn profile_pass(pid: u32, plan: &Plan, serve: &mut Serve) -> anyhow::Result<Programs> {
+fn profile_pass(pid: u32, plan: &Plan, serve: &mut Workload) -> anyhow::Result<Programs> {
     let ids = process::prog_ids(pid)?;
     let before = fs::read_to_string(BPF_STATS)?;
     fs::write(BPF_STATS, "1")?;

@@ -1,5 +1,6 @@
 //! `cargo xtask bench --vm SERIES`: the precise tiers, which this host cannot load, measured in
-//! a QEMU guest on Debian's kernel. The guest's `/init` runs the workload's `serve` pinned to
+//! a QEMU guest on Debian's kernel. The guest's `/init` runs the workload's `serve` (two: the
+//! operations that concern no watched socket in one that never binds one) pinned to
 //! vCPU 0 and the agent pinned to vCPU 1, and times every operation with no agent, under each
 //! tier in turn and under each tier's floor (`sockwatch-floor`: an empty program at every
 //! attach point of the tier), the order rotated each round; then one pass per tier and floor
@@ -14,6 +15,7 @@ use std::{fs, path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
 
+use super::plan::UNRELATED;
 use crate::{
     cmd,
     kernels::Kernel,
@@ -153,11 +155,21 @@ fn step(label: &str, call: &str) -> String {
     resume::guard(label, &vm::run_lines(label, call))
 }
 
-/// `op` for each of [`OPS`], in order, `$1` the round and `$2` the mode.
+/// `op` for each of [`OPS`], in order, `$1` the round and `$2` the mode; the operations that
+/// concern no watched socket go to the second workload, which never binds one (as on the
+/// host: the kernel tracks a process that did, and its children, for the rest of its life).
 fn ops_calls() -> String {
     OPS.iter()
-        .map(|(op, n)| format!("  op $1 $2 {op} {n} || return 1\n"))
+        .map(|(op, n)| {
+            let to = if is_unrelated(op) { " unrelated" } else { "" };
+            format!("  op $1 $2 {op} {n}{to} || return 1\n")
+        })
         .collect()
+}
+
+/// Whether the workload's operation `name` concerns no watched socket ([`UNRELATED`]).
+pub fn is_unrelated(name: &str) -> bool {
+    UNRELATED.iter().any(|op| op.arg() == name)
 }
 
 /// The guest's shell functions. `start` starts the agent, or under `floor-TIER` the floor,
@@ -167,9 +179,11 @@ fn ops_calls() -> String {
 const GUEST_FUNCTIONS: &str = r#"verdict=PASS
 echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
 mkdir -p /tmp/b/w /tmp/b/u
-mkfifo /tmp/b/in /tmp/b/out
+mkdir -p /tmp/b/n
+mkfifo /tmp/b/in /tmp/b/out /tmp/b/in-n /tmp/b/out-n
 taskset -c 0 /bin/sockwatch-bench serve /tmp/b/w /tmp/b/u < /tmp/b/in > /tmp/b/out &
-exec 3>/tmp/b/in 4</tmp/b/out
+taskset -c 0 /bin/sockwatch-bench serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &
+exec 3>/tmp/b/in 4</tmp/b/out 5>/tmp/b/in-n 6</tmp/b/out-n
 AGENT=
 start() {
   : > /tmp/b/agent.log
@@ -193,8 +207,13 @@ stop() {
   rm -f /tmp/b/events.jsonl
 }
 op() {
-  echo "op $3 $4" >&3
-  read -r line <&4 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
+  if [ "$5" = unrelated ]; then
+    echo "op $3 $4" >&5
+    read -r line <&6 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
+  else
+    echo "op $3 $4" >&3
+    read -r line <&4 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
+  fi
   echo "SOCKWATCH-BENCH-OP: $1 $2 $3 $line"
 }
 ops() {
@@ -305,6 +324,11 @@ mod tests {
         let programs: Vec<&str> = s.lines().filter(|l| l.starts_with("programs ")).collect();
         assert_eq!(programs.len(), 8);
         assert_eq!(programs[4], "programs floor-lsm");
+        // The operations that concern no watched socket go to the workload that binds none.
+        assert!(s.contains("  op $1 $2 sockcycle 1500 || return 1\n"));
+        assert!(s.contains("  op $1 $2 sockcycle-unwatched 1500 unrelated || return 1\n"));
+        assert!(s.contains("  op $1 $2 fork 500 unrelated || return 1\n"));
+        assert!(s.contains("serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &"));
         // A floor mode starts the floor for its tier, and reads the floor's own report.
         assert!(s.contains("floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-}"));
         assert!(s.contains(

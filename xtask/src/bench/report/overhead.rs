@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use super::format::ns;
 use crate::bench::{
     overhead::{GO_STEPS, Overhead},
-    plan::{Op, Plan, Variant},
+    plan::{Op, Plan, UNRELATED, Variant},
     stats::Spread,
 };
 
@@ -28,8 +28,12 @@ fn render_method(s: &mut String, plan: &Plan, o: &Overhead) -> std::fmt::Result 
         .collect();
     writeln!(
         s,
-        "One workload process (`bench/`, release build) times each operation in a batch \
-         ({}; each batch after a tenth as many untimed) and reports nanoseconds per op. \
+        "A workload process (`bench/`, release build) times each operation in a batch \
+         ({}; each batch after a tenth as many untimed) and reports nanoseconds per op; \
+         those that concern no watched socket ({}) run in a second one, which never binds \
+         a watched socket: the kernel tracks a process that did, and its children, for \
+         the rest of its life (their closes and exits are looked at), and the other \
+         workloads of a node never did. \
          xtask switches one observer on, runs every batch {} time(s), switches it off, and \
          goes on to the next observer; {} rounds, the order of observers rotated each \
          round, so drift in background load falls on all of them. Each batch starts after a \
@@ -42,6 +46,7 @@ fn render_method(s: &mut String, plan: &Plan, o: &Overhead) -> std::fmt::Result 
          blocked (auditd's backlog, for one). Each batch runs in a thread created for it: \
          whether a thread is audited is decided when it is created. Phase time: {:.0} s.\n",
         ops.join(", "),
+        UNRELATED.map(Op::arg).join(", "),
         plan.reps,
         o.rounds,
         plan.pause.as_millis(),

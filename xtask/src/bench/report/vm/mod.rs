@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 pub use before::VmBefore;
 
 use crate::bench::{
+    plan::{Op, UNRELATED},
     stats::{Spread, median},
     vm::{GuestBench, OPS, TIERS, floor},
 };
@@ -15,16 +16,8 @@ use crate::bench::{
 const BEGIN: &str = "<!-- vm section: cargo xtask bench --vm -->";
 const END: &str = "<!-- end of the vm section -->";
 
-/// The operations that concern no watched socket (issue 38's node tax), and how much more
-/// than the floor each may pay, as a fraction of `off`.
-const UNRELATED: [&str; 6] = [
-    "getppid",
-    "open",
-    "pipe",
-    "socketpair",
-    "sockcycle-unwatched",
-    "fork",
-];
+/// How much more than the floor an operation that concerns no watched socket may pay (issue
+/// 38's node tax), as a fraction of `off`.
 const NODE_TAX: f64 = 0.03;
 
 /// The precise tiers' targets (issue 12): (ops, most added, as a fraction of `off`).
@@ -91,8 +84,9 @@ fn render_into(
          these syscalls run 3–9× slower, and a BPF program's JIT code runs as translated \
          code): the figures are the \
          ratios and each program's ns against the same guest's others, never the absolute \
-         times. The guest's `/init` runs the workload (`sockwatch-bench serve`) pinned to \
-         vCPU 0 and the agent pinned to vCPU 1; each round times every operation with no \
+         times. The guest's `/init` runs the workload (`sockwatch-bench serve`, two of \
+         them as on the host: the operations that concern no watched socket in one that \
+         never binds one) pinned to vCPU 0 and the agent pinned to vCPU 1; each round times every operation with no \
          agent (`off`) and under each `--probe-mode` in turn, the order rotated each round, \
          the agent started afresh for each tier and given a second before the batches. \
          Each round also times every operation under each tier's **floor** \
@@ -288,6 +282,7 @@ fn node_tax(g: &GuestBench, tier: &'static str) -> Vec<TargetRow> {
     let p50 = |op, mode: &str| Spread::of(&added(g, op, mode)).map(|r| r.p50);
     UNRELATED
         .into_iter()
+        .map(Op::arg)
         .filter_map(|op| {
             let (sw, fl) = (p50(op, tier)?, p50(op, &floor(tier))?);
             Some(TargetRow {
