@@ -443,9 +443,24 @@ fn full_listener(path: &std::path::Path) -> (std::os::unix::net::UnixListener, U
     (l, queued)
 }
 
+/// A forked child, killed and reaped when dropped: a test that fails before its end must not
+/// leave it holding the descriptors it inherited (a listener whose file is gone, which a later
+/// node-wide test would rightly call an orphan).
+struct Child(libc::pid_t);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: signals and reaps this test's own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
 /// A child process blocked in `connect(path)` (a full backlog), its entry hooks run and its
-/// exit not yet; returns its pid once its `/proc` says it is in that syscall.
-fn blocked_connector(path: &std::path::Path) -> libc::pid_t {
+/// exit not yet; returned once its `/proc` says it is in that syscall.
+fn blocked_connector(path: &std::path::Path) -> Child {
     let addr = std::os::unix::net::SocketAddr::from_pathname(path).expect("address");
     let name = addr
         .as_pathname()
@@ -474,6 +489,7 @@ fn blocked_connector(path: &std::path::Path) -> libc::pid_t {
         }
     }
     assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+    let child = Child(pid);
     let deadline = Instant::now() + common::patience();
     let syscall = format!("/proc/{pid}/syscall");
     // The line starts with the syscall's number, this architecture's.
@@ -485,7 +501,7 @@ fn blocked_connector(path: &std::path::Path) -> libc::pid_t {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    pid
+    child
 }
 
 /// A connect blocked past the pending bound leaves its entry's record unclaimed in the
@@ -575,11 +591,7 @@ fn stale_pending_record_is_pruned(mode: &str, kept: f64, extra: &[&str]) {
         "{mode}: {}",
         agent.log_text()
     );
-    // SAFETY: signals and reaps this test's own child.
-    unsafe {
-        libc::kill(child, libc::SIGKILL);
-        libc::waitpid(child, std::ptr::null_mut(), 0);
-    }
+    drop(child);
     std::thread::sleep(std::time::Duration::from_secs(2)); // two more sweeps: nothing more
     assert_eq!(pruned(), Some(kept), "{mode}");
     agent.stop();
