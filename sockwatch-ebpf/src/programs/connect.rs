@@ -287,7 +287,7 @@ fn tp_begin(fd: u64, uaddr: u64, len: u64, extra: u16) {
         return;
     }
     // The descriptor is kept, not resolved: most connects succeed, and only a failure needs
-    // the socket's type (`refused`).
+    // the socket's type (`tp_finished`).
     let p = Pending {
         flags: extra,
         ..Pending::args(uaddr, fd)

@@ -88,7 +88,7 @@ pub fn try_tier(
     let mut degraded = Vec::new();
     let mut refused = None;
     let mut loads = Vec::new();
-    for spec in tier.programs.iter().filter(|p| p.loads_in(flavor)) {
+    for spec in tier.programs_in(flavor) {
         let load = measure_program(ebpf, spec, hook, tier.tier, flavor, btf, trial);
         match &load.refused {
             None => {}
@@ -164,7 +164,7 @@ fn take_verifier_count(ebpf: &mut Ebpf) -> Option<u32> {
 
 /// Unloads (and so detaches) every program of a tier in one flavor.
 pub fn unload_tier(ebpf: &mut Ebpf, tier: &TierSpec, flavor: Flavor) {
-    for spec in tier.programs.iter().filter(|p| p.loads_in(flavor)) {
+    for spec in tier.programs_in(flavor) {
         if let Some(p) = ebpf.program_mut(spec.name(flavor)) {
             let _ = unload(p);
         }

@@ -24,7 +24,7 @@ use crate::{
         btf,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
-        probes::{Hook, PROBES, ProbeMode, ProgramSpec, TierSpec},
+        probes::{Hook, PROBES, ProbeMode, TierSpec},
         watch::WatchedDir,
     },
 };
@@ -394,8 +394,7 @@ pub fn probe_support(
             unload_tier(&mut ebpf, tier, own);
             // The other flavor's own programs too: their cost is part of the picture.
             let other = other_flavor(own);
-            let theirs = |p: &&ProgramSpec| p.per_flavor() && p.loads_in(other);
-            for spec in tier.programs.iter().filter(theirs) {
+            for spec in tier.programs_in(other).filter(|p| p.per_flavor()) {
                 programs.push(measure_program(
                     &mut ebpf, spec, hook.hook, tier.tier, other, btf, trial,
                 ));

@@ -92,6 +92,13 @@ pub struct TierSpec {
     pub programs: &'static [ProgramSpec],
 }
 
+impl TierSpec {
+    /// The programs this tier loads under `flavor`.
+    pub fn programs_in(&self, flavor: Flavor) -> impl Iterator<Item = &'static ProgramSpec> {
+        self.programs.iter().filter(move |p| p.loads_in(flavor))
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct HookSpec {
     pub hook: Hook,
