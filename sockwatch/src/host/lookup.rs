@@ -29,7 +29,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::mounts::{MountInfo, parse_mountinfo};
+use super::{
+    mounts::{MountInfo, parse_mountinfo},
+    procfs,
+};
 
 /// How long a caller waits for one lookup.
 pub const DEADLINE: Duration = Duration::from_millis(300);
@@ -262,6 +265,9 @@ where
 
 /// The FUSE or network filesystem type an absolute `path` is on (or crosses), in the mount
 /// table of `proc_dir`; `None` for a local one, a relative path, or when they are allowed.
+/// The table is kept per mount namespace (named by the caller, or else by the process's
+/// `ns/mnt` link, one readlink): a scan's thousands of lookups in one view read it once a
+/// second, not once each.
 fn network_fs_in(proc_dir: &Path, mntns: Option<u32>, path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
@@ -270,11 +276,18 @@ fn network_fs_in(proc_dir: &Path, mntns: Option<u32>, path: &str) -> Option<Stri
         let text = std::fs::read(proc_dir.join("mountinfo")).ok()?;
         parse_mountinfo(&text).ok().map(|m| NetworkMounts::new(&m))
     };
+    let mntns = mntns.or_else(|| namespace_of(proc_dir));
     let network = match mntns {
         Some(ns) => NAMESPACES.get(ns, read)?,
         None => read()?,
     };
     network.of(Path::new(path))
+}
+
+/// The mount namespace the `ns/mnt` link of `proc_dir` names.
+fn namespace_of(proc_dir: &Path) -> Option<u32> {
+    let target = procfs::read_link_bytes(&proc_dir.join("ns/mnt")).ok()?;
+    u32::try_from(procfs::parse_bracket_link(&target, b"mnt")?).ok()
 }
 
 /// The network mounts of each mount namespace, as read less than a second ago.

@@ -116,17 +116,29 @@ impl<'a> Ctx<'a> {
     }
 
     fn resolve(&self, view: u32, path: &[u8]) -> Resolved {
+        self.looked(Some(view), path)
+    }
+
+    /// `path` looked up in `view` (the agent's own for `None`), once per scan: a watched
+    /// directory and its ancestors are asked about for every socket below them.
+    fn looked(&self, view: Option<u32>, path: &[u8]) -> Resolved {
         // Absolute paths resolve the same for every process of a mount namespace (unless
         // chrooted: rare for socket daemons); relative ones depend on each cwd.
         // A path through a descriptor is the process's own, like a relative one.
-        let key = match (path.first(), self.mntns_of.get(&view).copied().flatten()) {
-            (Some(b'/'), Some(ns)) if procfs::fd_path(path).is_none() => (ns, path.to_vec()),
-            _ => (u64::from(view) | 1 << 63, path.to_vec()),
+        let ns = match view {
+            Some(v) => self.mntns_of.get(&v).copied().flatten(),
+            None => self.snap.own_mntns,
         };
+        let key = match (view, path.first(), ns) {
+            (_, Some(b'/'), Some(ns)) if procfs::fd_path(path).is_none() => ns,
+            (None, ..) => u64::MAX,
+            (Some(v), ..) => u64::from(v) | 1 << 63,
+        };
+        let key = (key, path.to_vec());
         if let Some(r) = self.resolved.borrow().get(&key) {
             return *r;
         }
-        let r = match self.sys.stat(Some(view), os_path(path)) {
+        let r = match self.sys.stat(view, os_path(path)) {
             Ok(st) => Resolved::Found(st),
             Err(e)
                 if e.kind() == io::ErrorKind::NotFound
@@ -158,7 +170,7 @@ impl<'a> Ctx<'a> {
             return None;
         }
         for anc in os_path(path).ancestors() {
-            if let Ok(st) = self.sys.stat(view, anc)
+            if let Resolved::Found(st) = self.looked(view, anc.as_os_str().as_bytes())
                 && let Some(i) = w.iter().position(|w| w.id == st.id())
             {
                 return Some(i);
@@ -383,7 +395,9 @@ fn dir_of(cx: &Ctx, found: &Found) -> Option<(FileId, String)> {
         return None;
     }
     let parent = os_path(&found.path).parent()?;
-    let st = cx.sys.stat(found.view, parent).ok()?;
+    let Resolved::Found(st) = cx.looked(found.view, parent.as_os_str().as_bytes()) else {
+        return None;
+    };
     st.is_dir()
         .then(|| (st.id(), parent.to_string_lossy().into_owned()))
 }

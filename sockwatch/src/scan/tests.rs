@@ -28,6 +28,8 @@ struct Fake {
     denied: Vec<u32>,
     /// (tgid, fd) -> link target.
     fds: HashMap<(u32, u32), &'static str>,
+    /// How often each path was looked up.
+    asked: std::cell::RefCell<HashMap<PathBuf, usize>>,
 }
 
 impl Fake {
@@ -46,6 +48,7 @@ impl Fake {
 
 impl System for Fake {
     fn stat(&self, view: Option<u32>, path: &Path) -> io::Result<Stat> {
+        *self.asked.borrow_mut().entry(path.into()).or_default() += 1;
         if view.is_some_and(|v| self.denied.contains(&v)) {
             return Err(io::Error::from_raw_os_error(libc::EACCES));
         }
@@ -420,6 +423,41 @@ fn stale_bind_mounts() {
         }]
     );
     assert_eq!(a.findings.orphaned_listeners.len(), 1);
+}
+
+#[test]
+fn a_scan_looks_up_a_watched_directory_and_its_ancestors_once_not_once_per_socket() {
+    let mut fake = Fake::default()
+        .dir("host", "/run/w", 50)
+        .dir("host", "/run", 5);
+    let mut sockets = Vec::new();
+    for n in 0..100u32 {
+        let path: &'static str = format!("/run/w/s{n}.sock").leak();
+        fake = fake.file("host", path, sock(1000 + u64::from(n)));
+        sockets.push(listener(500 + n, path, 1000 + u64::from(n)));
+    }
+    let held: Vec<u32> = (500..600).collect();
+    let mut s = snap(sockets, vec![proc_(10, 100, &held), proc_(11, 100, &[])]);
+    s.watched = vec![Watched {
+        path: PathBuf::from("/run/w"),
+        id: FileId { dev: DEV, ino: 50 },
+        fs: None,
+    }];
+    let a = analyze(&s, &fake);
+    assert!(a.findings.is_empty(), "{:?}", a.findings);
+    assert_eq!(a.outside_watch, 0);
+    let asked = fake.asked.borrow();
+    for dir in ["/run/w", "/run", "/"] {
+        assert!(
+            asked.get(Path::new(dir)).copied().unwrap_or(0) <= 2,
+            "{dir}: {asked:?}"
+        );
+    }
+    let sockets_asked = asked
+        .iter()
+        .filter(|(p, _)| p.parent() == Some(Path::new("/run/w")));
+    assert!(sockets_asked.clone().all(|(_, &n)| n == 1), "{asked:?}");
+    assert_eq!(sockets_asked.count(), 100);
 }
 
 #[test]
