@@ -15,30 +15,29 @@ pub fn is_watched(file: Dentry) -> bool {
         return true;
     }
     let mut dir = shim::dentry_parent(file);
+    // Each level's parent is the next level's directory: its identity is read once.
+    let Some(mut id) = shim::dentry_id(dir) else {
+        return false;
+    };
     for _ in 0..WATCH_DEPTH {
-        if dir.is_null() {
-            return false;
-        }
-        let Some(id) = shim::dentry_id(dir) else {
-            return false;
-        };
         // SAFETY: only presence is tested; the value is never read.
         if unsafe { WATCHED_DIRS.get(id) }.is_some() {
             return true;
         }
         let parent = shim::dentry_parent(dir);
-        if let Some(parent_id) = shim::dentry_id(parent) {
-            let by_name = WatchedName {
-                parent: parent_id,
-                name_hash: shim::dentry_name_hash(dir),
-            };
-            // SAFETY: only presence is tested; the value is never read.
-            if let Some(slot) = unsafe { WATCHED_NAMES.get(by_name) }.copied() {
-                let _ = WATCHED_DIRS.insert(id, slot, 0);
-                return true;
-            }
+        let Some(parent_id) = shim::dentry_id(parent) else {
+            return false;
+        };
+        let by_name = WatchedName {
+            parent: parent_id,
+            name_hash: shim::dentry_name_hash(dir),
+        };
+        // SAFETY: only presence is tested; the value is never read.
+        if let Some(slot) = unsafe { WATCHED_NAMES.get(by_name) }.copied() {
+            let _ = WATCHED_DIRS.insert(id, slot, 0);
+            return true;
         }
-        dir = parent;
+        (dir, id) = (parent, parent_id);
     }
     false
 }
