@@ -37,6 +37,9 @@ pub const TRACKED_CAPACITY: u32 = 65_536;
 pub const WATCHED_DIRS: &str = "WATCHED_DIRS";
 /// Watched directories by [`WatchedName`].
 pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
+/// The parent directories in `WATCHED_NAMES`: a walk hashes a directory's name only when its
+/// parent is one of them.
+pub const WATCHED_PARENTS: &str = "WATCHED_PARENTS";
 /// Entries each watch map holds.
 pub const WATCHED_CAPACITY: u32 = 1_024;
 /// Guard mode's switch (one [`crate::GuardSwitch`]), its policy per watch slot, its

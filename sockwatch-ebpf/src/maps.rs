@@ -56,6 +56,11 @@ pub static WATCHED_DIRS: HashMap<FileId, u32> =
 pub static WATCHED_NAMES: HashMap<WatchedName, u32> =
     HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
 
+/// The parent of each watched directory -> 1: see [`sockwatch_common::maps::WATCHED_PARENTS`].
+#[map(name = "WATCHED_PARENTS")]
+pub static WATCHED_PARENTS: HashMap<FileId, u8> =
+    HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
+
 /// Guard mode's [`sockwatch_common::GuardSwitch`], written by the agent at any time.
 #[map(name = "GUARD_SWITCH")]
 pub static GUARD_SWITCH: Array<u32> = Array::with_max_entries(1, 0);

@@ -1,8 +1,8 @@
 //! Is a socket file under a watched directory? Decided by directory identity, in the kernel.
-use sockwatch_common::{WATCH_DEPTH, WatchedName};
+use sockwatch_common::{FileId, WATCH_DEPTH, WatchedName};
 
 use crate::{
-    maps::{WATCH_ALL, WATCHED_DIRS, WATCHED_NAMES},
+    maps::{WATCH_ALL, WATCHED_DIRS, WATCHED_NAMES, WATCHED_PARENTS},
     shim::{self, Dentry},
 };
 
@@ -28,18 +28,27 @@ pub fn is_watched(file: Dentry) -> bool {
         let Some(parent_id) = shim::dentry_id(parent) else {
             return false;
         };
-        let by_name = WatchedName {
-            parent: parent_id,
-            name_hash: shim::dentry_name_hash(dir),
-        };
-        // SAFETY: only presence is tested; the value is never read.
-        if let Some(slot) = unsafe { WATCHED_NAMES.get(by_name) }.copied() {
+        if let Some(slot) = watched_by_name(dir, parent_id) {
             let _ = WATCHED_DIRS.insert(id, slot, 0);
             return true;
         }
         (dir, id) = (parent, parent_id);
     }
     false
+}
+
+/// The slot of the watch `dir` re-creates (same parent, same name). Most parents are no
+/// watched directory's: their one lookup spares the name's hash.
+#[inline(always)]
+fn watched_by_name(dir: Dentry, parent: FileId) -> Option<u32> {
+    // SAFETY: only presence is tested; the value is never read.
+    unsafe { WATCHED_PARENTS.get(parent) }?;
+    let by_name = WatchedName {
+        parent,
+        name_hash: shim::dentry_name_hash(dir),
+    };
+    // SAFETY: the value is copied at once.
+    unsafe { WATCHED_NAMES.get(by_name) }.copied()
 }
 
 /// The guard slot of the nearest watched directory above `file`: 0 for every socket when

@@ -7,9 +7,7 @@ use aya::{
     Btf, Ebpf, EbpfLoader, Endianness,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
 };
-use sockwatch_common::{
-    Counter, Event, EventKind, FileId, Flavor, Tier, WatchedName, globals, maps, slots,
-};
+use sockwatch_common::{Counter, Event, EventKind, Flavor, Tier, globals, maps, slots};
 
 use std::time::{Duration, Instant};
 
@@ -552,26 +550,27 @@ fn stop_names(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 }
 
 fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
-    let map = ebpf
-        .map_mut(maps::WATCHED_DIRS)
-        .ok_or(LoadError::Map(maps::WATCHED_DIRS))?;
-    let mut dirs =
-        HashMap::<_, FileId, u32>::try_from(map).map_err(|_| LoadError::Map(maps::WATCHED_DIRS))?;
     if let Some(dir) = w.dir {
-        dirs.insert(dir, w.slot, 0)
-            .map_err(|e| LoadError::MapUpdate(maps::WATCHED_DIRS, e))?;
+        insert(ebpf, maps::WATCHED_DIRS, dir, w.slot)?;
     }
     if let Some(by_name) = w.by_name {
-        let map = ebpf
-            .map_mut(maps::WATCHED_NAMES)
-            .ok_or(LoadError::Map(maps::WATCHED_NAMES))?;
-        let mut names = HashMap::<_, WatchedName, u32>::try_from(map)
-            .map_err(|_| LoadError::Map(maps::WATCHED_NAMES))?;
-        names
-            .insert(by_name, w.slot, 0)
-            .map_err(|e| LoadError::MapUpdate(maps::WATCHED_NAMES, e))?;
+        insert(ebpf, maps::WATCHED_NAMES, by_name, w.slot)?;
+        insert(ebpf, maps::WATCHED_PARENTS, by_name.parent, 1u8)?;
     }
     Ok(())
+}
+
+/// `key` -> `value` in hash map `name`.
+fn insert<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    key: K,
+    value: V,
+) -> Result<(), LoadError> {
+    let map = ebpf.map_mut(name).ok_or(LoadError::Map(name))?;
+    let mut map = HashMap::<_, K, V>::try_from(map).map_err(|_| LoadError::Map(name))?;
+    map.insert(key, value, 0)
+        .map_err(|e| LoadError::MapUpdate(name, e))
 }
 
 fn reasons(r: &HookReport) -> String {
