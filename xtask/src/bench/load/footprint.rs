@@ -13,7 +13,7 @@ use crate::{
         Plan,
         agent::{self, Metrics},
         env::Env,
-        progress,
+        progress, quantile,
     },
     cmd,
 };
@@ -39,6 +39,14 @@ pub struct Footprint {
     pub series: usize,
     pub bytes: usize,
     pub watches: usize,
+}
+
+impl Footprint {
+    /// The p50 scrape with the held sockets over the p50 with none.
+    pub fn scrape_growth(&self) -> Option<f64> {
+        let p50 = |v: &[f64]| quantile(v, 0.5).filter(|x| *x > 0.0);
+        Some(p50(&self.scrape_ms)? / p50(&self.scrape_idle_ms)?)
+    }
 }
 
 pub fn footprint(env: &Env, plan: &Plan, started: Instant) -> anyhow::Result<Footprint> {

@@ -2,7 +2,7 @@
 //! it is by a host run (and the other way round).
 use std::collections::BTreeMap;
 
-use super::{table, yes};
+use super::table::{table, yes};
 use crate::bench::{
     Op, Spread, median,
     vm::{GuestBench, TIERS, floor, ops},
