@@ -8,12 +8,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// GET `path` over HTTP/1.1 with `Connection: close`, each read waiting at most
-/// `read_timeout`; the body of a 200 answer.
+/// GET `path` over HTTP/1.1 with `Connection: close` (5 s to connect, each read waiting at
+/// most `read_timeout`); the body of a 200 answer.
 pub fn get(addr: SocketAddr, path: &str, read_timeout: Duration) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .with_context(|| format!("connect {addr}"))?;
     s.set_read_timeout(Some(read_timeout))?;
     write!(

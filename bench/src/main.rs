@@ -1,14 +1,11 @@
-//! The workload `cargo xtask bench` drives, built in release so that loop overhead stays out of
-//! the figures. xtask starts and stops the tracers; this program only makes syscalls and times
-//! them. Every result is one JSON line on stdout.
+//! The workload `cargo xtask bench` drives (release build, so loop overhead stays out of the
+//! figures): it only makes syscalls and times them, and prints each result as one JSON line.
 //!
 //! ```text
-//! serve WATCHED UNWATCHED      reads `op KIND N` lines, answers {"ns","cpu_ns","steps"}:
-//!                              per-op wall-clock and thread CPU nanoseconds (and per
-//!                              syscall for sockcycle-go); each op runs in a thread of its own
-//! rate DIR PER_S SECS THREADS  socket life cycles at PER_S a second for SECS seconds, shared
-//!                              by THREADS threads
-//! burst DIR CYCLES THREADS     CYCLES life cycles back to back, shared by THREADS threads
+//! serve WATCHED UNWATCHED      reads `op KIND N` lines, answers {"ns","cpu_ns","steps"}: wall
+//!                              clock and thread CPU ns per op (and per syscall for sockcycle-go)
+//! rate DIR PER_S SECS THREADS  socket life cycles at PER_S a second for SECS s, over THREADS
+//! burst DIR CYCLES THREADS     CYCLES life cycles back to back, over THREADS threads
 //! hold DIR N PER_S             N listening sockets in DIR, made at PER_S a second, held until
 //!                              stdin closes
 //! latency DIR EVENTS N         bind → its line in the events file, N samples
@@ -17,53 +14,105 @@
 //!
 //! A life cycle is socket, bind, listen, unlink, close of one path-bound stream socket (Go's
 //! order): four events for the agent (bind, listen, unlink, release), no verdict.
-//!
-//! Modules: `sys` wraps the syscalls; `ops` (timed operations) and `serve` make the overhead
-//! phase; `cycles` the throughput and footprint loads; `latency` the latency samples. The
-//! library's `http` is shared with xtask.
-mod cycles;
-mod latency;
+mod load;
 mod ops;
-mod serve;
 mod sys;
 
-use std::path::Path;
+use std::{
+    io::{self, BufRead as _, Write as _},
+    path::Path,
+};
 
 use anyhow::{Context as _, bail};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let num = |s: &str, what: &str| s.parse::<u64>().context(what.to_owned());
     match a.as_slice() {
-        ["serve", watched, unwatched] => serve::serve(Path::new(watched), Path::new(unwatched)),
-        ["rate", dir, per_s, secs, threads] => cycles::rate(
+        ["serve", watched, unwatched] => serve(Path::new(watched), Path::new(unwatched)),
+        ["rate", dir, per_s, secs, threads] => {
+            let (per_s, secs) = (
+                per_s.parse().context("PER_S")?,
+                secs.parse().context("SECS")?,
+            );
+            load::rate(
+                Path::new(dir),
+                per_s,
+                secs,
+                num(threads, "THREADS")? as usize,
+            )
+        }
+        ["burst", dir, cycles, threads] => load::burst(
             Path::new(dir),
-            per_s.parse().context("PER_S")?,
-            secs.parse().context("SECS")?,
-            threads.parse().context("THREADS")?,
+            num(cycles, "CYCLES")?,
+            num(threads, "THREADS")? as usize,
         ),
-        ["burst", dir, cycles, threads] => cycles::burst(
+        ["hold", dir, n, per_s] => load::hold(
             Path::new(dir),
-            cycles.parse().context("CYCLES")?,
-            threads.parse().context("THREADS")?,
-        ),
-        ["hold", dir, n, per_s] => cycles::hold(
-            Path::new(dir),
-            n.parse().context("N")?,
+            num(n, "N")?,
             per_s.parse().context("PER_S")?,
         ),
         ["latency", dir, events, n] => {
-            let n = n.parse().context("N")?;
-            latency::print(&latency::event_latency(
-                Path::new(dir),
-                Path::new(events),
-                n,
-            )?)
+            load::event_latency(Path::new(dir), Path::new(events), num(n, "N")?)
         }
         ["metrics-latency", dir, addr, n] => {
-            let (addr, n) = (addr.parse().context("ADDR")?, n.parse().context("N")?);
-            latency::print(&latency::metrics_latency(Path::new(dir), addr, n)?)
+            load::metrics_latency(Path::new(dir), addr.parse().context("ADDR")?, num(n, "N")?)
         }
         _ => bail!("usage: see the module documentation of bench/src/main.rs"),
     }
+}
+
+/// The overhead phase's workload: xtask switches an observer on or off between `op` lines.
+/// Each op runs in a thread started for it: the kernel decides when a thread is created
+/// whether it is audited (auditd's per-task context), so a long-lived thread would keep the
+/// audit state of that moment.
+fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
+    let target = unwatched.join("target.sock");
+    let _ = std::fs::remove_file(&target);
+    let listener = std::os::unix::net::UnixListener::bind(&target)
+        .with_context(|| format!("bind {}", target.display()))?;
+    let lfd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let target = sys::sockaddr(&target)?;
+    let mut out = io::stdout();
+    for line in io::stdin().lock().lines() {
+        let line = line?;
+        let (kind, n) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            ["op", kind, n] => (kind.to_string(), n.parse::<u64>().context("N")?),
+            ["quit"] | [] => break,
+            _ => bail!("unknown command {line:?}"),
+        };
+        let (watched, unwatched) = (watched.to_path_buf(), unwatched.to_path_buf());
+        let t = std::thread::spawn(move || -> anyhow::Result<ops::Timing> {
+            match kind.as_str() {
+                "unlink" => ops::unlink(&watched, n),
+                "sockcycle" => ops::sockcycle(&watched, n),
+                "sockcycle-go" => ops::sockcycle_go(&watched, n),
+                "connect" => Ok(ops::connect_unwatched(lfd, &target, n)),
+                "getppid" => Ok(ops::getppid(n)),
+                "open" => ops::open(&unwatched, n),
+                "pipe" => Ok(ops::timed(n, || {
+                    sys::pipe().into_iter().for_each(sys::close);
+                })),
+                "socketpair" => Ok(ops::timed(n, || {
+                    sys::socketpair().into_iter().for_each(sys::close);
+                })),
+                "sockcycle-unwatched" => ops::sockcycle(&unwatched, n),
+                "fork" => Ok(ops::timed(n, sys::fork_exit_wait)),
+                other => bail!("unknown op {other}"),
+            }
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("op thread panicked"))??;
+        let steps: Vec<String> = t.steps.iter().map(|s| format!("{s:.3}")).collect();
+        writeln!(
+            out,
+            r#"{{"ns":{:.3},"cpu_ns":{:.3},"steps":[{}]}}"#,
+            t.ns,
+            t.cpu_ns,
+            steps.join(",")
+        )?;
+        out.flush()?;
+    }
+    Ok(())
 }

@@ -13,16 +13,15 @@ pub struct Exposition {
 impl Exposition {
     /// Reads every sample line; comments, blank lines and unparsable values are skipped.
     pub fn parse(text: &str) -> Exposition {
-        let series = text
+        let sample = |l: &str| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        };
+        let lines = text
             .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect();
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
         Exposition {
-            series,
+            series: lines.filter_map(sample).collect(),
             bytes: text.len(),
         }
     }
@@ -34,15 +33,18 @@ impl Exposition {
 
     /// The sum of the series of metric `name` whose labels include every `label="value"`.
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let named = |k: &str| {
+            k.strip_prefix(name)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
+        };
+        let labelled = |k: &str| {
+            labels
+                .iter()
+                .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
+        };
         self.series
             .iter()
-            .filter(|(k, _)| {
-                k.strip_prefix(name)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
-                    && labels
-                        .iter()
-                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
-            })
+            .filter(|(k, _)| named(k) && labelled(k))
             .map(|(_, v)| v)
             .sum()
     }
@@ -55,11 +57,20 @@ mod tests {
     #[test]
     fn reads_series_and_sums_by_label() {
         let e = Exposition::parse(
-            "# HELP x doc\n# TYPE x counter\nx{a=\"1\",b=\"2\"} 3\nx{a=\"1\",b=\"3\"} 4\ny 5\n\n",
+            "# HELP x doc\n# TYPE x counter\nx{a=\"1\",b=\"2\"} 3\nx{a=\"1\",b=\"3\"} 4\ny 5\nx_other 9\n\n",
         );
-        assert_eq!(e.value("y"), Some(5.0));
-        assert_eq!(e.value("x"), None);
-        assert_eq!(e.sum("x", &[("a", "1")]), 7.0);
-        assert_eq!(e.sum("x", &[("b", "3")]), 4.0);
+        assert_eq!(
+            (e.value("y"), e.value("x"), e.series.len()),
+            (Some(5.0), None, 4)
+        );
+        assert_eq!(
+            (
+                e.sum("x", &[("a", "1")]),
+                e.sum("x", &[("b", "3")]),
+                e.sum("x", &[])
+            ),
+            (7.0, 4.0, 7.0)
+        );
+        assert_eq!(e.sum("y", &[]), 5.0);
     }
 }

@@ -27,14 +27,13 @@ pub fn sockaddr(path: &Path) -> anyhow::Result<UnixAddr> {
     Ok((sa, len as libc::socklen_t))
 }
 
-/// A socket path to bind: any file left at `path` removed, its address and its C string
-/// (for unlink).
+/// A socket path to bind, any file left there removed: its address and its C string.
 pub fn socket_path(path: &Path) -> anyhow::Result<(UnixAddr, CString)> {
     let _ = std::fs::remove_file(path);
     Ok((sockaddr(path)?, cstr(path)))
 }
 
-/// Panics with errno when a syscall in a timed loop fails.
+/// `r`, or a panic with errno when a syscall in a timed loop failed.
 #[inline]
 fn ok(r: libc::c_int, what: &str) -> libc::c_int {
     if r < 0 {
@@ -51,46 +50,59 @@ fn fail(what: &str) -> ! {
 
 pub fn stream_socket() -> libc::c_int {
     // SAFETY: socket takes no pointers; a failure is a negative return, checked by `ok`.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    ok(fd, "socket")
+    ok(
+        unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) },
+        "socket",
+    )
 }
 
 pub fn bind(fd: libc::c_int, sa: &UnixAddr) {
     // SAFETY: sa.0 is a valid sockaddr_un and sa.1 does not exceed its size.
-    let r = unsafe { libc::bind(fd, (&raw const sa.0).cast(), sa.1) };
-    ok(r, "bind");
+    ok(
+        unsafe { libc::bind(fd, (&raw const sa.0).cast(), sa.1) },
+        "bind",
+    );
 }
 
 pub fn listen(fd: libc::c_int) {
     // SAFETY: listen takes no pointers; a bad descriptor is an error return, checked by `ok`.
-    let r = unsafe { libc::listen(fd, 8) };
-    ok(r, "listen");
+    ok(unsafe { libc::listen(fd, 8) }, "listen");
 }
 
 pub fn connect(fd: libc::c_int, sa: &UnixAddr) {
     // SAFETY: sa.0 is a valid sockaddr_un and sa.1 does not exceed its size.
-    let r = unsafe { libc::connect(fd, (&raw const sa.0).cast(), sa.1) };
-    ok(r, "connect");
+    ok(
+        unsafe { libc::connect(fd, (&raw const sa.0).cast(), sa.1) },
+        "connect",
+    );
 }
 
 /// The accepted descriptor.
 pub fn accept(listener: libc::c_int) -> libc::c_int {
     // SAFETY: null address and length pointers are allowed: the peer's address is not wanted.
-    let fd = unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
-    ok(fd, "accept")
+    ok(
+        unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), 0) },
+        "accept",
+    )
 }
 
 pub fn close(fd: libc::c_int) {
     // SAFETY: the caller owns fd and closes it once; nothing else refers to it.
-    let r = unsafe { libc::close(fd) };
-    ok(r, "close");
+    ok(unsafe { libc::close(fd) }, "close");
+}
+
+pub fn unlink(p: &CString) {
+    // SAFETY: p is a NUL-terminated string that outlives the call.
+    ok(unsafe { libc::unlink(p.as_ptr()) }, "unlink");
 }
 
 /// A read-only descriptor of file `p`.
 pub fn open_rdonly(p: &CString) -> libc::c_int {
     // SAFETY: p is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    ok(fd, "open")
+    ok(
+        unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) },
+        "open",
+    )
 }
 
 /// A pipe's two ends.
@@ -109,8 +121,10 @@ pub fn socketpair() -> [libc::c_int; 2] {
     let mut fds = [0; 2];
     let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
     // SAFETY: fds has room for the two descriptors socketpair writes.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) };
-    ok(r, "socketpair");
+    ok(
+        unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) },
+        "socketpair",
+    );
     fds
 }
 
@@ -129,12 +143,6 @@ pub fn fork_exit_wait() {
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) },
         "waitpid",
     );
-}
-
-pub fn unlink(p: &CString) {
-    // SAFETY: p is a NUL-terminated string that outlives the call.
-    let r = unsafe { libc::unlink(p.as_ptr()) };
-    ok(r, "unlink");
 }
 
 /// The calling thread's CPU time (user and system), nanoseconds.

@@ -1,8 +1,8 @@
-//! Where and with what the bench runs: its tmpfs, the binaries, tracefs, and the agents it
-//! starts there.
+//! Where the bench runs: its own tmpfs (files cost no disk I/O), the release binaries, and the
+//! agents it starts there.
 use std::{
     fs,
-    net::{SocketAddr, TcpListener},
+    net::TcpListener,
     path::{Path, PathBuf},
 };
 
@@ -10,9 +10,6 @@ use anyhow::Context as _;
 
 use super::agent::Agent;
 use crate::cmd;
-
-/// Where the bench works: a tmpfs of its own, so files cost no disk I/O.
-const ROOT: &str = "/run/sockwatch-bench";
 
 /// Paths and binaries of one bench run. Dropping it unmounts the bench's tmpfs.
 pub struct Env {
@@ -28,19 +25,15 @@ pub struct Env {
 
 impl Env {
     pub fn prepare() -> anyhow::Result<Env> {
-        let root = PathBuf::from(ROOT);
+        let root = PathBuf::from("/run/sockwatch-bench");
         fs::create_dir_all(&root)?;
         let mounted = !is_mountpoint(&root)?;
         if mounted {
-            cmd::run(
-                cmd::command("mount")
-                    .args(["-t", "tmpfs", "-o", "size=4g", "sockwatch-bench"])
-                    .arg(&root),
-            )?;
+            let tmpfs = ["-t", "tmpfs", "-o", "size=4g", "sockwatch-bench"];
+            cmd::run(cmd::command("mount").args(tmpfs).arg(&root))?;
         }
-        // Whatever an earlier run left here (the directory is the bench's own).
         for e in fs::read_dir(&root)? {
-            let p = e?.path();
+            let p = e?.path(); // whatever an earlier run left
             let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
         }
         for d in ["w", "u", "f", "n"] {
@@ -64,9 +57,8 @@ impl Env {
         serde_json::from_str(out.trim()).with_context(|| format!("workload printed {out:?}"))
     }
 
-    /// `sockwatch run --probe-mode MODE` with `args`, for the phase `phase`: its events file
-    /// (emptied first) and log in the bench's root, /metrics on a free loopback port when
-    /// `metrics`. The agent, and its events file.
+    /// `sockwatch run --probe-mode MODE` with `args` for `phase`: its events file (emptied
+    /// first) and log in the bench's root, /metrics on a free loopback port if `metrics`.
     pub fn start_agent(
         &self,
         phase: &str,
@@ -77,7 +69,10 @@ impl Env {
         let events = self.root.join(format!("{phase}-events.jsonl"));
         fs::write(&events, "")?;
         let log = self.root.join(format!("{phase}-agent.log"));
-        let listen = if metrics { Some(free_port()?) } else { None };
+        let listen = match metrics {
+            true => Some(TcpListener::bind("127.0.0.1:0")?.local_addr()?),
+            false => None,
+        };
         let agent = Agent::start(&self.sockwatch, mode, &events, &log, listen, args)?;
         Ok((agent, events))
     }
@@ -97,16 +92,11 @@ impl Drop for Env {
 }
 
 fn is_mountpoint(p: &Path) -> anyhow::Result<bool> {
-    let mounts = fs::read_to_string("/proc/self/mounts")?;
     let want = p.display().to_string();
+    let mounts = fs::read_to_string("/proc/self/mounts")?;
     Ok(mounts
         .lines()
         .any(|l| l.split_whitespace().nth(1) == Some(want.as_str())))
-}
-
-/// A loopback port free at the moment.
-fn free_port() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 pub fn mount_tracefs() -> anyhow::Result<()> {

@@ -1,47 +1,26 @@
-//! `cargo xtask bench`: what sockwatch costs, measured on this machine, side by side with an
-//! equivalent bpftrace script and an auditd watch, written to `docs/BENCHMARKS.md`.
-//!
-//! Phases, each against a fresh `sockwatch run --probe-mode tracepoint` (the start-up times
-//! with `--probe-mode auto`):
-//! 1. overhead: one workload process (`bench/`, release) times five operations while xtask
-//!    switches the observers on and off around it, in rotated order each round;
-//! 2. latency: bind's return → its line in the events file, and → counted in /metrics; and
-//!    the agent's start-up;
-//! 3. throughput and loss: paced socket life cycles stepped up until loss, then bursts, with
-//!    produced = submitted + lost and submitted = delivered = lines checked per event kind;
-//! 4. footprint: idle CPU, RSS with 10,000 live watched sockets, /metrics scrape time with the
-//!    most watches the agent accepts.
-//!
-//! `--vm SERIES` runs none of these: it measures every tier inside a QEMU guest (`vm`) and
+//! `cargo xtask bench`: what sockwatch costs on this machine, beside a bpftrace script, auditd
+//! and empty programs (the floor), written to docs/BENCHMARKS.md. The host phases measure the
+//! tracepoint tier: `overhead` (interleaved rounds of observers), then in `load` the latency,
+//! throughput and footprint; `--vm SERIES` measures every tier in a QEMU guest (`vm`) and
 //! replaces only the report's VM section, which a host run keeps as it is.
-//!
-//! Modules, lowest first: `plan`, `stats`, `log` and `process` depend on nothing here; `agent`,
-//! `bpftrace` and `audit` drive the observers; `env` starts agents in the bench's tmpfs;
-//! `observer` switches one observer on and off; the phases `overhead`, `latency`, `throughput`
-//! and `footprint` measure, and `vm` in a guest; `report` writes what they measured.
 pub mod agent;
-mod audit;
-mod bpftrace;
 pub mod env;
-mod footprint;
-mod latency;
-mod log;
-mod observer;
+mod load;
+mod observers;
 mod overhead;
-mod plan;
-mod process;
-mod profile;
 mod report;
-mod stats;
-mod throughput;
 mod vm;
 
-use std::{fs, path::PathBuf, time::Instant};
+use std::{
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use self::{audit::AuditGuard, env::Env, log::progress, plan::Plan};
 use crate::{apt::Apt, arch::Arch, cmd, kernels::Series, setup};
 
 #[derive(Debug, Args)]
@@ -68,82 +47,385 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<bool> {
         bail!("`cargo xtask bench` needs root: eBPF, auditctl and a tmpfs mount");
     }
     let started = Instant::now();
-    let plan = Plan::new(args.quick, args.rounds);
-    let output = args.output.clone().unwrap_or_else(|| {
-        if args.quick {
-            cmd::target_dir().join("bench/BENCHMARKS.md")
-        } else {
-            cmd::workspace_root().join("docs/BENCHMARKS.md")
-        }
+    let output = args.output.clone().unwrap_or_else(|| match args.quick {
+        true => cmd::target_dir().join("bench/BENCHMARKS.md"),
+        false => cmd::workspace_root().join("docs/BENCHMARKS.md"),
     });
+    let old = fs::read_to_string(&output).unwrap_or_default();
+    let command = report::command_line(std::env::args().skip(1));
     if !args.vm.is_empty() {
-        return run_vm(args, &output, started);
+        // The bench guests are x86-64: the workload is measured where the precise tiers run.
+        let ready = setup::setup(&setup::Wanted::guests(&[(Arch::X86_64, args.vm.clone())]))?;
+        let (_, busybox) = ready.busybox.first().context("setup fetched no busybox")?;
+        let guests = vm::run(&ready.kernels, busybox, args.rounds)?;
+        let before = report::vm::section(&old).and_then(report::vm::VmBefore::parse);
+        let section = report::vm::render(&guests, &command, &report::date(), before.as_ref());
+        return write_report(&output, &report::vm::splice(&old, &section), started);
     }
     setup::setup(&setup::Wanted::default())?;
     Apt::default().ensure_installed(&["bpftrace", "auditd", "linux-perf"])?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "sockwatch", "-p", "bench"]))?;
     env::mount_tracefs()?;
-    let env = Env::prepare()?;
-    let mut rep = report::Report::new(&plan, std::env::args().skip(1).collect(), &env)?;
-    rep.before = report::Before::read(&output);
+    let env = env::Env::prepare()?;
+    let plan = Plan::new(args.quick, args.rounds);
+    let mut rep = report::Report::new(&plan, command, &env);
+    rep.before = report::Before::parse(&old);
     progress(started, "machine and tiers recorded");
-
-    let audit = match AuditGuard::prepare() {
-        Ok(g) => Some(g),
-        Err(e) => {
-            rep.notes.push(format!("auditd not compared: {e:#}"));
-            None
-        }
-    };
-    let o = overhead::overhead(&env, &plan, audit.as_ref(), &mut rep.notes, started)?;
+    let audit = observers::AuditGuard::prepare()
+        .map_err(|e| note(&mut rep.notes, format!("auditd not compared: {e:#}")))
+        .ok();
+    let o = overhead::overhead(&env, &plan, audit.is_some(), &mut rep.notes, started)?;
     rep.overhead = Some(o);
     drop(audit); // audit off, `-a never,task` kept, our auditd stopped, backlog restored
     rep.load_after_overhead = report::loadavg();
-
-    rep.latency = Some(latency::latency(&env, &plan, started)?);
-    rep.throughput = Some(throughput::throughput(&env, &plan, started)?);
-    rep.footprint = Some(footprint::footprint(&env, &plan, started)?);
+    rep.latency = Some(load::latency(&env, &plan, started)?);
+    rep.throughput = Some(load::throughput(&env, &plan, started)?);
+    rep.footprint = Some(load::footprint(&env, &plan, started)?);
     rep.finish(started.elapsed());
-    let old = fs::read_to_string(&output).unwrap_or_default();
     let text = match report::vm::section(&old) {
         Some(vm) => report::vm::splice(&rep.render(), vm),
         None => rep.render(),
     };
-    write_report(&output, &text)?;
-    println!(
-        "bench: report written to {} in {:.0?}",
-        output.display(),
-        started.elapsed()
-    );
-    Ok(true)
-}
-
-/// `--vm`: every tier in a guest of each series, the report's VM section replaced.
-fn run_vm(args: &BenchArgs, output: &std::path::Path, started: Instant) -> anyhow::Result<bool> {
-    // The bench guests are x86-64: the workload is measured where the precise tiers run.
-    let wanted = [(Arch::X86_64, args.vm.clone())];
-    let ready = setup::setup(&setup::Wanted::guests(&wanted))?;
-    let (_, busybox) = ready.busybox.first().context("setup fetched no busybox")?;
-    let guests = vm::run(&ready.kernels, busybox, args.rounds)?;
-    let command = report::command_line(std::env::args().skip(1));
-    let old = fs::read_to_string(output).unwrap_or_default();
-    let before = report::vm::section(&old).and_then(report::vm::VmBefore::parse);
-    let section = report::vm::render(&guests, &command, &report::date(), before.as_ref());
-    write_report(output, &report::vm::splice(&old, &section))?;
-    println!(
-        "bench: VM section written to {} in {:.0?}",
-        output.display(),
-        started.elapsed()
-    );
-    Ok(true)
+    write_report(&output, &text, started)
 }
 
 /// Writes `text` to `output` (creating its directory) and prints it.
-fn write_report(output: &std::path::Path, text: &str) -> anyhow::Result<()> {
+fn write_report(output: &Path, text: &str, started: Instant) -> anyhow::Result<bool> {
     if let Some(dir) = output.parent() {
         fs::create_dir_all(dir)?;
     }
     fs::write(output, text).with_context(|| format!("writing {}", output.display()))?;
-    println!("{text}");
-    Ok(())
+    println!(
+        "{text}\nbench: report written to {} in {:.0?}",
+        output.display(),
+        started.elapsed()
+    );
+    Ok(true)
+}
+
+/// `bench [elapsed] what`, flushed at once.
+pub fn progress(started: Instant, what: &str) {
+    println!("bench [{:>5.0?}] {what}", started.elapsed());
+    let _ = std::io::stdout().flush();
+}
+
+/// A remark for the report's "Not measured here" list, printed as it is taken.
+pub fn note(notes: &mut Vec<String>, note: String) {
+    println!("bench: {note}");
+    notes.push(note);
+}
+
+/// How much of everything: the full run, or `--quick`.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub rounds: usize,
+    /// Repetitions of each batch inside one observer window (their median is the round's).
+    pub reps: usize,
+    /// Pause before each batch, so an observer's work on the previous one is not charged.
+    pub pause: Duration,
+    pub ops: Vec<(Op, u64)>,
+    pub latency_samples: u64,
+    pub startup_runs: usize,
+    pub metrics_samples: u64,
+    /// Sustained rates tried (events per second), each for `step_secs`.
+    pub steps: Vec<u64>,
+    pub step_secs: f64,
+    /// Bursts (events) double from `burst_start` until loss, then bisect `bisect` times.
+    pub burst_start: u64,
+    pub burst_max: u64,
+    pub bisect: usize,
+    pub idle_secs: u64,
+    pub sockets: u64,
+    pub scrapes: usize,
+}
+
+impl Plan {
+    pub fn new(quick: bool, rounds: usize) -> Plan {
+        let size = |full, short| if quick { short } else { full };
+        let full_steps = vec![
+            10_000, 25_000, 50_000, 75_000, 100_000, 150_000, 200_000, 300_000,
+        ];
+        Plan {
+            rounds: if quick { rounds.min(2) } else { rounds.max(2) },
+            reps: size(3, 1) as usize,
+            pause: Duration::from_millis(50),
+            ops: Op::ALL
+                .map(|op| (op, size(op.batch(), op.quick_batch())))
+                .to_vec(),
+            latency_samples: size(1_000, 100),
+            startup_runs: size(10, 3) as usize,
+            metrics_samples: size(200, 30),
+            steps: if quick {
+                vec![10_000, 50_000]
+            } else {
+                [full_steps, vec![400_000]].concat()
+            },
+            step_secs: if quick { 1.0 } else { 5.0 },
+            burst_start: 1_024,
+            burst_max: size(262_144, 32_768),
+            bisect: size(5, 2) as usize,
+            idle_secs: size(30, 3),
+            sockets: 10_000,
+            scrapes: size(100, 20) as usize,
+        }
+    }
+}
+
+/// The operations whose cost is compared, in the report's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    Getppid,
+    Connect,
+    Unlink,
+    SockCycle,
+    SockCycleGo,
+    Open,
+    Pipe,
+    SocketPair,
+    SockCycleUnwatched,
+    Fork,
+}
+
+const C_CYCLE: &str = "C order (socket, bind, listen, socket, connect, accept, 3× close, unlink)";
+
+impl Op {
+    pub const ALL: [Op; 10] = [
+        Op::Getppid,
+        Op::Connect,
+        Op::Unlink,
+        Op::SockCycle,
+        Op::SockCycleGo,
+        Op::Open,
+        Op::Pipe,
+        Op::SocketPair,
+        Op::SockCycleUnwatched,
+        Op::Fork,
+    ];
+
+    /// The workload's name for it, its full batch, and what it is.
+    fn spec(self) -> (&'static str, u64, &'static str) {
+        match self {
+            Op::Getppid => ("getppid", 400_000, "getppid(2), a syscall nothing observes"),
+            Op::Connect => (
+                "connect",
+                5_000,
+                "connect to an unwatched socket (socket, connect, accept, 2× close)",
+            ),
+            Op::Unlink => (
+                "unlink",
+                10_000,
+                "unlink(2) of a regular file in the watched directory",
+            ),
+            Op::SockCycle => (
+                "sockcycle",
+                3_000,
+                "socket life cycle in the watched directory, ",
+            ),
+            Op::SockCycleGo => (
+                "sockcycle-go",
+                3_000,
+                "socket life cycle in the watched directory, Go order (socket, bind, listen, \
+                 socket, connect, accept, unlink, 3× close: the file goes while the socket lives)",
+            ),
+            Op::Open => (
+                "open",
+                50_000,
+                "open(2) and close(2) of a regular file outside the watched directory",
+            ),
+            Op::Pipe => ("pipe", 40_000, "pipe(2) and two closes"),
+            Op::SocketPair => (
+                "socketpair",
+                20_000,
+                "socketpair(2) of unnamed UNIX sockets and two closes",
+            ),
+            Op::SockCycleUnwatched => (
+                "sockcycle-unwatched",
+                3_000,
+                "socket life cycle outside the watched directory, ",
+            ),
+            Op::Fork => (
+                "fork",
+                1_000,
+                "fork(2) of a child that exits at once, and waitpid(2)",
+            ),
+        }
+    }
+
+    pub fn arg(self) -> &'static str {
+        self.spec().0
+    }
+
+    pub fn batch(self) -> u64 {
+        self.spec().1
+    }
+
+    fn quick_batch(self) -> u64 {
+        if self == Op::Getppid {
+            100_000
+        } else {
+            self.batch() / 5
+        }
+    }
+
+    pub fn label(self) -> String {
+        let text = self.spec().2;
+        if text.ends_with(", ") {
+            format!("{text}{C_CYCLE}")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Whether it concerns no watched socket: what every workload on the node pays (issue
+    /// 38's node tax). These run in a workload process that never binds a watched socket.
+    pub fn unrelated(self) -> bool {
+        matches!(self, Op::Getppid | Op::Open | Op::Pipe | Op::SocketPair)
+            || matches!(self, Op::SockCycleUnwatched | Op::Fork)
+    }
+}
+
+/// Who observes the workload during a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Variant {
+    Off,
+    Sockwatch,
+    Bpftrace,
+    Auditd,
+    /// Empty programs where sockwatch's tracepoint tier attaches: the attachments' own cost.
+    Floor,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Off => "off",
+            Variant::Sockwatch => "sockwatch (tracepoint)",
+            Variant::Bpftrace => "bpftrace",
+            Variant::Auditd => "auditd",
+            Variant::Floor => "empty programs (floor)",
+        }
+    }
+}
+
+/// The `q` quantile (0..=1) of the finite `values`, linearly interpolated; none for none.
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let pos = q.clamp(0.0, 1.0) * (v.len().checked_sub(1)? as f64);
+    let (lo, hi) = (v[pos.floor() as usize], v[pos.ceil() as usize]);
+    Some(lo + (hi - lo) * pos.fract())
+}
+
+/// The median (NaN for no values): a round's value from its repetitions.
+pub fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5).unwrap_or(f64::NAN)
+}
+
+/// Median and interquartile range of a sample.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub p25: f64,
+    pub p50: f64,
+    pub p75: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let q = |q| quantile(values, q);
+        Some(Spread {
+            p25: q(0.25)?,
+            p50: q(0.5)?,
+            p75: q(0.75)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_and_quick_sizes() {
+        let full = Plan::new(false, 12);
+        assert_eq!((full.rounds, full.reps, full.startup_runs), (12, 3, 10));
+        let batches: Vec<u64> = full.ops.iter().map(|o| o.1).collect();
+        assert_eq!(
+            batches,
+            [
+                400_000, 5_000, 10_000, 3_000, 3_000, 50_000, 40_000, 20_000, 3_000, 1_000
+            ]
+        );
+        assert_eq!(
+            (full.steps.len(), full.step_secs, full.burst_max),
+            (9, 5.0, 262_144)
+        );
+        assert_eq!((full.bisect, full.idle_secs, full.scrapes), (5, 30, 100));
+        let quick = Plan::new(true, 12);
+        assert_eq!((quick.rounds, quick.reps, quick.startup_runs), (2, 1, 3));
+        let batches: Vec<u64> = quick.ops.iter().map(|o| o.1).collect();
+        assert_eq!(
+            batches,
+            [
+                100_000, 1_000, 2_000, 600, 600, 10_000, 8_000, 4_000, 600, 200
+            ]
+        );
+        assert_eq!(
+            (quick.steps, quick.latency_samples, quick.metrics_samples),
+            (vec![10_000, 50_000], 100, 30)
+        );
+        assert_eq!(
+            (quick.burst_start, quick.burst_max, quick.sockets),
+            (1_024, 32_768, 10_000)
+        );
+        assert_eq!(
+            Plan::new(false, 1).rounds,
+            2,
+            "at least two rounds to interleave"
+        );
+        let unrelated: Vec<&str> = Op::ALL
+            .into_iter()
+            .filter(|o| o.unrelated())
+            .map(Op::arg)
+            .collect();
+        assert_eq!(
+            unrelated,
+            [
+                "getppid",
+                "open",
+                "pipe",
+                "socketpair",
+                "sockcycle-unwatched",
+                "fork"
+            ]
+        );
+        assert!(
+            Op::SockCycleUnwatched
+                .label()
+                .ends_with("3× close, unlink)")
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_and_spreads_hold_the_quartiles() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(
+            (quantile(&v, 0.0), quantile(&v, 1.0), quantile(&v, 0.5)),
+            (Some(1.0), Some(4.0), Some(2.5))
+        );
+        assert_eq!(
+            (quantile(&[7.0], 0.99), quantile(&[], 0.5)),
+            (Some(7.0), None)
+        );
+        assert_eq!(median(&[3.0, 1.0, 2.0, f64::NAN]), 2.0);
+        let v: Vec<f64> = (1..=101).map(f64::from).collect();
+        assert_eq!(
+            Spread::of(&v),
+            Some(Spread {
+                p25: 26.0,
+                p50: 51.0,
+                p75: 76.0
+            })
+        );
+        assert!(Spread::of(&[f64::NAN]).is_none());
+    }
 }

@@ -1,21 +1,16 @@
 //! `cargo xtask bench --vm SERIES`: the precise tiers, which this host cannot load, measured in
-//! a QEMU guest on Debian's kernel. The guest's `/init` runs the workload's `serve` (two: the
-//! operations that concern no watched socket in one that never binds one) pinned to
-//! vCPU 0 and the agent pinned to vCPU 1, and times every operation with no agent, under each
-//! tier in turn and under each tier's floor (`sockwatch-floor`: an empty program at every
-//! attach point of the tier), the order rotated each round; then one pass per tier and floor
-//! with `kernel.bpf_stats_enabled` on for each program's run count and time. It prints one
-//! console line per figure; the host reads them from the console log.
-//!
-//! Each round of a mode, and each per-program pass, is a run of the guest's (`SOCKWATCH-VM-RUN:`
-//! … `SOCKWATCH-VM-EXIT:`): a guest an emulation fault ends (TCG's stray `int3` after the
-//! trampolines' text patching, `vm::resume`) is booted again from the run it faulted in, and
-//! only the figures of runs that finished count.
+//! a QEMU guest on Debian's kernel. The guest's `/init` runs two workload `serve`s (the
+//! operations that concern no watched socket in one that never binds one) on vCPU 0 and the
+//! agent on vCPU 1, and times every operation with no agent, under each tier and under each
+//! tier's floor (`sockwatch-floor`), the order rotated each round; then one pass per tier and
+//! floor with `kernel.bpf_stats_enabled` on. It prints a console line per figure. Each round of
+//! a mode, and each pass, is a run (`vm::resume`): a guest an emulation fault ends is booted
+//! again from the run it faulted in, and only the figures of runs that finished count.
 use std::{fs, path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
 
-use super::plan::UNRELATED;
+use super::Op;
 use crate::{
     cmd,
     kernels::Kernel,
@@ -24,46 +19,32 @@ use crate::{
 
 /// The agent's tiers (`--probe-mode`), the precise ones first.
 pub const TIERS: [&str; 4] = ["lsm", "fentry", "kprobe", "tracepoint"];
-/// No agent, every tier, and every tier's floor ([`floor`]).
-pub const MODES: [&str; 9] = [
-    "off",
-    "lsm",
-    "fentry",
-    "kprobe",
-    "tracepoint",
-    "floor-lsm",
-    "floor-fentry",
-    "floor-kprobe",
-    "floor-tracepoint",
-];
 
 /// The mode of `tier`'s floor: `sockwatch-floor`'s empty programs where the tier attaches.
 pub fn floor(tier: &str) -> String {
     format!("floor-{tier}")
 }
-/// The operations and batch sizes of the host's overhead phase, half of each batch: TCG runs
-/// these syscalls 3–9× slower than this host does, and batches of a fifth (60–80 ms each)
-/// left interquartile ranges of ±30 points even for getppid.
-pub const OPS: [(&str, u64); 10] = [
-    ("getppid", 200_000),
-    ("connect", 2_500),
-    ("unlink", 5_000),
-    ("sockcycle", 1_500),
-    ("sockcycle-go", 1_500),
-    ("open", 25_000),
-    ("pipe", 20_000),
-    ("socketpair", 10_000),
-    ("sockcycle-unwatched", 1_500),
-    ("fork", 500),
-];
+
+/// No agent, every tier, and every tier's floor.
+fn modes() -> Vec<String> {
+    let tiers = TIERS.map(String::from);
+    [
+        vec!["off".to_owned()],
+        tiers.to_vec(),
+        TIERS.map(floor).to_vec(),
+    ]
+    .concat()
+}
+
+/// The host's batches, halved: TCG runs these syscalls 3–9× slower than this host, and
+/// batches of a fifth left interquartile ranges of ±30 points even for getppid.
+pub fn ops() -> [(Op, u64); 10] {
+    Op::ALL.map(|op| (op, op.batch() / 2))
+}
+
 const OP_LINE: &str = "SOCKWATCH-BENCH-OP: ";
 const PROG_LINE: &str = "SOCKWATCH-BENCH-PROG: ";
 const START_LINE: &str = "SOCKWATCH-BENCH-START: ";
-/// One guest's whole run may take this long (about 8 minutes for 10 rounds on an idle host).
-const TIMEOUT: Duration = Duration::from_secs(3 * 3600);
-/// Resumed boots per guest: 16 rounds attach and detach every tier 64 times, and a 6.12 guest
-/// met TCG's stray `int3` in its third round.
-const RESUMES: u32 = 4;
 
 /// What one guest measured.
 #[derive(Debug, Default, PartialEq)]
@@ -81,10 +62,10 @@ pub struct GuestBench {
     pub resumed: Vec<(String, &'static str)>,
 }
 
-/// Builds the release agent and workload, boots each kernel in turn (one guest at a time:
-/// the guest's two vCPUs take the host's two cores) and reads what it measured.
+/// Builds the release agent, workload and floor, boots each kernel in turn (one guest at a
+/// time: its two vCPUs take the host's two cores) and reads what it measured.
 pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<Vec<GuestBench>> {
-    cmd::run(cmd::cargo().args([
+    let build = [
         "build",
         "--release",
         "-p",
@@ -93,20 +74,22 @@ pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<
         "bench",
         "-p",
         "floor",
-    ]))?;
+    ];
+    cmd::run(cmd::cargo().args(build))?;
     let release = cmd::target_dir().join("release");
     let initrd = cmd::target_dir().join("vm/bench-initrd.gz");
     let mut img = vm::base_image(kernels, busybox)?;
-    img.executable("bin/sockwatch", &release.join("sockwatch"))?;
-    img.executable("bin/sockwatch-bench", &release.join("sockwatch-bench"))?;
-    img.executable("bin/sockwatch-floor", &release.join("sockwatch-floor"))?;
+    for bin in ["sockwatch", "sockwatch-bench", "sockwatch-floor"] {
+        img.executable(&format!("bin/{bin}"), &release.join(bin))?;
+    }
     img.bytes("init", init_script(rounds), 0o755);
     vm::write_image(&img, &initrd)?;
     let mut out = Vec::new();
     for k in kernels {
-        println!("bench: {} rounds in {} under QEMU/TCG", rounds, k.package);
-        let o = vm::boot(k, &initrd, TIMEOUT, RESUMES)?;
-        // The guest runs no test, so its own verdict is the one that counts.
+        println!("bench: {rounds} rounds in {} under QEMU/TCG", k.package);
+        // 3 hours at most; 4 resumed boots: 16 rounds attach and detach every tier 64 times,
+        // and a 6.12 guest met TCG's stray `int3` in its third round.
+        let o = vm::boot(k, &initrd, Duration::from_secs(3 * 3600), 4)?;
         if o.verdict != Some(true) {
             let why = o.failure.as_deref().unwrap_or("its verdict was FAIL");
             bail!(
@@ -118,64 +101,42 @@ pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<
         let log =
             fs::read_to_string(&o.log).with_context(|| format!("reading {}", o.log.display()))?;
         let mut g = parse(&log)?;
-        g.release = o.release.unwrap_or_default();
-        g.rounds = rounds;
+        (g.release, g.rounds) = (o.release.unwrap_or_default(), rounds);
         g.resumed = o.resumed.into_iter().map(|r| (r.run, r.fault)).collect();
         out.push(g);
     }
     Ok(out)
 }
 
-/// The guest's `/init`: the workload's `serve` on vCPU 0 behind two FIFOs, then `rounds`
-/// rounds of every mode in rotated order, then the per-program pass of each tier and floor.
+/// The guest's `/init`: `rounds` rounds of every mode in rotated order, then the per-program
+/// pass of each tier and floor, each step a run a resumed boot can start again from.
 fn init_script(rounds: usize) -> String {
+    let modes = modes();
+    let step = |label: String, call: String| resume::guard(&label, &vm::run_lines(&label, &call));
     let mut s = format!("{INIT_PREAMBLE}{GUEST_FUNCTIONS}{}", resume::read_script());
     for r in 0..rounds {
-        for i in 0..MODES.len() {
-            let mode = MODES[(r + i) % MODES.len()];
-            s.push_str(&step(
-                &format!("round-{r}-{mode}"),
-                &format!("round {r} {mode}"),
-            ));
+        for i in 0..modes.len() {
+            let mode = &modes[(r + i) % modes.len()];
+            s += &step(format!("round-{r}-{mode}"), format!("round {r} {mode}"));
         }
     }
-    for mode in &MODES[1..] {
-        s.push_str(&step(
-            &format!("programs-{mode}"),
-            &format!("programs {mode}"),
-        ));
+    for mode in &modes[1..] {
+        s += &step(format!("programs-{mode}"), format!("programs {mode}"));
     }
-    s.push_str(resume::check_script());
-    s.push_str("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f\n");
-    s.replace("@OPS@", &ops_calls())
-}
-
-/// One step of the script as a run labelled `label`, skipped before a resume point.
-fn step(label: &str, call: &str) -> String {
-    resume::guard(label, &vm::run_lines(label, call))
-}
-
-/// `op` for each of [`OPS`], in order, `$1` the round and `$2` the mode; the operations that
-/// concern no watched socket go to the second workload, which never binds one (as on the
-/// host: the kernel tracks a process that did, and its children, for the rest of its life).
-fn ops_calls() -> String {
-    OPS.iter()
-        .map(|(op, n)| {
-            let to = if is_unrelated(op) { " unrelated" } else { "" };
-            format!("  op $1 $2 {op} {n}{to} || return 1\n")
-        })
-        .collect()
-}
-
-/// Whether the workload's operation `name` concerns no watched socket ([`UNRELATED`]).
-pub fn is_unrelated(name: &str) -> bool {
-    UNRELATED.iter().any(|op| op.arg() == name)
+    s += resume::check_script();
+    s += "echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f\n";
+    // `op ROUND MODE KIND N`, the unrelated operations to the workload that binds no socket.
+    let calls = ops().map(|(op, n)| {
+        let to = if op.unrelated() { " unrelated" } else { "" };
+        format!("  op $1 $2 {} {n}{to} || return 1\n", op.arg())
+    });
+    s.replace("@OPS@", &calls.concat())
 }
 
 /// The guest's shell functions. `start` starts the agent, or under `floor-TIER` the floor,
-/// waits for its "running;" and reports the seconds from spawn (`/proc/uptime`, 10 ms steps);
-/// each batch starts a second after, so start-up work is not charged to the batch. The
-/// agent's programs are read from its descriptors; the floor reports its own on SIGINT.
+/// waits for its "running;" and reports the seconds from spawn (`/proc/uptime`); each batch
+/// starts a second after. The agent's programs are read from its descriptors; the floor
+/// reports its own on SIGINT.
 const GUEST_FUNCTIONS: &str = r#"verdict=PASS
 echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
 mkdir -p /tmp/b/w /tmp/b/u
@@ -253,59 +214,55 @@ programs() {
 }
 "#;
 
-/// The figures in a guest's console log, of the runs that finished: a run a fault ended is
-/// run again, whole, by the resumed boot. A program held by two descriptors (its own and its
-/// link's) is counted once.
+/// The figures in a guest's console log, of the runs that finished (a run a fault ended is
+/// run again, whole, by the resumed boot). A program held by two descriptors (its own and its
+/// link's) is counted once; program ids start again in a resumed boot.
 pub fn parse(log: &str) -> anyhow::Result<GuestBench> {
-    let mut g = GuestBench::default();
-    // The figures of the run in progress, and the programs it printed.
-    let mut run = GuestBench::default();
+    let (mut g, mut run) = (GuestBench::default(), GuestBench::default());
     let mut seen = std::collections::BTreeSet::new();
     for line in log.lines() {
-        let line = line.trim_end();
-        if after(line, vm::RUN_MARK).is_some() {
+        let after = |marker: &str| {
+            line.find(marker)
+                .map(|i| line[i + marker.len()..].trim_end())
+        };
+        let words: Vec<&str> = [PROG_LINE, START_LINE]
+            .iter()
+            .find_map(|m| after(m))
+            .map_or(Vec::new(), |rest| rest.split_whitespace().collect());
+        if after(vm::RUN_MARK).is_some() {
             (run, seen) = Default::default();
-        } else if after(line, vm::EXIT_MARK).is_some() {
+        } else if after(vm::EXIT_MARK).is_some() {
             g.ops.append(&mut run.ops);
             g.programs.append(&mut run.programs);
             g.starts.append(&mut run.starts);
-        } else if let Some(rest) = after(line, OP_LINE) {
-            run.ops.extend(parse_op(rest));
-        } else if let Some(rest) = after(line, PROG_LINE) {
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            if let [mode, id, name, runs, ns] = w[..] {
-                let (runs, ns) = (runs.parse::<u64>()?, ns.parse::<f64>()?);
-                if runs > 0 && seen.insert((mode.to_owned(), id.to_owned())) {
-                    run.programs
-                        .push((mode.to_owned(), name.to_owned(), runs, ns / runs as f64));
-                }
+        } else if let Some(rest) = after(OP_LINE) {
+            // `ROUND MODE OP {"ns":…}`; the per-program pass's (`stats`) are not timed figures.
+            let mut w = rest.splitn(4, ' ');
+            let (round, mode, op, json) = (w.next(), w.next(), w.next(), w.next());
+            let v: Option<serde_json::Value> = json.and_then(|j| serde_json::from_str(j).ok());
+            if let (Some(Ok(round)), Some(mode), Some(op), Some(ns)) = (
+                round.map(str::parse),
+                mode,
+                op,
+                v.and_then(|v| v["ns"].as_f64()),
+            ) {
+                run.ops.push((round, mode.to_owned(), op.to_owned(), ns));
             }
-        } else if let Some(rest) = after(line, START_LINE) {
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            if let [mode, t0, t1] = w[..] {
-                run.starts
-                    .push((mode.to_owned(), t1.parse::<f64>()? - t0.parse::<f64>()?));
+        } else if let (Some(_), [mode, id, name, runs, ns]) = (after(PROG_LINE), &words[..]) {
+            let (runs, ns) = (runs.parse::<u64>()?, ns.parse::<f64>()?);
+            if runs > 0 && seen.insert((mode.to_string(), id.to_string())) {
+                run.programs
+                    .push((mode.to_string(), name.to_string(), runs, ns / runs as f64));
             }
+        } else if let (Some(_), [mode, t0, t1]) = (after(START_LINE), &words[..]) {
+            run.starts
+                .push((mode.to_string(), t1.parse::<f64>()? - t0.parse::<f64>()?));
         }
     }
     if g.ops.is_empty() {
         bail!("the guest printed no timed operation");
     }
     Ok(g)
-}
-
-/// The text after `marker` in `line`, wherever the console put it.
-fn after<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
-    line.find(marker).map(|i| &line[i + marker.len()..])
-}
-
-/// `ROUND MODE OP {"ns":…}`; the per-program pass's rounds (`stats`) are not timed figures.
-fn parse_op(rest: &str) -> Option<(usize, String, String, f64)> {
-    let mut w = rest.splitn(4, ' ');
-    let round = w.next()?.parse().ok()?;
-    let (mode, op) = (w.next()?.to_owned(), w.next()?.to_owned());
-    let v: serde_json::Value = serde_json::from_str(w.next()?).ok()?;
-    Some((round, mode, op, v["ns"].as_f64()?))
 }
 
 #[cfg(test)]
@@ -316,101 +273,82 @@ mod tests {
     fn the_script_rotates_the_modes_and_profiles_each_tier() {
         let s = init_script(2);
         let rounds: Vec<&str> = s.lines().filter(|l| l.starts_with("round ")).collect();
-        assert_eq!(rounds.len(), 2 * MODES.len());
-        assert_eq!(rounds[0], "round 0 off");
-        assert_eq!(rounds[5], "round 0 floor-lsm");
-        assert_eq!(rounds[9], "round 1 lsm");
-        assert_eq!(rounds[17], "round 1 off");
+        assert_eq!(rounds.len(), 2 * 9);
+        assert_eq!(
+            (rounds[0], rounds[5], rounds[9], rounds[17]),
+            (
+                "round 0 off",
+                "round 0 floor-lsm",
+                "round 1 lsm",
+                "round 1 off"
+            )
+        );
         let programs: Vec<&str> = s.lines().filter(|l| l.starts_with("programs ")).collect();
-        assert_eq!(programs.len(), 8);
-        assert_eq!(programs[4], "programs floor-lsm");
-        // The operations that concern no watched socket go to the workload that binds none.
-        assert!(s.contains("  op $1 $2 sockcycle 1500 || return 1\n"));
-        assert!(s.contains("  op $1 $2 sockcycle-unwatched 1500 unrelated || return 1\n"));
-        assert!(s.contains("  op $1 $2 fork 500 unrelated || return 1\n"));
+        assert_eq!((programs.len(), programs[4]), (8, "programs floor-lsm"));
+        for call in [
+            "getppid 200000 unrelated",
+            "sockcycle 1500",
+            "sockcycle-go 1500",
+            "sockcycle-unwatched 1500 unrelated",
+            "fork 500 unrelated",
+        ] {
+            assert!(
+                s.contains(&format!("  op $1 $2 {call} || return 1\n")),
+                "{call}"
+            );
+        }
         assert!(s.contains("serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &"));
-        // A floor mode starts the floor for its tier, and reads the floor's own report.
         assert!(s.contains("floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-}"));
         assert!(s.contains(
             "echo \"SOCKWATCH-BENCH-PROG: $1 $id $name $cnt $ns\"\n    done < /tmp/b/floor.out"
         ));
-        // Every step is a run a resumed boot can start again from.
         assert!(s.contains(
-            "[ \"$resume\" != \"round-1-lsm\" ]; then\n\
-             echo \"SOCKWATCH-VM-SKIP: round-1-lsm (finished before the fault)\"\n\
-             else\n\
-             resume=\n\
-             echo \"SOCKWATCH-VM-RUN: round-1-lsm\"\n\
-             round 1 lsm\n\
-             rc=$?\n\
+            "[ \"$resume\" != \"round-1-lsm\" ]; then\necho \"SOCKWATCH-VM-SKIP: round-1-lsm (finished before \
+             the fault)\"\nelse\nresume=\necho \"SOCKWATCH-VM-RUN: round-1-lsm\"\nround 1 lsm\nrc=$?\n\
              echo \"SOCKWATCH-VM-EXIT: round-1-lsm $rc\"\n"
         ));
-        assert!(s.contains("/proc/cmdline"));
-        assert!(s.contains("no run named $resume to resume from"));
-        assert!(s.contains("  op $1 $2 sockcycle-go 1500 || return 1\n"));
-        assert!(!s.contains("@OPS@"));
-        assert!(s.trim_end().ends_with("poweroff -f"));
+        assert!(s.contains("/proc/cmdline") && s.contains("no run named $resume to resume from"));
+        assert!(!s.contains("@OPS@") && s.trim_end().ends_with("poweroff -f"));
     }
 
     #[test]
-    fn parses_ops_programs_and_starts_once_each() {
-        let log = "\
-[   12.0] random kernel line\n\
-SOCKWATCH-VM-RUN: round-3-lsm\n\
-SOCKWATCH-BENCH-START: lsm 10.50 12.75\n\
-SOCKWATCH-BENCH-OP: 3 lsm getppid {\"ns\":812.5,\"cpu_ns\":800.0,\"steps\":[]}\n\
-SOCKWATCH-VM-EXIT: round-3-lsm 0\n\
-SOCKWATCH-VM-RUN: programs-lsm\n\
-SOCKWATCH-BENCH-OP: stats lsm getppid {\"ns\":900.0,\"cpu_ns\":800.0,\"steps\":[]}\n\
-SOCKWATCH-BENCH-PROG: lsm 41 bind_lsm 100 250000\n\
-SOCKWATCH-BENCH-PROG: lsm 41 bind_lsm 100 250000\n\
-SOCKWATCH-BENCH-PROG: lsm 42 idle_prog 0 0\n\
-SOCKWATCH-VM-EXIT: programs-lsm 0\n";
-        let g = parse(log).expect("parses");
-        assert_eq!(g.ops, vec![(3, "lsm".into(), "getppid".into(), 812.5)]);
-        assert_eq!(
-            g.programs,
-            vec![("lsm".into(), "bind_lsm".into(), 100, 2500.0)]
-        );
-        assert_eq!(g.starts.len(), 1);
-        assert!((g.starts[0].1 - 2.25).abs() < 1e-9);
-        assert!(parse("SOCKWATCH-VM-VERDICT: PASS\n").is_err());
-    }
-
-    #[test]
-    fn a_run_a_fault_ended_counts_only_as_the_resumed_boot_ran_it() {
-        let op = |round: u32, ns: f64| {
-            format!("SOCKWATCH-BENCH-OP: {round} fentry unlink {{\"ns\":{ns},\"steps\":[]}}\n")
+    fn parses_the_runs_that_finished_once_each() {
+        let op = |round: u32, mode: &str, ns: f64| {
+            format!(
+                "SOCKWATCH-BENCH-OP: {round} {mode} unlink {{\"ns\":{ns},\"cpu_ns\":1.0,\"steps\":[]}}\n"
+            )
         };
         let prog = |id: u32, runs: u32| {
             format!("SOCKWATCH-BENCH-PROG: fentry {id} unlink_fentry {runs} 4000\n")
         };
         let log = [
-            "SOCKWATCH-VM-RUN: round-0-fentry\n".to_owned(),
-            op(0, 100.0),
-            "SOCKWATCH-VM-EXIT: round-0-fentry 0\n".to_owned(),
-            "SOCKWATCH-VM-RUN: round-1-fentry\n".to_owned(),
-            op(1, 999.0),
-            "[   80.1] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n".to_owned(),
-            "----- boot 2: resumed from round-1-fentry -----\n".to_owned(),
-            "SOCKWATCH-VM-SKIP: round-0-fentry (finished before the fault)\n".to_owned(),
-            "SOCKWATCH-VM-RUN: round-1-fentry\n".to_owned(),
-            op(1, 110.0),
-            "SOCKWATCH-VM-EXIT: round-1-fentry 0\n".to_owned(),
-            "SOCKWATCH-VM-RUN: programs-fentry\n".to_owned(),
-            prog(7, 10),
-            "SOCKWATCH-VM-RUN: programs-fentry\n".to_owned(),
-            prog(7, 20),
-            "SOCKWATCH-VM-EXIT: programs-fentry 0\n".to_owned(),
+            "[   12.0] random kernel line\nSOCKWATCH-VM-RUN: round-0-fentry\n",
+            "SOCKWATCH-BENCH-START: fentry 10.50 12.75\n",
+            &op(0, "fentry", 100.0),
+            "SOCKWATCH-VM-EXIT: round-0-fentry 0\nSOCKWATCH-VM-RUN: round-1-fentry\n",
+            &op(1, "fentry", 999.0),
+            "[   80.1] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n----- boot 2: resumed from round-1-fentry -----\n",
+            "SOCKWATCH-VM-SKIP: round-0-fentry (finished before the fault)\nSOCKWATCH-VM-RUN: round-1-fentry\n",
+            &op(1, "fentry", 110.0),
+            "SOCKWATCH-VM-EXIT: round-1-fentry 0\nSOCKWATCH-VM-RUN: programs-fentry\n",
+            &prog(7, 10),
+            "SOCKWATCH-VM-RUN: programs-fentry\n",
+            &op(0, "stats", 5.0).replace("0 stats", "stats fentry"),
+            &prog(7, 20),
+            &prog(7, 20),
+            &prog(8, 0),
+            "SOCKWATCH-VM-EXIT: programs-fentry 0\n",
         ]
         .concat();
         let g = parse(&log).expect("parses");
         let ns: Vec<(usize, f64)> = g.ops.iter().map(|o| (o.0, o.3)).collect();
         assert_eq!(ns, vec![(0, 100.0), (1, 110.0)]);
-        // Program ids start again in a new boot: the rerun's program 7 is not the first's.
         assert_eq!(
             g.programs,
             vec![("fentry".into(), "unlink_fentry".into(), 20, 200.0)]
         );
+        assert_eq!(g.starts.len(), 1);
+        assert!((g.starts[0].1 - 2.25).abs() < 1e-9);
+        assert!(parse("SOCKWATCH-VM-VERDICT: PASS\n").is_err());
     }
 }

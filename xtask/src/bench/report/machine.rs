@@ -1,99 +1,55 @@
-//! The facts the report records about the machine and the build: CPU, memory, kernel, OS,
-//! versions, and `sockwatch check`.
+//! The run's circumstances: the command, the date, the load average and the machine table.
 use std::fs;
 
 use crate::{bench::env::Env, cmd};
 
+/// `cargo xtask` and `args`, as the report names the command that wrote it.
+pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
+    std::iter::once("cargo xtask".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first line of a command's output, or why it failed.
+fn first_line(cmd: &mut std::process::Command) -> String {
+    cmd::output(cmd).map_or_else(
+        |e| format!("unknown ({e})"),
+        |s| s.lines().next().unwrap_or_default().trim().into(),
+    )
+}
+
+/// Now, in UTC, to the minute.
+pub fn date() -> String {
+    first_line(cmd::command("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+}
+
 /// `/proc/loadavg`'s three averages.
 pub fn loadavg() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
+    let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
 }
 
-/// The machine table's rows.
-pub fn facts(env: &Env) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            "CPUs (nproc)",
-            std::thread::available_parallelism().map_or("?".into(), |n| n.to_string()),
-        ),
-        ("CPU model", cpu_model()),
-        ("RAM", ram()),
-        (
-            "kernel",
-            fs::read_to_string("/proc/sys/kernel/osrelease")
-                .unwrap_or_default()
+/// The value after `key` in the first line of `file` that has it.
+fn proc_field(file: &str, key: &str, sep: char) -> Option<String> {
+    let text = fs::read_to_string(file).ok()?;
+    text.lines().find_map(|l| {
+        Some(
+            l.strip_prefix(key)?
+                .split_once(sep)?
+                .1
                 .trim()
-                .to_string(),
-        ),
-        ("OS", os()),
-        ("sockwatch", sockwatch(env)),
-        (
-            "bpftrace",
-            first_line(cmd::output(cmd::command("bpftrace").arg("--version"))),
-        ),
-        (
-            "auditd",
-            first_line(cmd::output(cmd::command("auditctl").arg("-v"))),
-        ),
-    ]
+                .trim_matches('"')
+                .to_owned(),
+        )
+    })
 }
 
-/// `sockwatch check`'s output, or why it failed.
-pub fn check(env: &Env) -> String {
-    cmd::output(cmd::command(&env.sockwatch).arg("check"))
-        .unwrap_or_else(|e| format!("sockwatch check failed: {e:#}"))
-}
-
-/// Now, in UTC, to the minute.
-pub fn date() -> String {
-    first_line(cmd::output(
-        cmd::command("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]),
-    ))
-}
-
-/// The first line of a command's output, or why the command failed.
-fn first_line(out: anyhow::Result<String>) -> String {
-    out.map_or_else(
-        |e| format!("unknown ({e})"),
-        |s| s.lines().next().unwrap_or_default().trim().to_string(),
-    )
-}
-
-fn cpu_model() -> String {
-    fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-        .map_or_else(|| "unknown".into(), |(_, v)| v.trim().to_string())
-}
-
-fn ram() -> String {
-    fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or("unknown".into(), |kib| {
-            format!("{:.1} GiB", kib / 1024.0 / 1024.0)
-        })
-}
-
-fn os() -> String {
-    fs::read_to_string("/etc/os-release")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-        .map(|v| v.trim_matches('"').to_string())
-        .unwrap_or_default()
-}
-
-/// `sockwatch --version`, the git revision, and the files with uncommitted changes.
-fn sockwatch(env: &Env) -> String {
+/// The machine table's rows.
+pub fn machine(env: &Env) -> Vec<(&'static str, String)> {
     let git = |args: &[&str]| {
         cmd::output(
             cmd::command("git")
@@ -101,22 +57,51 @@ fn sockwatch(env: &Env) -> String {
                 .current_dir(cmd::workspace_root()),
         )
     };
-    let rev = first_line(git(&["rev-parse", "--short", "HEAD"]));
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-        .map(|s| {
-            s.lines()
-                .filter_map(|l| l.get(3..))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
-    format!(
-        "{}, git {rev}{}",
-        first_line(cmd::output(cmd::command(&env.sockwatch).arg("--version"))),
-        if dirty.is_empty() {
-            String::new()
-        } else {
-            format!(" (uncommitted changes in: {dirty})")
-        }
-    )
+    let rev = git(&["rev-parse", "--short", "HEAD"])
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).unwrap_or_default();
+    let dirty: Vec<&str> = dirty.lines().filter_map(|l| l.get(3..)).collect();
+    let dirty = if dirty.is_empty() {
+        String::new()
+    } else {
+        format!(" (uncommitted changes in: {})", dirty.join(", "))
+    };
+    let ram = proc_field("/proc/meminfo", "MemTotal", ':')
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    vec![
+        (
+            "CPUs (nproc)",
+            std::thread::available_parallelism().map_or("?".into(), |n| n.to_string()),
+        ),
+        (
+            "CPU model",
+            proc_field("/proc/cpuinfo", "model name", ':').unwrap_or("unknown".into()),
+        ),
+        (
+            "RAM",
+            ram.map_or("unknown".into(), |kib| {
+                format!("{:.1} GiB", kib / 1024.0 / 1024.0)
+            }),
+        ),
+        ("kernel", kernel.trim().to_owned()),
+        (
+            "OS",
+            proc_field("/etc/os-release", "PRETTY_NAME", '=').unwrap_or_default(),
+        ),
+        (
+            "sockwatch",
+            format!(
+                "{}, git {rev}{dirty}",
+                first_line(cmd::command(&env.sockwatch).arg("--version"))
+            ),
+        ),
+        (
+            "bpftrace",
+            first_line(cmd::command("bpftrace").arg("--version")),
+        ),
+        ("auditd", first_line(cmd::command("auditctl").arg("-v"))),
+    ]
 }

@@ -1,439 +1,509 @@
-//! The targets the bench checks (issue 6), each with what was measured and a verdict.
-use std::fmt::Write as _;
+//! The targets table: each target of issues 6, 9, 12 and 38 whose phase ran, what this run
+//! measured for it, and the previous report's figure beside it; and the measured breakdown
+//! of a missed per-operation target (by syscall and program) and of missed agent CPU.
+use std::collections::BTreeMap;
 
-use super::{before::Before, format::ns};
+use super::{
+    Report,
+    table::{at_most, ns, table},
+};
 use crate::bench::{
-    footprint::Footprint,
-    latency::Latency,
-    overhead::Overhead,
-    plan::{Op, UNRELATED, Variant},
-    stats::{Spread, quantile},
-    throughput::Throughput,
+    Op, Spread, Variant,
+    load::{Footprint, Latency, Load, Throughput},
+    overhead::{GO_STEPS, Overhead},
+    quantile,
 };
 
+/// The previous report's target figures, shown beside this run's.
+#[derive(Debug, Default)]
+pub struct Before {
+    /// The sockwatch revision that report measured.
+    pub revision: String,
+    measured: BTreeMap<String, String>,
+}
+
+impl Before {
+    /// The figures of a report's targets table, if it has one.
+    pub fn parse(text: &str) -> Option<Before> {
+        let machine = text
+            .lines()
+            .find_map(|l| l.strip_prefix("| sockwatch | "))?;
+        let revision = machine
+            .trim_end_matches(" |")
+            .rsplit("git ")
+            .next()?
+            .to_owned();
+        let (mut measured, mut in_targets) = (BTreeMap::new(), false);
+        for line in text.lines() {
+            if line.starts_with("## ") {
+                in_targets = line.starts_with("## Targets");
+            }
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            if in_targets && cells.len() >= 3 && !["target", "---"].contains(&cells[0]) {
+                measured.insert(cells[0].to_owned(), cells[1].to_owned());
+            }
+        }
+        (!measured.is_empty()).then_some(Before { revision, measured })
+    }
+
+    /// What the previous report measured for target `what` (or under its former name).
+    pub(super) fn measured(&self, what: &str, formerly: Option<&str>) -> &str {
+        let get = |w: &str| self.measured.get(w).map(String::as_str);
+        get(what).or_else(|| get(formerly?)).unwrap_or("—")
+    }
+}
+
 /// Issue 12's most agent CPU per event at 50,000 events/s, µs.
-pub const AGENT_CPU_US: f64 = 1.5;
+const AGENT_CPU_US: f64 = 1.5;
 
-/// Issue 38's node tax: points an unrelated operation may pay above its floor.
-const NODE_TAX_POINTS: f64 = 3.0;
-
-/// "Flat in the socket count": the p50 scrape with the held sockets at most this many times
-/// the p50 with none.
-const SCRAPE_FLAT: f64 = 1.5;
-
-/// How the targets on sockwatch's per-operation cost begin.
-const OVERHEAD_TARGETS: [&str; 2] = ["tracepoint tier", "cheaper than the bpftrace"];
-
+/// A target row: what, measured, verdict, and its name in reports before it was tightened.
 pub struct Target {
-    pub what: String,
-    pub measured: String,
-    pub verdict: Verdict,
-    /// The row's name in reports before the target was tightened, for the "before" column.
-    formerly: Option<&'static str>,
+    pub(super) what: String,
+    pub(super) measured: String,
+    pub(super) verdict: String,
+    pub(super) formerly: Option<&'static str>,
 }
 
-impl Target {
-    fn new(what: impl Into<String>, measured: impl Into<String>, verdict: Verdict) -> Target {
-        Target {
-            what: what.into(),
-            measured: measured.into(),
-            verdict,
-            formerly: None,
+fn target(what: impl Into<String>, measured: impl Into<String>, verdict: String) -> Target {
+    Target {
+        what: what.into(),
+        measured: measured.into(),
+        verdict,
+        formerly: None,
+    }
+}
+
+impl Report {
+    /// Every target whose phase ran, in the report's order.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut t = Vec::new();
+        if let Some(o) = &self.overhead {
+            overhead_targets(o, &mut t);
         }
-    }
-
-    fn formerly(self, name: &'static str) -> Target {
-        Target {
-            formerly: Some(name),
-            ..self
+        if let Some(th) = &self.throughput {
+            throughput_targets(th, &mut t);
         }
-    }
-
-    /// What `before` measured for this target, under its name then or now.
-    fn before<'a>(&self, before: &'a Before) -> &'a str {
-        match (before.measured(&self.what), self.formerly) {
-            ("—", Some(old)) => before.measured(old),
-            (was, _) => was,
+        if let Some(f) = &self.footprint {
+            footprint_targets(f, &mut t);
         }
+        if let Some(l) = &self.latency {
+            latency_targets(l, &mut t);
+        }
+        t
     }
-}
 
-/// Every target whose phase ran, in the report's order.
-pub fn all(
-    overhead: Option<&Overhead>,
-    throughput: Option<&Throughput>,
-    footprint: Option<&Footprint>,
-    latency: Option<&Latency>,
-) -> Vec<Target> {
-    let mut t = Vec::new();
-    if let Some(o) = overhead {
-        t.extend(tracepoint_tier(o));
-        t.extend(versus(
-            o,
-            Variant::Bpftrace,
-            "cheaper than the bpftrace script",
-            1.0,
-        ));
-        let auditd = "far cheaper than auditd (≤ ⅓ of its added cost)";
-        t.extend(versus(o, Variant::Auditd, auditd, 1.0 / 3.0));
-        let floor = "within 2× the empty-program floor (issue 12)";
-        t.extend(versus(o, Variant::Floor, floor, 2.0));
-        t.extend(unrelated_syscall(o));
-        t.extend(node_tax(o));
-        t.extend(cycle_to_floor(o));
-        t.extend(programs_to_floor(o));
+    /// The targets table, with the previous report's figures when there is one.
+    pub fn targets_table(&self, s: &mut String, targets: &[Target]) {
+        s.push_str("## Targets (issues 6 and 12)\n\n");
+        let before = self.before.as_ref();
+        let head = format!("before (git {})", before.map_or("", |b| &b.revision));
+        let mut head = vec!["target", "measured", &head, "verdict"];
+        if before.is_none() {
+            head.remove(2);
+        }
+        let rows = targets.iter().map(|t| {
+            let was = before.map(|b| b.measured(&t.what, t.formerly).to_owned());
+            [
+                Some(t.what.clone()),
+                Some(t.measured.clone()),
+                was,
+                Some(t.verdict.clone()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect()
+        });
+        table(s, &head, &"l".repeat(head.len()), rows);
     }
-    if let Some(th) = throughput {
-        t.extend(sustained(th));
-    }
-    if let Some(f) = footprint {
-        t.extend(footprint_targets(f));
-    }
-    if let Some(l) = latency {
-        t.extend(latency_targets(l));
-    }
-    t
-}
 
-/// Whether a target on sockwatch's per-operation cost was missed.
-pub fn overhead_missed(targets: &[Target]) -> bool {
-    targets.iter().any(|t| {
-        matches!(t.verdict, Verdict::Missed(_))
-            && OVERHEAD_TARGETS.iter().any(|p| t.what.starts_with(p))
-    })
-}
-
-/// The targets table; with `before`, the replaced report's figure beside each.
-pub fn render(s: &mut String, targets: &[Target], before: Option<&Before>) -> std::fmt::Result {
-    writeln!(s, "## Targets (issues 6 and 12)\n")?;
-    match before {
-        Some(b) => writeln!(
-            s,
-            "| target | measured | before (git {}) | verdict |\n| --- | --- | --- | --- |",
-            b.revision
-        )?,
-        None => writeln!(s, "| target | measured | verdict |\n| --- | --- | --- |")?,
-    }
-    for t in targets {
-        let was = before.map(|b| format!(" {} |", t.before(b)));
-        let was = was.as_deref().unwrap_or("");
-        writeln!(
-            s,
-            "| {} | {} |{was} {} |",
-            t.what,
-            t.measured,
-            t.verdict.text()
-        )?;
-    }
-    writeln!(s)
-}
-
-/// ≤ 10 % added per socket life cycle, C and Go order.
-fn tracepoint_tier(o: &Overhead) -> Vec<Target> {
-    [(Op::SockCycle, "C order"), (Op::SockCycleGo, "Go order")]
-        .into_iter()
-        .filter_map(|(op, order)| {
-            let r = Spread::of(&o.ratios(Variant::Sockwatch, op))?;
-            Some(Target::new(
-                format!("tracepoint tier: ≤ 10 % added per socket operation (life cycle, {order})"),
-                format!("{:+.1} % (p50 of per-round ratios)", (r.p50 - 1.0) * 100.0),
-                Verdict::at_most(r.p50 - 1.0, 0.10, |x| format!("{:.1} points", x * 100.0)),
-            ))
-        })
-        .collect()
-}
-
-/// An unrelated syscall (getppid) pays only the attachment: sockwatch's time per call within
-/// 10 % of the empty programs'.
-fn unrelated_syscall(o: &Overhead) -> Option<Target> {
-    let p50 = |v| Spread::of(o.ns.get(&(v, Op::Getppid))?).map(|s| s.p50);
-    let (sw, floor) = (p50(Variant::Sockwatch)?, p50(Variant::Floor)?);
-    let over = sw / floor - 1.0;
-    Some(Target::new(
-        "tracepoint tier: getppid(2) ≤ the empty-program floor + 10 % (issue 12)",
-        format!("{sw:.0} vs {floor:.0} ns per call ({:+.1} %)", over * 100.0),
-        Verdict::at_most(over, 0.10, |x| format!("{:.1} points", x * 100.0)),
-    ))
-}
-
-/// Issue 38's node tax: every operation that concerns no watched socket within 3 points of
-/// the floor's ratio to `off` (floor ×1.11 → sockwatch ≤ ×1.14), p50 of per-round ratios.
-fn node_tax(o: &Overhead) -> Option<Target> {
-    let mut shown = Vec::new();
-    let mut over = Vec::new();
-    for op in UNRELATED {
-        let p50 = |v| Spread::of(&o.ratios(v, op)).map(|r| r.p50);
-        let (Some(sw), Some(floor)) = (p50(Variant::Sockwatch), p50(Variant::Floor)) else {
-            continue;
+    /// The measured breakdown of a missed per-operation target (by syscall and program) and
+    /// of missed agent CPU (by stage).
+    pub fn missed_section(&self, s: &mut String, targets: &[Target]) {
+        let per_op = ["tracepoint tier", "cheaper than the bpftrace"];
+        let missed = |t: &&Target| {
+            t.verdict.starts_with("**missed**") && per_op.iter().any(|p| t.what.starts_with(p))
         };
-        shown.push(format!("{}: ×{sw:.3} vs ×{floor:.3}", op.arg()));
-        let points = (sw - floor) * 100.0;
-        if points > NODE_TAX_POINTS {
-            over.push(format!(
-                "{} by {:.1} points",
-                op.arg(),
-                points - NODE_TAX_POINTS
+        let overhead = self
+            .overhead
+            .as_ref()
+            .filter(|_| targets.iter().any(|t| missed(&t)));
+        let cpu = self
+            .throughput
+            .as_ref()
+            .and_then(|t| Some((t.at_50k()?.cpu_us_per_event()?, t)));
+        let cpu = cpu.filter(|(us, _)| *us > AGENT_CPU_US);
+        if overhead.is_some() || cpu.is_some() {
+            s.push_str("## Missed targets: the measured breakdown\n\n");
+        }
+        if let Some(o) = overhead {
+            overhead_breakdown(s, o);
+        }
+        if let Some((us, t)) = cpu {
+            cpu_breakdown(s, us, t);
+        }
+    }
+}
+
+/// Zero loss at 50,000 and at 100,000 events/s, and the agent's CPU per event.
+fn throughput_targets(th: &Throughput, t: &mut Vec<Target>) {
+    let at50 = th.at_50k();
+    let measured = at50.map_or("not reached".into(), |l| {
+        format!(
+            "{} lost of {} at {:.0} events/s",
+            l.lost,
+            l.produced,
+            l.rate()
+        )
+    });
+    let verdict = match at50 {
+        Some(l) if l.lost == 0 && l.rate() >= 0.95 * 50_000.0 && l.exact => "met".into(),
+        Some(l) if l.lost > 0 => format!("**missed** {} events lost", l.lost),
+        Some(l) if !l.exact => "**missed** counts do not add up".into(),
+        _ => "**missed** the workload could not produce the rate".into(),
+    };
+    t.push(target(
+        "zero loss at 50,000 events/s sustained",
+        measured,
+        verdict,
+    ));
+    let best = th.highest_lossless();
+    let measured = best.map_or("no step without loss".into(), |l| {
+        format!(
+            "{:.0} events/s (step {}), the highest step without loss",
+            l.rate(),
+            l.target
+        )
+    });
+    let verdict = match best {
+        Some(l) if l.target >= 100_000 => "met".into(),
+        Some(l) => format!("**missed** by {:.0} events/s", 100_000.0 - l.rate()),
+        None => "**missed** every step lost events".into(),
+    };
+    t.push(target(
+        "zero loss sustained at ≥ 100,000 events/s (issue 12)",
+        measured,
+        verdict,
+    ));
+    if let Some(us) = at50.and_then(Load::cpu_us_per_event) {
+        t.push(Target {
+            formerly: Some("≤ 2 µs agent CPU per event"),
+            ..target(
+                "≤ 1.5 µs agent CPU per event at 50,000 events/s (issue 12)",
+                format!("{us:.2} µs at 50,000 events/s"),
+                at_most(us, AGENT_CPU_US, |x| format!("{x:.2} µs")),
+            )
+        });
+    }
+}
+
+/// RSS with the held sockets, and the scrape's p99 and growth.
+fn footprint_targets(f: &Footprint, t: &mut Vec<Target>) {
+    let mib = f.rss_kib as f64 / 1024.0;
+    let what = format!("RSS ≤ 64 MiB with {} live watched sockets", f.sockets);
+    t.push(target(
+        what,
+        format!("{mib:.1} MiB"),
+        at_most(mib, 64.0, |x| format!("{x:.1} MiB")),
+    ));
+    if let Some(p99) = quantile(&f.scrape_ms, 0.99) {
+        // Flat in the socket count: the p50 with the sockets at most 1.5× the p50 with none.
+        let growth = f.scrape_growth();
+        let verdict = match (at_most(p99, 10.0, |x| format!("{x:.1} ms")), growth) {
+            (v, Some(g)) if v == "met" && g > 1.5 => {
+                format!("**missed** not flat: p50 {g:.1}× its time with no socket")
+            }
+            (v, _) => v,
+        };
+        let growth = growth.map_or("—".into(), |g| format!("{g:.1}×"));
+        let measured = format!(
+            "p99 {p99:.1} ms at {} series; p50 {growth} its time with no socket",
+            f.series
+        );
+        let what = format!(
+            "scrape p99 ≤ 10 ms with {} live sockets, flat in the socket count (issue 12)",
+            f.sockets
+        );
+        t.push(Target {
+            formerly: Some("scrape ≤ 50 ms"),
+            ..target(what, measured, verdict)
+        });
+    }
+}
+
+/// Start-up with the whole probe table, and the p99 event latency.
+fn latency_targets(l: &Latency, t: &mut Vec<Target>) {
+    if let Some(max) = quantile(&l.startup, 1.0) {
+        t.push(target(
+            "start-up ≤ 2 s with the whole probe table (issue 9; spawn → running)",
+            format!("{max:.2} s (slowest of the starts)"),
+            at_most(max, 2.0, |x| format!("{x:.2} s")),
+        ));
+    }
+    if let Some(ms) = quantile(&l.to_line, 0.99).map(|ns| ns / 1e6) {
+        t.push(target(
+            "p99 event latency ≤ 20 ms (syscall return → event line)",
+            format!("{ms:.1} ms"),
+            at_most(ms, 20.0, |x| format!("{x:.1} ms")),
+        ));
+    }
+}
+
+/// The watched life cycles, by the order of their syscalls.
+const CYCLES: [(Op, &str); 2] = [(Op::SockCycle, "C order"), (Op::SockCycleGo, "Go order")];
+
+/// The per-operation targets: sockwatch's ratio, against bpftrace, auditd and the floor.
+fn overhead_targets(o: &Overhead, t: &mut Vec<Target>) {
+    let (sw, floor) = (Variant::Sockwatch, Variant::Floor);
+    let p50 = |v, op, cpu| Spread::of(&o.ratios(v, op, cpu)).map(|r| r.p50);
+    let points = |x: f64| format!("{:.1} points", x * 100.0);
+    for (op, order) in CYCLES {
+        if let Some(r) = p50(sw, op, false) {
+            t.push(target(
+                format!("tracepoint tier: ≤ 10 % added per socket operation (life cycle, {order})"),
+                format!("{:+.1} % (p50 of per-round ratios)", (r - 1.0) * 100.0),
+                at_most(r - 1.0, 0.10, points),
             ));
         }
     }
-    if shown.is_empty() {
-        return None;
+    versus_targets(o, t);
+    let getppid = |v| o.p50(v, Op::Getppid);
+    if let (Some(a), Some(b)) = (getppid(sw), getppid(floor)) {
+        t.push(target(
+            "tracepoint tier: getppid(2) ≤ the empty-program floor + 10 % (issue 12)",
+            format!(
+                "{a:.0} vs {b:.0} ns per call ({:+.1} %)",
+                (a / b - 1.0) * 100.0
+            ),
+            at_most(a / b - 1.0, 0.10, points),
+        ));
     }
-    let verdict = match over.is_empty() {
-        true => Verdict::Met,
-        false => Verdict::Missed(over.join(", ")),
-    };
-    Some(Target::new(
-        "node tax (issue 38): every unrelated operation ≤ 3 points above the floor's ratio to \
-         off",
-        shown.join("; "),
-        verdict,
-    ))
+    floor_targets(o, t);
 }
 
-/// Issue 38: a watched socket life cycle costs at most 1.5× what the floor adds to it.
-fn cycle_to_floor(o: &Overhead) -> Vec<Target> {
-    [(Op::SockCycle, "C order"), (Op::SockCycleGo, "Go order")]
-        .into_iter()
-        .filter_map(|(op, order)| {
-            let sw = o.added_ns(Variant::Sockwatch, op)?;
-            let floor = o.added_ns(Variant::Floor, op).filter(|f| *f > 0.0)?;
-            Some(Target::new(
-                format!("watched life cycle ({order}) ≤ 1.5× the floor's added ns (issue 38)"),
-                format!("{} vs {} ({:.2}×)", ns(sw), ns(floor), sw / floor),
-                Verdict::at_most(sw / floor, 1.5, |x| format!("{x:.2}×")),
+/// sockwatch's added ns per op against bpftrace's, auditd's and the floor's.
+fn versus_targets(o: &Overhead, t: &mut Vec<Target>) {
+    let sw = Variant::Sockwatch;
+    let versus = [
+        (Variant::Bpftrace, "cheaper than the bpftrace script", 1.0),
+        (
+            Variant::Auditd,
+            "far cheaper than auditd (≤ ⅓ of its added cost)",
+            1.0 / 3.0,
+        ),
+        (
+            Variant::Floor,
+            "within 2× the empty-program floor (issue 12)",
+            2.0,
+        ),
+    ];
+    for (v, rule, factor) in versus.into_iter().filter(|x| o.variants.contains(&x.0)) {
+        // sockwatch's added ns at most `factor` times `v`'s; against bpftrace, an op where the
+        // per-round ratios' IQRs overlap is a tie (the order is noise).
+        let (mut shown, mut worse, mut tied) = (Vec::new(), Vec::new(), Vec::new());
+        for op in [
+            Op::Unlink,
+            Op::SockCycle,
+            Op::SockCycleGo,
+            Op::Connect,
+            Op::Getppid,
+        ] {
+            let (Some(a), Some(b)) = (o.added_ns(sw, op), o.added_ns(v, op)) else {
+                continue;
+            };
+            shown.push(format!("{}: {} vs {}", op.arg(), ns(a), ns(b)));
+            if a > b.max(0.0) * factor && a > 0.0 {
+                let r = |v| Spread::of(&o.ratios(v, op, false));
+                match (r(sw), r(v)) {
+                    (Some(x), Some(y)) if factor == 1.0 && x.p25 <= y.p75 => tied.push(op.arg()),
+                    _ => worse.push(op.arg()),
+                }
+            }
+        }
+        let tie = match tied.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; {} higher by less than the rounds' spread (ratio IQRs overlap)",
+                tied.join(", ")
+            ),
+        };
+        let verdict = match worse.is_empty() {
+            true => format!("met{tie}"),
+            false => format!("**missed** not for {}{tie}", worse.join(", ")),
+        };
+        t.push(target(
+            format!("{rule}, added ns per op"),
+            shown.join("; "),
+            verdict,
+        ));
+    }
+}
+
+/// Issue 38's node tax, the watched life cycles and every program against the floor.
+fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
+    let (sw, floor) = (Variant::Sockwatch, Variant::Floor);
+    let p50 = |v, op, cpu| Spread::of(&o.ratios(v, op, cpu)).map(|r| r.p50);
+    // Issue 38's node tax: every op that concerns no watched socket within 3 points of the
+    // floor's ratio to `off`.
+    let (mut shown, mut over) = (Vec::new(), Vec::new());
+    for op in Op::ALL.into_iter().filter(|op| op.unrelated()) {
+        let (Some(a), Some(b)) = (p50(sw, op, false), p50(floor, op, false)) else {
+            continue;
+        };
+        shown.push(format!("{}: ×{a:.3} vs ×{b:.3}", op.arg()));
+        if (a - b) * 100.0 > 3.0 {
+            over.push(format!(
+                "{} by {:.1} points",
+                op.arg(),
+                (a - b) * 100.0 - 3.0
+            ));
+        }
+    }
+    if !shown.is_empty() {
+        let verdict = if over.is_empty() {
+            "met".into()
+        } else {
+            format!("**missed** {}", over.join(", "))
+        };
+        let what = "node tax (issue 38): every unrelated operation ≤ 3 points above the floor's ratio to off";
+        t.push(target(what, shown.join("; "), verdict));
+    }
+    for (op, order) in CYCLES {
+        let (Some(a), Some(b)) = (
+            o.added_ns(sw, op),
+            o.added_ns(floor, op).filter(|f| *f > 0.0),
+        ) else {
+            continue;
+        };
+        t.push(target(
+            format!("watched life cycle ({order}) ≤ 1.5× the floor's added ns (issue 38)"),
+            format!("{} vs {} ({:.2}×)", ns(a), ns(b), a / b),
+            at_most(a / b, 1.5, |x| format!("{x:.2}×")),
+        ));
+    }
+    let mut times: Vec<(&str, f64)> = o
+        .programs
+        .iter()
+        .filter_map(|p| Some((p.0.as_str(), p.2 / o.floor_of(&p.0)?)))
+        .collect();
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if let Some(&(worst, most)) = times.first() {
+        let within = times.iter().filter(|t| t.1 <= 2.0).count();
+        t.push(target(
+            "every program ≤ 2× the empty program on its tracepoint (issue 12)",
+            format!(
+                "{within} of {} programs within 2×; the most `{worst}` at {most:.1}×",
+                times.len()
+            ),
+            at_most(most, 2.0, |x| format!("{x:.1}×")),
+        ));
+    }
+}
+
+/// What sockwatch adds to each syscall of the Go-order life cycle, largest first.
+fn added_by_syscall(o: &Overhead) -> Vec<(&'static str, f64)> {
+    let sw = Variant::Sockwatch;
+    let mut steps: Vec<(&'static str, f64)> = (0..GO_STEPS.len())
+        .filter_map(|i| {
+            Some((
+                GO_STEPS[i],
+                o.step_p50(sw, i)? - o.step_p50(Variant::Off, i)?,
             ))
+        })
+        .collect();
+    steps.sort_by(|a, b| b.1.total_cmp(&a.1));
+    steps
+}
+
+/// What sockwatch adds to bind and listen, against its programs' run time there.
+fn added_against_programs(o: &Overhead, steps: &[(&str, f64)]) -> Vec<String> {
+    ["bind", "listen"]
+        .into_iter()
+        .filter_map(|call| {
+            let ran: Vec<f64> = o
+                .programs
+                .iter()
+                .filter(|p| p.0.starts_with(&format!("{call}_tp_")))
+                .map(|p| p.2)
+                .collect();
+            let added = steps.iter().find(|(n, _)| *n == call)?.1;
+            let what = if ran.len() == 1 {
+                "one program".into()
+            } else {
+                format!("{} programs", ran.len())
+            };
+            let total = ran.iter().sum::<f64>();
+            (!ran.is_empty()).then(|| {
+                format!(
+                    "{call} gets {} per call, of which its {what} run {total:.0} ns",
+                    ns(added)
+                )
+            })
         })
         .collect()
 }
 
-/// Every program's run time within 2× the empty program's on its tracepoint. An empty program
-/// reads no map and no kernel memory, so a program that does its work misses this by design;
-/// the verdict names the worst and says so.
-fn programs_to_floor(o: &Overhead) -> Option<Target> {
-    let mut times: Vec<(&str, f64)> = o
-        .programs
+/// The largest additions by syscall, the thread CPU time, the costliest programs.
+fn overhead_breakdown(s: &mut String, o: &Overhead) {
+    let sw = Variant::Sockwatch;
+    let steps = added_by_syscall(o);
+    let top: Vec<String> = steps
         .iter()
-        .filter_map(|(name, _, avg)| Some((name.as_str(), avg / o.floor_of(name)?)))
+        .take(5)
+        .map(|(n, x)| format!("{n} {}", ns(*x)))
         .collect();
-    times.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let (worst, most) = *times.first()?;
-    let within = times.iter().filter(|t| t.1 <= 2.0).count();
-    let measured = format!(
-        "{within} of {} programs within 2×; the most `{worst}` at {most:.1}×",
-        times.len()
-    );
-    let verdict = if most <= 2.0 {
-        Verdict::Met
-    } else {
-        Verdict::Missed(
-            "because each program does what an empty one does not: map lookups and \
-             reads of kernel memory (per operation, the floor targets above)"
-                .into(),
-        )
+    let change = |op, cpu| {
+        Spread::of(&o.ratios(sw, op, cpu))
+            .map_or("?".into(), |r| format!("{:+.0} %", (r.p50 - 1.0) * 100.0))
     };
-    Some(Target::new(
-        "every program ≤ 2× the empty program on its tracepoint (issue 12)",
-        measured,
-        verdict,
-    ))
-}
-
-/// sockwatch's added ns per op at most `factor` times observer `v`'s, for every op; an op
-/// where the per-round ratios' IQRs overlap counts as a tie when `factor` is 1.
-fn versus(o: &Overhead, v: Variant, rule: &str, factor: f64) -> Option<Target> {
-    if !o.variants.contains(&v) {
-        return None;
-    }
-    let mut worse = Vec::new();
-    let mut tied = Vec::new();
-    let mut shown = Vec::new();
-    for op in [
-        Op::Unlink,
-        Op::SockCycle,
-        Op::SockCycleGo,
-        Op::Connect,
-        Op::Getppid,
-    ] {
-        let (Some(sw), Some(other)) = (o.added_ns(Variant::Sockwatch, op), o.added_ns(v, op))
-        else {
-            continue;
-        };
-        shown.push(format!("{}: {} vs {}", op.arg(), ns(sw), ns(other)));
-        if sw > other.max(0.0) * factor && sw > 0.0 {
-            // Within the spread of the per-round ratios, the order is noise.
-            let r = |v| Spread::of(&o.ratios(v, op));
-            match (r(Variant::Sockwatch), r(v)) {
-                (Some(a), Some(b)) if factor == 1.0 && a.p25 <= b.p75 => tied.push(op.arg()),
-                _ => worse.push(op.arg()),
-            }
-        }
-    }
-    let tie = if tied.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; {} higher by less than the rounds' spread (ratio IQRs overlap)",
-            tied.join(", ")
-        )
-    };
-    let verdict = if worse.is_empty() {
-        Verdict::Met.with(tie)
-    } else {
-        Verdict::Missed(format!("not for {}{tie}", worse.join(", ")))
-    };
-    Some(Target::new(
-        format!("{rule}, added ns per op"),
-        shown.join("; "),
-        verdict,
-    ))
-}
-
-/// Zero loss at 50,000 events/s, and the agent's CPU per event there.
-fn sustained(th: &Throughput) -> Vec<Target> {
-    let at50 = th.at_50k();
-    let mut t = vec![Target::new(
-        "zero loss at 50,000 events/s sustained",
-        at50.map_or("not reached".into(), |l| {
-            format!(
-                "{} lost of {} at {:.0} events/s",
-                l.lost,
-                l.produced,
-                l.rate()
-            )
-        }),
-        match at50 {
-            Some(l) if l.lost == 0 && l.rate() >= 0.95 * 50_000.0 && l.exact => Verdict::Met,
-            Some(l) if l.lost > 0 => Verdict::Missed(format!("{} events lost", l.lost)),
-            Some(l) if !l.exact => Verdict::Missed("counts do not add up".into()),
-            _ => Verdict::Missed("the workload could not produce the rate".into()),
-        },
-    )];
-    let best = th.highest_lossless();
-    t.push(Target::new(
-        "zero loss sustained at ≥ 100,000 events/s (issue 12)",
-        best.map_or("no step without loss".into(), |l| {
-            format!(
-                "{:.0} events/s (step {}), the highest step without loss",
-                l.rate(),
-                l.target
-            )
-        }),
-        match best {
-            Some(l) if l.target >= 100_000 => Verdict::Met,
-            Some(l) => Verdict::Missed(format!("by {:.0} events/s", 100_000.0 - l.rate())),
-            None => Verdict::Missed("every step lost events".into()),
-        },
-    ));
-    if let Some(us) = at50.and_then(super::super::throughput::Load::cpu_us_per_event) {
-        t.push(
-            Target::new(
-                "≤ 1.5 µs agent CPU per event at 50,000 events/s (issue 12)",
-                format!("{us:.2} µs at 50,000 events/s"),
-                Verdict::at_most(us, AGENT_CPU_US, |x| format!("{x:.2} µs")),
-            )
-            .formerly("≤ 2 µs agent CPU per event"),
-        );
-    }
-    t
-}
-
-/// RSS with the held sockets, and the scrape's p99.
-fn footprint_targets(f: &Footprint) -> Vec<Target> {
-    let mib = f.rss_kib as f64 / 1024.0;
-    let mut t = vec![Target::new(
-        format!("RSS ≤ 64 MiB with {} live watched sockets", f.sockets),
-        format!("{mib:.1} MiB"),
-        Verdict::at_most(mib, 64.0, |x| format!("{x:.1} MiB")),
-    )];
-    if let Some(p99) = quantile(&f.scrape_ms, 0.99) {
-        t.push(scrape_target(f, p99).formerly("scrape ≤ 50 ms"));
-    }
-    t
-}
-
-/// The scrape's p99 with the held sockets, and whether its p50 stayed flat against the
-/// same scrapes with none (at most [`SCRAPE_FLAT`]× as long).
-fn scrape_target(f: &Footprint, p99: f64) -> Target {
-    let growth = match (
-        quantile(&f.scrape_ms, 0.5),
-        quantile(&f.scrape_idle_ms, 0.5),
-    ) {
-        (Some(held), Some(idle)) if idle > 0.0 => Some(held / idle),
-        _ => None,
-    };
-    let verdict = match (
-        Verdict::at_most(p99, 10.0, |x| format!("{x:.1} ms")),
-        growth,
-    ) {
-        (Verdict::Met, Some(g)) if g > SCRAPE_FLAT => {
-            Verdict::Missed(format!("not flat: p50 {g:.1}× its time with no socket"))
-        }
-        (v, _) => v,
-    };
-    Target::new(
-        format!(
-            "scrape p99 ≤ 10 ms with {} live sockets, flat in the socket count (issue 12)",
-            f.sockets
-        ),
-        format!(
-            "p99 {p99:.1} ms at {} series; p50 {} its time with no socket",
-            f.series,
-            growth.map_or("—".into(), |g| format!("{g:.1}×"))
-        ),
-        verdict,
-    )
-}
-
-/// The slowest start-up, and the p99 latency to the event line.
-fn latency_targets(l: &Latency) -> Vec<Target> {
-    let mut t = Vec::new();
-    if let Some(max) = quantile(&l.startup, 1.0) {
-        t.push(Target::new(
-            "start-up ≤ 2 s with the whole probe table (issue 9; spawn → running)",
-            format!("{max:.2} s (slowest of the starts)"),
-            Verdict::at_most(max, 2.0, |x| format!("{x:.2} s")),
-        ));
-    }
-    if let Some(p99) = quantile(&l.to_line, 0.99) {
-        let ms = p99 / 1e6;
-        t.push(Target::new(
-            "p99 event latency ≤ 20 ms (syscall return → event line)",
-            format!("{ms:.1} ms"),
-            Verdict::at_most(ms, 20.0, |x| format!("{x:.1} ms")),
-        ));
-    }
-    t
-}
-
-pub enum Verdict {
-    Met,
-    MetWith(String),
-    Missed(String),
-}
-
-impl Verdict {
-    fn at_most(got: f64, limit: f64, show: impl Fn(f64) -> String) -> Verdict {
-        if got <= limit {
-            Verdict::Met
+    let mut costly: Vec<_> = o.programs.iter().filter(|p| p.1 >= 100).collect();
+    costly.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let costly: Vec<String> = costly
+        .iter()
+        .take(4)
+        .map(|(n, _, avg)| format!("`{n}` {avg:.0} ns"))
+        .collect();
+    let share = added_against_programs(o, &steps);
+    let or_none = |v: Vec<String>, sep| {
+        if v.is_empty() {
+            "not measured".into()
         } else {
-            Verdict::Missed(format!("by {}", show(got - limit)))
+            v.join(sep)
         }
-    }
+    };
+    para!(
+        s,
+        "**Per-operation overhead (tracepoint tier).** sockwatch adds {} per getppid call. Syscall by \
+         syscall (Go order), the largest additions are: {}. The workload thread's CPU time grows {} (C \
+         order) and {} (Go order), against wall-clock ratios of {} and {}. The costliest program runs \
+         (programs run at least 100 times): {}. Added per call against the programs' own run time: {}.",
+        o.added_ns(sw, Op::Getppid).map_or("?".into(), ns),
+        or_none(top, ", "),
+        change(Op::SockCycle, true),
+        change(Op::SockCycleGo, true),
+        change(Op::SockCycle, false),
+        change(Op::SockCycleGo, false),
+        or_none(costly, ", "),
+        or_none(share, "; "),
+    );
+}
 
-    /// Met, with a remark when there is one.
-    fn with(self, remark: String) -> Verdict {
-        match self {
-            Verdict::Met if !remark.is_empty() => Verdict::MetWith(remark),
-            v => v,
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Verdict::Met => "met".into(),
-            Verdict::MetWith(r) => format!("met{r}"),
-            Verdict::Missed(why) => format!("**missed** {why}"),
-        }
-    }
+/// The largest stage of the agent's profile, against the missed CPU per event.
+fn cpu_breakdown(s: &mut String, us: f64, t: &Throughput) {
+    let why = match &t.profile {
+        Ok((p, _)) => p.largest().map_or(
+            "no stage of the event path was seen in the profile".into(),
+            |(st, x)| {
+                format!(
+                    "the largest stage is the {st} at {:.0} % ({:.2} µs per event)",
+                    x * 100.0,
+                    x * us
+                )
+            },
+        ),
+        Err(e) => format!("the agent was not profiled ({e})"),
+    };
+    para!(
+        s,
+        "**Agent CPU per event.** {us:.2} µs at 50,000 events/s against {AGENT_CPU_US} µs: {why}."
+    );
 }
