@@ -289,6 +289,8 @@ impl Op {
 pub enum Variant {
     Off,
     Sockwatch,
+    /// sockwatch as the DaemonSet runs it by default: no `--watch`, every directory watched.
+    SockwatchDefault,
     Bpftrace,
     Auditd,
     /// Empty programs where sockwatch's tracepoint tier attaches: the attachments' own cost.
@@ -300,6 +302,7 @@ impl Variant {
         match self {
             Variant::Off => "off",
             Variant::Sockwatch => "sockwatch (tracepoint)",
+            Variant::SockwatchDefault => "sockwatch (tracepoint, no --watch)",
             Variant::Bpftrace => "bpftrace",
             Variant::Auditd => "auditd",
             Variant::Floor => "empty programs (floor)",

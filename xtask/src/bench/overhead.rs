@@ -217,7 +217,7 @@ pub fn overhead(
 ) -> anyhow::Result<Overhead> {
     let t = Instant::now();
     // off and sockwatch always; bpftrace and the floor if they start here; auditd if prepared.
-    let mut variants = vec![Variant::Off, Variant::Sockwatch];
+    let mut variants = vec![Variant::Off, Variant::Sockwatch, Variant::SockwatchDefault];
     for (v, what) in [
         (Variant::Bpftrace, "bpftrace not compared"),
         (Variant::Floor, "the empty-program floor not measured"),

@@ -338,15 +338,13 @@ fn versus_targets(o: &Overhead, t: &mut Vec<Target>) {
     }
 }
 
-/// Issue 38's node tax, the watched life cycles and every program against the floor.
-fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
-    let (sw, floor) = (Variant::Sockwatch, Variant::Floor);
-    let p50 = |v, op, cpu| Spread::of(&o.ratios(v, op, cpu)).map(|r| r.p50);
-    // Issue 38's node tax: every op that concerns no watched socket within 3 points of the
-    // floor's ratio to `off`.
+/// Issue 38's node tax under observer `v`: every op that concerns no watched socket within 3
+/// points of the floor's ratio to `off`.
+fn node_tax(o: &Overhead, v: Variant, what: &str, t: &mut Vec<Target>) {
+    let p50 = |v, op| Spread::of(&o.ratios(v, op, false)).map(|r| r.p50);
     let (mut shown, mut over) = (Vec::new(), Vec::new());
     for op in Op::ALL.into_iter().filter(|op| op.unrelated()) {
-        let (Some(a), Some(b)) = (p50(sw, op, false), p50(floor, op, false)) else {
+        let (Some(a), Some(b)) = (p50(v, op), p50(Variant::Floor, op)) else {
             continue;
         };
         shown.push(format!("{}: ×{a:.3} vs ×{b:.3}", op.arg()));
@@ -364,9 +362,19 @@ fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
         } else {
             format!("**missed** {}", over.join(", "))
         };
-        let what = "node tax (issue 38): every unrelated operation ≤ 3 points above the floor's ratio to off";
         t.push(target(what, shown.join("; "), verdict));
     }
+}
+
+/// Issue 38's node tax, the watched life cycles and every program against the floor.
+fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
+    let (sw, floor) = (Variant::Sockwatch, Variant::Floor);
+    let narrowed =
+        "node tax (issue 38): every unrelated operation ≤ 3 points above the floor's ratio to off";
+    node_tax(o, sw, narrowed, t);
+    let default = "node tax, the DaemonSet's default (no --watch: a life cycle anywhere is a watched \
+                   one): every unrelated operation ≤ 3 points above the floor's ratio to off";
+    node_tax(o, Variant::SockwatchDefault, default, t);
     for (op, order) in CYCLES {
         let (Some(a), Some(b)) = (
             o.added_ns(sw, op),
