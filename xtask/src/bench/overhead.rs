@@ -107,6 +107,15 @@ impl Workload {
 /// (program, runs, average ns per run), costliest in total first.
 pub type Programs = Vec<(String, u64, f64)>;
 
+/// The ns per run of the empty program, among `floor`, on the tracepoint `program` runs on.
+fn floor_in(floor: &Programs, program: &str) -> Option<f64> {
+    let on = observers::floor_of(program)?;
+    floor
+        .iter()
+        .find(|p| observers::same_program(&p.0, &on))
+        .map(|p| p.2)
+}
+
 /// Per-op nanoseconds by (observer, op), one value per round.
 #[derive(Debug, Default)]
 pub struct Overhead {
@@ -121,6 +130,10 @@ pub struct Overhead {
     pub programs: Programs,
     /// The floor's empty programs during the same pass, named after their tracepoints.
     pub floor_programs: Programs,
+    /// The same two, through a pass of only the operations that concern no watched socket
+    /// (issue 38's cold paths).
+    pub cold_programs: Programs,
+    pub cold_floor: Programs,
     pub problems: Vec<String>,
     pub rounds: usize,
     pub secs: f64,
@@ -129,11 +142,12 @@ pub struct Overhead {
 impl Overhead {
     /// The floor's ns per run on the tracepoint `program` runs on, if it was measured.
     pub fn floor_of(&self, program: &str) -> Option<f64> {
-        let floor = observers::floor_of(program)?;
-        self.floor_programs
-            .iter()
-            .find(|p| observers::same_program(&p.0, &floor))
-            .map(|p| p.2)
+        floor_in(&self.floor_programs, program)
+    }
+
+    /// The same, in the cold-path pass.
+    pub fn cold_floor_of(&self, program: &str) -> Option<f64> {
+        floor_in(&self.cold_floor, program)
     }
 
     /// Observer `v`'s wall-clock (or, with `cpu`, thread CPU) time over the same round's `off`.
@@ -265,37 +279,65 @@ pub fn overhead(
         );
     }
     out.secs = t.elapsed().as_secs_f64();
-    let agent = observers::start_sockwatch(env)?;
-    match profile_pass(agent.pid(), plan, &mut w) {
-        Ok(p) => out.programs = p,
-        Err(e) => note(
-            notes,
-            format!("per-program BPF run times not measured: {e:#}"),
-        ),
-    }
-    agent.stop()?;
-    if variants.contains(&Variant::Floor) {
-        let ran = Bpftrace::start(env, "floor", &observers::floor_script()).and_then(|b| {
-            let p = profile_pass(b.pid(), plan, &mut w);
-            b.stop_floor();
-            p
-        });
-        match ran {
-            Ok(p) => out.floor_programs = p,
-            Err(e) => note(notes, format!("per-program floor not measured: {e:#}")),
-        }
-    }
+    let floor = variants.contains(&Variant::Floor);
+    let every: Vec<(Op, u64)> = plan.ops.clone();
+    let cold: Vec<(Op, u64)> = every
+        .iter()
+        .copied()
+        .filter(|(op, _)| op.unrelated())
+        .collect();
+    (out.programs, out.floor_programs) = program_pass(env, plan, &every, floor, &mut w, notes)?;
+    (out.cold_programs, out.cold_floor) = program_pass(env, plan, &cold, floor, &mut w, notes)?;
     Ok(out)
 }
 
-/// Every op once with `kernel.bpf_stats_enabled` on (outside the measured rounds: the
+/// sockwatch's programs, then the floor's empty ones (when `floor`), each on a fresh start
+/// through one pass of `ops`; a pass that fails is a note.
+fn program_pass(
+    env: &Env,
+    plan: &Plan,
+    ops: &[(Op, u64)],
+    floor: bool,
+    w: &mut Workload,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Programs, Programs)> {
+    let agent = observers::start_sockwatch(env)?;
+    let programs = profile_pass(agent.pid(), plan, ops, w).unwrap_or_else(|e| {
+        note(
+            notes,
+            format!("per-program BPF run times not measured: {e:#}"),
+        );
+        Programs::new()
+    });
+    agent.stop()?;
+    if !floor {
+        return Ok((programs, Programs::new()));
+    }
+    let ran = Bpftrace::start(env, "floor", &observers::floor_script()).and_then(|b| {
+        let p = profile_pass(b.pid(), plan, ops, w);
+        b.stop_floor();
+        p
+    });
+    let floor = ran.unwrap_or_else(|e| {
+        note(notes, format!("per-program floor not measured: {e:#}"));
+        Programs::new()
+    });
+    Ok((programs, floor))
+}
+
+/// Each of `ops` once with `kernel.bpf_stats_enabled` on (outside the measured rounds: the
 /// statistics add two clock reads per run); then the programs `pid` holds that ran.
-fn profile_pass(pid: u32, plan: &Plan, w: &mut Workload) -> anyhow::Result<Programs> {
+fn profile_pass(
+    pid: u32,
+    plan: &Plan,
+    ops: &[(Op, u64)],
+    w: &mut Workload,
+) -> anyhow::Result<Programs> {
     const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let ids = agent::prog_ids(pid)?;
     let before = fs::read_to_string(BPF_STATS)?;
     fs::write(BPF_STATS, "1")?;
-    let ran = plan.ops.iter().try_for_each(|&(op, n)| {
+    let ran = ops.iter().try_for_each(|&(op, n)| {
         std::thread::sleep(plan.pause);
         w.op(op, n).map(drop)
     });

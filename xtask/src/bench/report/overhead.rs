@@ -3,7 +3,7 @@
 use super::table::{ns, table};
 use crate::bench::{
     Op, Plan, Spread, Variant,
-    overhead::{GO_STEPS, Overhead},
+    overhead::{GO_STEPS, Overhead, Programs},
 };
 
 pub fn overhead_section(s: &mut String, plan: &Plan, o: &Overhead) {
@@ -156,8 +156,27 @@ fn programs(s: &mut String, o: &Overhead) {
          run), and the empty program on the same tracepoint during the same pass under the floor's bpftrace \
          (what the statistics see of a program that does nothing):"
     );
-    let rows = o.programs.iter().map(|(name, runs, avg)| {
-        let floor = o.floor_of(name);
+    program_table(s, &o.programs, |name| o.floor_of(name));
+    if !o.cold_programs.is_empty() {
+        let cold: Vec<&str> = Op::ALL
+            .into_iter()
+            .filter(|op| op.unrelated())
+            .map(Op::arg)
+            .collect();
+        para!(
+            s,
+            "**The cold paths** (issue 38): the same, on a fresh agent and floor, through a pass of only the \
+             operations that concern no watched socket ({}):",
+            cold.join(", ")
+        );
+        program_table(s, &o.cold_programs, |name| o.cold_floor_of(name));
+    }
+}
+
+/// A row per program: its runs and ns per run against the empty program's.
+fn program_table(s: &mut String, programs: &Programs, floor_of: impl Fn(&str) -> Option<f64>) {
+    let rows = programs.iter().map(|(name, runs, avg)| {
+        let floor = floor_of(name);
         vec![
             format!("`{name}`"),
             runs.to_string(),

@@ -338,6 +338,39 @@ fn versus_targets(o: &Overhead, t: &mut Vec<Target>) {
     }
 }
 
+/// Issue 38's cold paths: every program that ran on operations concerning no watched socket
+/// at most 10× the empty program on its tracepoint.
+fn cold_paths(o: &Overhead, t: &mut Vec<Target>) {
+    let mut times: Vec<(&str, f64)> = o
+        .cold_programs
+        .iter()
+        .filter_map(|p| Some((p.0.as_str(), p.2 / o.cold_floor_of(&p.0)?)))
+        .collect();
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let Some(&(worst, most)) = times.first() else {
+        return;
+    };
+    let over: Vec<String> = times
+        .iter()
+        .filter(|t| t.1 > 10.0)
+        .map(|(name, x)| format!("`{name}` {x:.1}×"))
+        .collect();
+    let measured = format!(
+        "{} of {} programs within 10×; the most `{worst}` at {most:.1}×",
+        times.len() - over.len(),
+        times.len()
+    );
+    let verdict = match over.is_empty() {
+        true => "met".into(),
+        false => format!("**missed** by {}", over.join(", ")),
+    };
+    t.push(target(
+        "cold paths (issue 38): every program ≤ 10× the empty program on operations that concern no watched socket",
+        measured,
+        verdict,
+    ));
+}
+
 /// Issue 38's node tax under observer `v`: every op that concerns no watched socket within 3
 /// points of the floor's ratio to `off`.
 fn node_tax(o: &Overhead, v: Variant, what: &str, t: &mut Vec<Target>) {
@@ -388,6 +421,7 @@ fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
             at_most(a / b, 1.5, |x| format!("{x:.2}×")),
         ));
     }
+    cold_paths(o, t);
     let mut times: Vec<(&str, f64)> = o
         .programs
         .iter()

@@ -320,3 +320,37 @@ fn the_committed_report_is_read_as_before() {
     let row = format!("| RSS ≤ 64 MiB with 10000 live watched sockets | 30.0 MiB | {rss} | met |");
     assert!(r.render().contains(&row), "{row}");
 }
+
+/// Issue 38's cold paths: each program's ns per run on the unrelated operations against the
+/// empty program on its tracepoint (10×), in a table of their own.
+#[test]
+fn the_cold_paths_name_every_program_over_ten_times_its_empty_program() {
+    let mut r = report();
+    let o = r.overhead.as_mut().expect("overhead");
+    o.cold_programs = vec![
+        ("bind_tp_ret".into(), 500, 1_500.0),
+        ("release_tp_close".into(), 3_000, 120.0),
+    ];
+    o.cold_floor = vec![
+        ("sys_exit_bind".into(), 500, 60.0),
+        ("sys_enter_close".into(), 3_000, 60.0),
+    ];
+    let text = r.render();
+    assert_rows(
+        &text,
+        &[
+            "| cold paths (issue 38): every program ≤ 10× the empty program on operations that concern no \
+             watched socket | 1 of 2 programs within 10×; the most `bind_tp_ret` at 25.0× | **missed** by \
+             `bind_tp_ret` 25.0× |",
+            "| `bind_tp_ret` | 500 | 1500 | 60 | 25.0 | 0.8 |",
+            "| `release_tp_close` | 3000 | 120 | 60 | 2.0 | 0.4 |",
+        ],
+    );
+    assert!(text.contains("**The cold paths** (issue 38)"), "{text}");
+    let o = r.overhead.as_mut().expect("overhead");
+    o.cold_programs[0].2 = 540.0;
+    assert_rows(
+        &r.render(),
+        &["2 of 2 programs within 10×; the most `bind_tp_ret` at 9.0× | met |"],
+    );
+}
