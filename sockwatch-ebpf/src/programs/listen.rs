@@ -46,10 +46,14 @@ pub fn listen_kretprobe(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Tracepoint tier: `listen(fd, backlog)`; the exit resolves the descriptor.
+/// Tracepoint tier: `listen(fd, backlog)`; the exit resolves the descriptor. Every listen on
+/// the node runs this, TCP's too: a process that holds no live socket (not tracked, as for
+/// close) leaves after one map lookup, and its exit finds nothing kept. A receiver of a
+/// socket by SCM_RIGHTS is tracked from the next sweep on (no receive program on this tier):
+/// its listen before that is left to the sweep's sock_diag view.
 #[tracepoint(category = "syscalls", name = "sys_enter_listen")]
 pub fn listen_tp_enter(ctx: TracePointContext) -> u32 {
-    if !current::is_agent() {
+    if !current::is_agent() && live::is_tracked(current::tgid()) {
         pending::stash(
             Slot::Listen,
             &Pending::args(tp_arg(&ctx, 1), tp_arg(&ctx, 0)),
