@@ -282,6 +282,15 @@ impl Op {
         matches!(self, Op::Getppid | Op::Open | Op::Pipe | Op::SocketPair)
             || matches!(self, Op::SockCycleUnwatched | Op::Fork)
     }
+
+    /// The names of the [`unrelated`](Self::unrelated) operations, in order.
+    pub fn unrelated_names() -> Vec<&'static str> {
+        Op::ALL
+            .into_iter()
+            .filter(|op| op.unrelated())
+            .map(Op::arg)
+            .collect()
+    }
 }
 
 /// Who observes the workload during a window.
@@ -385,13 +394,8 @@ mod tests {
             2,
             "at least two rounds to interleave"
         );
-        let unrelated: Vec<&str> = Op::ALL
-            .into_iter()
-            .filter(|o| o.unrelated())
-            .map(Op::arg)
-            .collect();
         assert_eq!(
-            unrelated,
+            Op::unrelated_names(),
             [
                 "getppid",
                 "open",

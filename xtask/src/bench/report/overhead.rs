@@ -26,11 +26,7 @@ fn method(s: &mut String, plan: &Plan, o: &Overhead) {
         .iter()
         .map(|(op, n)| format!("{} × {n}", op.arg()))
         .collect();
-    let unrelated: Vec<&str> = Op::ALL
-        .into_iter()
-        .filter(|op| op.unrelated())
-        .map(Op::arg)
-        .collect();
+    let unrelated = Op::unrelated_names();
     para!(
         s,
         "A workload process (`bench/`, release build) times each operation in a batch ({}; each batch after a \
@@ -158,11 +154,7 @@ fn programs(s: &mut String, o: &Overhead) {
     );
     program_table(s, &o.programs, |name| o.floor_of(name));
     if !o.cold_programs.is_empty() {
-        let cold: Vec<&str> = Op::ALL
-            .into_iter()
-            .filter(|op| op.unrelated())
-            .map(Op::arg)
-            .collect();
+        let cold = Op::unrelated_names();
         para!(
             s,
             "**The cold paths** (issue 38): the same, on a fresh agent and floor, through a pass of only the \

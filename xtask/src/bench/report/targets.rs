@@ -10,7 +10,7 @@ use super::{
 use crate::bench::{
     Op, Spread, Variant,
     load::{Footprint, Latency, Load, Throughput},
-    overhead::{GO_STEPS, Overhead},
+    overhead::{GO_STEPS, Overhead, Programs},
     quantile,
 };
 
@@ -338,15 +338,20 @@ fn versus_targets(o: &Overhead, t: &mut Vec<Target>) {
     }
 }
 
+/// Each program's ns per run over its empty program's (where measured), the most first.
+fn times_empty(programs: &Programs, floor_of: impl Fn(&str) -> Option<f64>) -> Vec<(&str, f64)> {
+    let mut times: Vec<(&str, f64)> = programs
+        .iter()
+        .filter_map(|p| Some((p.0.as_str(), p.2 / floor_of(&p.0)?)))
+        .collect();
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    times
+}
+
 /// Issue 38's cold paths: every program that ran on operations concerning no watched socket
 /// at most 10× the empty program on its tracepoint.
 fn cold_paths(o: &Overhead, t: &mut Vec<Target>) {
-    let mut times: Vec<(&str, f64)> = o
-        .cold_programs
-        .iter()
-        .filter_map(|p| Some((p.0.as_str(), p.2 / o.cold_floor_of(&p.0)?)))
-        .collect();
-    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let times = times_empty(&o.cold_programs, |name| o.cold_floor_of(name));
     let Some(&(worst, most)) = times.first() else {
         return;
     };
@@ -422,12 +427,7 @@ fn floor_targets(o: &Overhead, t: &mut Vec<Target>) {
         ));
     }
     cold_paths(o, t);
-    let mut times: Vec<(&str, f64)> = o
-        .programs
-        .iter()
-        .filter_map(|p| Some((p.0.as_str(), p.2 / o.floor_of(&p.0)?)))
-        .collect();
-    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let times = times_empty(&o.programs, |name| o.floor_of(name));
     if let Some(&(worst, most)) = times.first() {
         let within = times.iter().filter(|t| t.1 <= 2.0).count();
         t.push(target(

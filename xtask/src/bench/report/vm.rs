@@ -182,7 +182,7 @@ fn targets(g: &GuestBench) -> Vec<TargetRow> {
                 ));
             }
         }
-        for op in Op::ALL.into_iter().filter(|op| op.unrelated()).map(Op::arg) {
+        for op in Op::unrelated_names() {
             if let (Some(sw), Some(fl)) = (p50(g, op, tier), p50(g, op, &floor(tier))) {
                 let what = format!("{op} ≤ the floor + {:.0} points", NODE_TAX * 100.0);
                 rows.push((
