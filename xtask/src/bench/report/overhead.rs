@@ -52,7 +52,9 @@ fn method(s: &mut String, plan: &Plan, o: &Overhead) {
         s,
         "Observers: **sockwatch** `run --probe-mode tracepoint --watch DIR` (events to a tmpfs file, /metrics on \
          loopback); **sockwatch (no --watch)**, the same without `--watch`, as the DaemonSet runs it by default: \
-         every directory watched, so the life cycle outside DIR is a watched one; **bpftrace** with the script in `xtask/src/bench/observers.rs` (the same syscall \
+         every directory watched, so the life cycle outside DIR is a watched one, and the second workload \
+         process, which makes it, is tracked like any process that bound a watched socket (its closes, forks \
+         and exits take the tracked path); **bpftrace** with the script in `xtask/src/bench/observers.rs` (the same syscall \
          tracepoints, enter and exit, AF_UNIX paths read from user memory and filtered by the watched \
          directory's prefix, maps of bound descriptors and live socket paths, a line per event, output to \
          tmpfs); **auditd** with `auditctl -w DIR -p wa` (Debian's auditd, backlog 8192 as Debian's default \
