@@ -3,11 +3,17 @@
 //! Every type here derives serde so a recorded log (JSON lines, snake_case tags) replays into
 //! the same verdicts. Identities are 64-bit throughout (S14); a socket file is known by its
 //! [`FileId`], never by its path (S13).
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 pub use sockwatch_common::{Fidelity, FileId, GuardPolicy};
 
 use super::{claims::Fact, inputs};
+
+/// A table keyed by numbers the kernel assigns (inodes, tgids), looked up on every event:
+/// a fast hash, seeded per process. Paths, which users choose, stay in ordered maps.
+pub type NumberMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The process behind an input, as the kernel saw it at that moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

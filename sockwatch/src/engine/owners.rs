@@ -3,9 +3,9 @@
 //!
 //! A tgid is in an owner set only while its process is in the table: evicting a process drops
 //! it from every owner set, so the relation stays bounded by `max_procs × max_sockets`.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use super::model::{FileId, Proc};
+use super::model::{FileId, NumberMap, Proc};
 
 #[derive(Debug)]
 struct ProcEntry {
@@ -16,11 +16,11 @@ struct ProcEntry {
 
 #[derive(Debug)]
 pub struct Owners {
-    procs: BTreeMap<u32, ProcEntry>,
+    procs: NumberMap<u32, ProcEntry>,
     /// (class, touched_ns, tgid): exited first, then live non-owners, then owners.
     lru: BTreeSet<(u8, u64, u32)>,
-    by_file: BTreeMap<FileId, BTreeSet<u32>>,
-    by_tgid: BTreeMap<u32, BTreeSet<FileId>>,
+    by_file: NumberMap<FileId, BTreeSet<u32>>,
+    by_tgid: NumberMap<u32, BTreeSet<FileId>>,
     max_procs: usize,
     pub evicted: u64,
     /// Evicted while still owning sockets.
@@ -30,10 +30,10 @@ pub struct Owners {
 impl Owners {
     pub fn new(max_procs: usize) -> Self {
         Self {
-            procs: BTreeMap::new(),
+            procs: NumberMap::default(),
             lru: BTreeSet::new(),
-            by_file: BTreeMap::new(),
-            by_tgid: BTreeMap::new(),
+            by_file: NumberMap::default(),
+            by_tgid: NumberMap::default(),
             max_procs,
             evicted: 0,
             evicted_owners: 0,
@@ -258,7 +258,7 @@ impl Owners {
 /// The eviction class of exited processes: first to go.
 const EXITED: u8 = 0;
 
-fn class_of(e: &ProcEntry, by_tgid: &BTreeMap<u32, BTreeSet<FileId>>, tgid: u32) -> u8 {
+fn class_of(e: &ProcEntry, by_tgid: &NumberMap<u32, BTreeSet<FileId>>, tgid: u32) -> u8 {
     if e.exited_ns.is_some() {
         EXITED
     } else if by_tgid.contains_key(&tgid) {

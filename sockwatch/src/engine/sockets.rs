@@ -1,12 +1,12 @@
 //! The socket table: one entry per socket file, keyed by [`FileId`], with its indexes (path,
 //! socket inode, eviction order, open orphans, pending stale files) kept in step by routing
 //! every change through [`SocketTable::modify`].
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    model::{FileId, Proc},
+    model::{FileId, NumberMap, Proc},
     verdict::OrphanCause,
 };
 
@@ -196,9 +196,9 @@ pub struct SocketTable {
     /// Hashed: every event looks its socket up here, and nothing walks the entries in order
     /// (eviction goes by `lru`). Boxed: a resize moves a box, not a state of a few hundred
     /// bytes.
-    entries: HashMap<FileId, Box<SocketState>>,
+    entries: NumberMap<FileId, Box<SocketState>>,
     by_path: BTreeMap<String, BTreeSet<FileId>>,
-    by_sock: BTreeMap<u64, FileId>,
+    by_sock: NumberMap<u64, FileId>,
     lru: Lru,
     open_orphans: BTreeSet<FileId>,
     pending_stale: BTreeMap<u32, BTreeSet<FileId>>,
@@ -263,9 +263,9 @@ impl Keys {
 impl SocketTable {
     pub fn new(max_entries: usize, max_history: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: NumberMap::default(),
             by_path: BTreeMap::new(),
-            by_sock: BTreeMap::new(),
+            by_sock: NumberMap::default(),
             lru: Lru::default(),
             open_orphans: BTreeSet::new(),
             pending_stale: BTreeMap::new(),
