@@ -387,7 +387,7 @@ impl Engine {
     }
 
     /// Inserts a socket entry, evicting (and counting) what has to go.
-    fn insert_socket(&mut self, state: SocketState) {
+    fn insert_socket(&mut self, state: Box<SocketState>) {
         let file = state.file;
         if let Some(Evicted(old)) = self.sockets.insert(state) {
             let e = &mut self.counters.evictions;
@@ -448,7 +448,7 @@ impl Engine {
         });
         let tgid = s.binder.tgid;
         self.sockets
-            .modify(&file, ts_ns, |s| s.orphan = Some(orphan));
+            .modify(&file, ts_ns, |s| s.orphan = Some(Box::new(orphan)));
         self.sockets
             .record(&file, ts_ns, tgid, sockets::HistoryEvent::OrphanOpened);
     }

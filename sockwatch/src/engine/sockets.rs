@@ -33,8 +33,9 @@ pub struct SocketState {
     pub released: Option<Released>,
     /// Set once the file no longer resolves at its path.
     pub removed: Option<Removal>,
-    /// Set while the socket is an open orphaned listener.
-    pub orphan: Option<Orphan>,
+    /// Set while the socket is an open orphaned listener. Boxed: rare, and several
+    /// processes long.
+    pub orphan: Option<Box<Orphan>>,
     /// Released with the file linked, waiting for this tgid to exit before reporting it stale.
     pub stale_pending_tgid: Option<u32>,
     pub stale_reported: bool,
@@ -129,8 +130,9 @@ pub enum HistoryEvent {
 }
 
 impl SocketState {
-    pub fn new(file: FileId, sock_ino: u64, binder: Proc, ts_ns: u64) -> Self {
-        Self {
+    /// Boxed from the start: a state is over a kilobyte, and the table keeps it boxed.
+    pub fn new(file: FileId, sock_ino: u64, binder: Proc, ts_ns: u64) -> Box<Self> {
+        Box::new(Self {
             file,
             sock_ino,
             binder,
@@ -146,7 +148,7 @@ impl SocketState {
             stale_reported: false,
             history: VecDeque::new(),
             touched_ns: ts_ns,
-        }
+        })
     }
 
     /// Still bound by an open socket.
@@ -189,7 +191,7 @@ impl SocketState {
 
 /// Why an entry left the table to make room.
 #[derive(Debug)]
-pub struct Evicted(pub SocketState);
+pub struct Evicted(pub Box<SocketState>);
 
 #[derive(Debug)]
 pub struct SocketTable {
@@ -326,7 +328,7 @@ impl SocketTable {
     }
 
     /// Inserts (or replaces) an entry; returns what had to be evicted to make room.
-    pub fn insert(&mut self, state: SocketState) -> Option<Evicted> {
+    pub fn insert(&mut self, state: Box<SocketState>) -> Option<Evicted> {
         let file = state.file;
         let mut evicted = None;
         if let Some(old) = self.entries.remove(&file) {
@@ -335,7 +337,7 @@ impl SocketTable {
             evicted = self.evict_one();
         }
         self.index(&state);
-        self.entries.insert(file, Box::new(state));
+        self.entries.insert(file, state);
         evicted
     }
 
@@ -344,7 +346,7 @@ impl SocketTable {
         let old = self.entries.remove(&file)?;
         // lru already popped; unindex tolerates the missing key.
         self.unindex(&old);
-        Some(Evicted(*old))
+        Some(Evicted(old))
     }
 
     /// Changes one entry in place, keeping every index in step; `ts_ns` becomes its eviction
@@ -589,13 +591,13 @@ mod tests {
                 });
             },
             |s| {
-                s.orphan = Some(Orphan {
+                s.orphan = Some(Box::new(Orphan {
                     since_ns: 7,
                     since_exact: true,
                     cause: OrphanCause::Unlinked,
                     removed_by: None,
                     successor: None,
-                });
+                }));
             },
             |s| s.paths.clear(),
             |s| s.removed = None,

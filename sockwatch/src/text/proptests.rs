@@ -354,7 +354,7 @@ fn sockets(u: &[String]) -> Vec<SocketView> {
     (0..)
         .zip(states)
         .map(|(i, (live, linked, orphan))| {
-            let mut state = SocketState::new(file(i + 1), 10 * (i + 1), a.clone(), 1);
+            let mut state = *SocketState::new(file(i + 1), 10 * (i + 1), a.clone(), 1);
             state.bind_path = Some(u[11].clone());
             state.paths = vec![u[11].clone(), u[12].clone()];
             state.listening = i % 2 == 0;
@@ -376,12 +376,14 @@ fn sockets(u: &[String]) -> Vec<SocketView> {
                 how: RemovalHow::Unlinked,
                 foreign: Some(true),
             });
-            state.orphan = orphan.then(|| Orphan {
-                since_ns: 40,
-                since_exact: true,
-                cause: OrphanCause::Unlinked,
-                removed_by: Some(d.clone()),
-                successor: Some(b.clone()),
+            state.orphan = orphan.then(|| {
+                Box::new(Orphan {
+                    since_ns: 40,
+                    since_exact: true,
+                    cause: OrphanCause::Unlinked,
+                    removed_by: Some(d.clone()),
+                    successor: Some(b.clone()),
+                })
             });
             let owners = match i {
                 0 => Vec::new(),
