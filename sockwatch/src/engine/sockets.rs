@@ -196,9 +196,8 @@ pub struct Evicted(pub Box<SocketState>);
 #[derive(Debug)]
 pub struct SocketTable {
     /// Hashed: every event looks its socket up here, and nothing walks the entries in order
-    /// (eviction goes by `lru`). Boxed: a resize moves a box, not a state of a few hundred
-    /// bytes.
-    entries: NumberMap<FileId, Box<SocketState>>,
+    /// (eviction goes by `lru`). Boxed: a resize moves a box, not a state of a kilobyte.
+    entries: NumberMap<FileId, Filed>,
     by_path: BTreeMap<String, BTreeSet<FileId>>,
     by_sock: NumberMap<u64, FileId>,
     lru: Lru,
@@ -210,6 +209,16 @@ pub struct SocketTable {
     /// An entry's paths before a [`modify`](Self::modify), NUL-separated (paths have no NUL):
     /// kept between calls so that comparing them allocates nothing.
     paths_before: String,
+}
+
+/// An entry and the key it is filed under in the eviction order.
+#[derive(Debug)]
+struct Filed {
+    state: Box<SocketState>,
+    /// (class, touched_ns) as filed: the class always the entry's, the age no later than its
+    /// `touched_ns`. A touch alone does not refile the entry (most events are touches);
+    /// eviction refiles an entry it finds filed too early, and takes the first that is not.
+    lru: (u8, u64),
 }
 
 /// The eviction order, (class, touched_ns, file): released first, then live, then open
@@ -246,7 +255,7 @@ impl Lru {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Keys {
     live_sock: Option<u64>,
-    lru: (u8, u64, FileId),
+    class: u8,
     orphan: bool,
     stale_pending: Option<u32>,
 }
@@ -255,7 +264,7 @@ impl Keys {
     fn of(e: &SocketState) -> Keys {
         Keys {
             live_sock: e.is_live().then_some(e.sock_ino),
-            lru: (e.eviction_class(), e.touched_ns, e.file),
+            class: e.eviction_class(),
             orphan: e.orphan.is_some(),
             stale_pending: e.stale_pending_tgid,
         }
@@ -287,12 +296,12 @@ impl SocketTable {
     }
 
     pub fn get(&self, file: &FileId) -> Option<&SocketState> {
-        self.entries.get(file).map(|e| &**e)
+        self.entries.get(file).map(|e| &*e.state)
     }
 
     /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &SocketState> {
-        self.entries.values().map(|e| &**e)
+        self.entries.values().map(|e| &*e.state)
     }
 
     pub fn by_sock(&self, sock_ino: u64) -> Option<FileId> {
@@ -336,17 +345,26 @@ impl SocketTable {
         } else if self.entries.len() >= self.max_entries {
             evicted = self.evict_one();
         }
-        self.index(&state);
-        self.entries.insert(file, state);
+        let lru = self.index(&state);
+        self.entries.insert(file, Filed { state, lru });
         evicted
     }
 
+    /// The entry first in the eviction order by its current age: an entry filed earlier than
+    /// its last touch is refiled at it, and the search goes on.
     fn evict_one(&mut self) -> Option<Evicted> {
-        let (_, _, file) = self.lru.pop_first()?;
-        let old = self.entries.remove(&file)?;
-        // lru already popped; unindex tolerates the missing key.
-        self.unindex(&old);
-        Some(Evicted(old))
+        loop {
+            let (class, ts, file) = self.lru.pop_first()?;
+            let e = self.entries.get_mut(&file)?;
+            if e.state.touched_ns == ts {
+                let old = self.entries.remove(&file)?;
+                // lru already popped; unindex tolerates the missing key.
+                self.unindex(&old);
+                return Some(Evicted(old.state));
+            }
+            e.lru = (class, e.state.touched_ns);
+            self.lru.insert((class, e.state.touched_ns, file));
+        }
     }
 
     /// Changes one entry in place, keeping every index in step; `ts_ns` becomes its eviction
@@ -358,7 +376,8 @@ impl SocketTable {
         ts_ns: u64,
         f: impl FnOnce(&mut SocketState) -> R,
     ) -> Option<R> {
-        let entry = self.entries.get_mut(file)?;
+        let filed = self.entries.get_mut(file)?;
+        let entry = &mut filed.state;
         let before = Keys::of(entry);
         let linked_before = entry.is_linked();
         join_paths(&mut self.paths_before, &entry.paths);
@@ -366,6 +385,12 @@ impl SocketTable {
         let r = f(entry);
         let after = Keys::of(entry);
         let linked_after = entry.is_linked();
+        // A new class is refiled at once (eviction trusts the filed class); a touch is not.
+        let refiled = (before.class != after.class).then(|| {
+            let was = filed.lru;
+            filed.lru = (after.class, entry.touched_ns);
+            (was, filed.lru)
+        });
         if linked_before != linked_after || !same_paths(&self.paths_before, &entry.paths) {
             if linked_before {
                 for p in self.paths_before.split_terminator('\0') {
@@ -378,11 +403,15 @@ impl SocketTable {
                 }
             }
         }
+        if let Some((was, now)) = refiled {
+            self.lru.remove(&(was.0, was.1, *file));
+            self.lru.insert((now.0, now.1, *file));
+        }
         self.rekey(file, before, after);
         Some(r)
     }
 
-    /// Moves `file` in the indexes other than by path from `before`'s keys to `after`'s, to
+    /// Moves `file` in the indexes other than by path and age from `before`'s keys to `after`'s, to
     /// the state [`unindex`](Self::unindex) then [`index`](Self::index) would leave.
     fn rekey(&mut self, file: &FileId, before: Keys, after: Keys) {
         if let Some(s) = before.live_sock
@@ -394,10 +423,6 @@ impl SocketTable {
         if let Some(s) = after.live_sock {
             self.by_sock.insert(s, *file);
         }
-        if before.lru != after.lru {
-            self.lru.remove(&before.lru);
-        }
-        self.lru.insert(after.lru);
         if after.orphan {
             self.open_orphans.insert(*file);
         } else if before.orphan {
@@ -417,7 +442,7 @@ impl SocketTable {
     /// window goes where it happened). A scan after a scan only moves the last one's time:
     /// every sweep sees every socket, and would push its bind out of the history.
     pub fn record(&mut self, file: &FileId, ts_ns: u64, tgid: u32, event: HistoryEvent) {
-        let Some(e) = self.entries.get_mut(file) else {
+        let Some(Filed { state: e, .. }) = self.entries.get_mut(file) else {
             return;
         };
         let entry = HistoryEntry { ts_ns, tgid, event };
@@ -442,7 +467,8 @@ impl SocketTable {
         }
     }
 
-    fn index(&mut self, e: &SocketState) {
+    /// Files a new entry in every index; returns its key in the eviction order.
+    fn index(&mut self, e: &SocketState) -> (u8, u64) {
         if e.is_linked() {
             for p in &e.paths {
                 self.by_path.entry(p.clone()).or_default().insert(e.file);
@@ -451,23 +477,26 @@ impl SocketTable {
         if e.is_live() {
             self.by_sock.insert(e.sock_ino, e.file);
         }
-        self.lru.insert((e.eviction_class(), e.touched_ns, e.file));
+        let lru = (e.eviction_class(), e.touched_ns);
+        self.lru.insert((lru.0, lru.1, e.file));
         if e.orphan.is_some() {
             self.open_orphans.insert(e.file);
         }
         if let Some(t) = e.stale_pending_tgid {
             self.pending_stale.entry(t).or_default().insert(e.file);
         }
+        lru
     }
 
-    fn unindex(&mut self, e: &SocketState) {
+    fn unindex(&mut self, filed: &Filed) {
+        let e = &filed.state;
         for p in &e.paths {
             unindex_path(&mut self.by_path, p, &e.file);
         }
         if self.by_sock.get(&e.sock_ino) == Some(&e.file) {
             self.by_sock.remove(&e.sock_ino);
         }
-        self.lru.remove(&(e.eviction_class(), e.touched_ns, e.file));
+        self.lru.remove(&(filed.lru.0, filed.lru.1, e.file));
         self.open_orphans.remove(&e.file);
         if let Some(t) = e.stale_pending_tgid {
             unindex_stale(&mut self.pending_stale, t, &e.file);
@@ -536,12 +565,19 @@ mod tests {
         /// The indexes a full rebuild from the entries gives, against the kept ones.
         fn assert_indexes_rebuild(&self) {
             let mut fresh = SocketTable::new(self.max_entries, self.max_history);
+            let mut filed_order = BTreeSet::new();
             for e in self.entries.values() {
-                fresh.index(e);
+                fresh.index(&e.state);
+                assert_eq!(e.lru.0, e.state.eviction_class(), "filed under its class");
+                assert!(e.lru.1 <= e.state.touched_ns, "filed no later than touched");
+                filed_order.insert((e.lru.0, e.lru.1, e.state.file));
             }
             assert_eq!(self.by_path, fresh.by_path, "by_path");
             assert_eq!(self.by_sock, fresh.by_sock, "by_sock");
-            assert_eq!(self.lru.order, fresh.lru.order, "lru");
+            assert_eq!(
+                self.lru.order, filed_order,
+                "lru: each entry at its filed key"
+            );
             assert_eq!(self.lru.live, fresh.lru.live, "live count");
             assert_eq!(self.open_orphans, fresh.open_orphans, "open orphans");
             assert_eq!(self.pending_stale, fresh.pending_stale, "pending stale");
@@ -614,5 +650,41 @@ mod tests {
             t.modify(id, 1_000 + (i as u64 / 3), change);
             t.assert_indexes_rebuild();
         }
+    }
+
+    /// A touch leaves an entry filed at its old age, yet eviction goes by its last touch:
+    /// the least recently touched entry of the lowest class leaves first.
+    #[test]
+    fn eviction_takes_the_least_recently_touched_entry_though_touches_are_not_refiled() {
+        let mut t = SocketTable::new(3, 4);
+        let file = |n: u64| FileId { dev: 1, ino: n };
+        for n in 1..=3 {
+            t.insert(SocketState::new(file(n), 100 + n, Proc::unknown(10), n));
+        }
+        t.modify(&file(1), 10, |_| ());
+        t.modify(&file(2), 11, |_| ());
+        t.assert_indexes_rebuild();
+        let evicted = t.insert(SocketState::new(file(4), 104, Proc::unknown(10), 12));
+        assert_eq!(evicted.map(|Evicted(s)| s.file), Some(file(3)));
+        let evicted = t.insert(SocketState::new(file(5), 105, Proc::unknown(10), 13));
+        assert_eq!(
+            evicted.map(|Evicted(s)| s.file),
+            Some(file(1)),
+            "refiled at 10"
+        );
+        t.modify(&file(4), 14, |s| {
+            s.released = Some(Released {
+                ts_ns: 14,
+                by: None,
+            })
+        });
+        let evicted = t.insert(SocketState::new(file(6), 106, Proc::unknown(10), 15));
+        assert_eq!(
+            evicted.map(|Evicted(s)| s.file),
+            Some(file(4)),
+            "released first"
+        );
+        t.assert_indexes_rebuild();
+        assert_eq!(t.live_count(), 3);
     }
 }
