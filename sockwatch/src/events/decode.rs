@@ -197,14 +197,21 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
             expected: Event::SIZE,
         });
     }
-    // SAFETY: the length is checked; Event is plain old data valid for any bytes, and
-    // read_unaligned does not rely on the buffer's alignment.
-    let raw: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let copy: Event;
+    let raw: &Event = if bytes.as_ptr().align_offset(align_of::<Event>()) == 0 {
+        // SAFETY: the length and alignment are checked; Event is plain old data valid for
+        // any bytes. Ring-buffer records are 8-byte aligned: read in place, not copied.
+        unsafe { &*bytes.as_ptr().cast::<Event>() }
+    } else {
+        // SAFETY: the length is checked; read_unaligned does not rely on the alignment.
+        copy = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        &copy
+    };
     let kind = EventKind::from_repr(raw.kind).ok_or(DecodeError::Kind(raw.kind))?;
     let tier = Tier::from_repr(raw.tier).ok_or(DecodeError::Tier(raw.tier))?;
     let fidelity = Fidelity::from_repr(raw.fidelity).ok_or(DecodeError::Fidelity(raw.fidelity))?;
     let from_path =
-        (kind == EventKind::Rename && raw.flags & flags::FROM_PATH != 0).then(|| old_name(&raw));
+        (kind == EventKind::Rename && raw.flags & flags::FROM_PATH != 0).then(|| old_name(raw));
     Ok(KernelEvent {
         kind,
         tier,
@@ -244,7 +251,9 @@ fn old_name(raw: &Event) -> String {
 
 /// Bytes up to the first NUL, lossily as UTF-8 (paths are bytes; JSON wants text).
 fn c_string(bytes: &[u8]) -> String {
-    let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+    let text = bytes
+        .get(..memchr::memchr(0, bytes).unwrap_or(bytes.len()))
+        .unwrap_or_default();
     String::from_utf8_lossy(text).into_owned()
 }
 
