@@ -676,7 +676,7 @@ mod tests {
             s.released = Some(Released {
                 ts_ns: 14,
                 by: None,
-            })
+            });
         });
         let evicted = t.insert(SocketState::new(file(6), 106, Proc::unknown(10), 15));
         assert_eq!(
