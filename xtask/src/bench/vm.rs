@@ -2,8 +2,9 @@
 //! a QEMU guest on Debian's kernel. The guest's `/init` runs two workload `serve`s (the
 //! operations that concern no watched socket in one that never binds one) on vCPU 0 and the
 //! agent on vCPU 1, and times every operation with no agent, under each tier and under each
-//! tier's floor (`sockwatch-floor`), the order rotated each round; then one pass per tier and
-//! floor with `kernel.bpf_stats_enabled` on. It prints a console line per figure. Each round of
+//! tier's floor (`sockwatch-floor`), the order rotated each round; then two passes per tier and
+//! floor with `kernel.bpf_stats_enabled` on: every operation, and only those that concern no
+//! watched socket (issue 38's cold paths). It prints a console line per figure. Each round of
 //! a mode, and each pass, is a run (`vm::resume`): a guest an emulation fault ends is booted
 //! again from the run it faulted in, and only the figures of runs that finished count.
 use std::{fs, path::Path, time::Duration};
@@ -17,8 +18,9 @@ use crate::{
     vm::{self, INIT_PREAMBLE, resume},
 };
 
-/// The agent's tiers (`--probe-mode`), the precise ones first.
-pub const TIERS: [&str; 4] = ["lsm", "fentry", "kprobe", "tracepoint"];
+/// The agent's probe modes: its tiers, the precise ones first, then `auto` in the DaemonSet's
+/// default configuration (no `--watch`: every directory watched), issue 38's node tax.
+pub const TIERS: [&str; 5] = ["lsm", "fentry", "kprobe", "tracepoint", "auto"];
 
 /// The mode of `tier`'s floor: `sockwatch-floor`'s empty programs where the tier attaches.
 pub fn floor(tier: &str) -> String {
@@ -56,6 +58,8 @@ pub struct GuestBench {
     pub ops: Vec<(usize, String, String, f64)>,
     /// (mode, program, runs, ns per run), from the pass with `bpf_stats` on.
     pub programs: Vec<(String, String, u64, f64)>,
+    /// The same, from the pass of only the operations that concern no watched socket.
+    pub cold: Vec<(String, String, u64, f64)>,
     /// (mode, seconds from spawn to the agent's "running;").
     pub starts: Vec<(String, f64)>,
     /// The runs the guest was booted again from after an emulation fault, and the fault.
@@ -109,7 +113,7 @@ pub fn run(kernels: &[Kernel], busybox: &Path, rounds: usize) -> anyhow::Result<
 }
 
 /// The guest's `/init`: `rounds` rounds of every mode in rotated order, then the per-program
-/// pass of each tier and floor, each step a run a resumed boot can start again from.
+/// passes of each tier and floor, each step a run a resumed boot can start again from.
 fn init_script(rounds: usize) -> String {
     let modes = modes();
     let step = |label: String, call: String| resume::guard(&label, &vm::run_lines(&label, &call));
@@ -123,20 +127,26 @@ fn init_script(rounds: usize) -> String {
     for mode in &modes[1..] {
         s += &step(format!("programs-{mode}"), format!("programs {mode}"));
     }
+    for mode in &modes[1..] {
+        s += &step(format!("cold-{mode}"), format!("programs {mode} cold"));
+    }
     s += resume::check_script();
     s += "echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f\n";
     // `op ROUND MODE KIND N`, the unrelated operations to the workload that binds no socket.
-    let calls = ops().map(|(op, n)| {
+    let call = |&(op, n): &(Op, u64)| {
         let to = if op.unrelated() { " unrelated" } else { "" };
         format!("  op $1 $2 {} {n}{to} || return 1\n", op.arg())
-    });
-    s.replace("@OPS@", &calls.concat())
+    };
+    let cold: String = ops().iter().filter(|o| o.0.unrelated()).map(call).collect();
+    s.replace("@OPS@", &ops().iter().map(call).collect::<String>())
+        .replace("@COLD@", &cold)
 }
 
 /// The guest's shell functions. `start` starts the agent, or under `floor-TIER` the floor,
 /// waits for its "running;" and reports the seconds from spawn (`/proc/uptime`); each batch
 /// starts a second after. The agent's programs are read from its descriptors; the floor
-/// reports its own on SIGINT.
+/// reports its own on SIGINT. `programs MODE cold` passes only the unrelated operations, its
+/// lines' mode `cold-MODE`.
 const GUEST_FUNCTIONS: &str = r#"verdict=PASS
 echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
 mkdir -p /tmp/b/w /tmp/b/u
@@ -151,7 +161,8 @@ start() {
   t0=$(cut -d' ' -f1 /proc/uptime)
   case $1 in
   floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-} > /tmp/b/floor.out 2> /tmp/b/agent.log & ;;
-  *) taskset -c 1 /bin/sockwatch run --probe-mode $1 --events /tmp/b/events.jsonl --watch /tmp/b/w --listen 127.0.0.1:9464 > /dev/null 2> /tmp/b/agent.log & ;;
+  *) watch="--watch /tmp/b/w"; [ $1 = auto ] && watch=
+    taskset -c 1 /bin/sockwatch run --probe-mode $1 --events /tmp/b/events.jsonl $watch --listen 127.0.0.1:9464 > /dev/null 2> /tmp/b/agent.log & ;;
   esac
   AGENT=$!
   until grep -q "running;" /tmp/b/agent.log; do
@@ -179,6 +190,8 @@ op() {
 }
 ops() {
 @OPS@}
+cold() {
+@COLD@}
 round() {
   if [ $2 = off ]; then ops $1 off; return; fi
   start $2 || return 1
@@ -190,11 +203,12 @@ round() {
 programs() {
   echo 1 > /proc/sys/kernel/bpf_stats_enabled
   start $1 || return 1
-  ops stats $1
+  ${2:-ops} stats $1
+  label=${2:+$2-}$1
   case $1 in floor-*)
     stop
     while read -r id name cnt ns; do
-      echo "SOCKWATCH-BENCH-PROG: $1 $id $name $cnt $ns"
+      echo "SOCKWATCH-BENCH-PROG: $label $id $name $cnt $ns"
     done < /tmp/b/floor.out
     echo 0 > /proc/sys/kernel/bpf_stats_enabled
     return ;;
@@ -207,7 +221,7 @@ programs() {
     id=$(sed -n 's/^prog_id:[[:space:]]*//p' $f)
     tag=$(sed -n 's/^prog_tag:[[:space:]]*//p' $f)
     name=$(grep -m1 " bpf_prog_${tag}_" /tmp/b/syms | sed 's/.* bpf_prog_[0-9a-f]*_\([^[:space:]]*\).*/\1/')
-    echo "SOCKWATCH-BENCH-PROG: $1 $id ${name:-$tag} $cnt $ns"
+    echo "SOCKWATCH-BENCH-PROG: $label $id ${name:-$tag} $cnt $ns"
   done
   stop
   echo 0 > /proc/sys/kernel/bpf_stats_enabled
@@ -234,6 +248,7 @@ pub fn parse(log: &str) -> anyhow::Result<GuestBench> {
         } else if after(vm::EXIT_MARK).is_some() {
             g.ops.append(&mut run.ops);
             g.programs.append(&mut run.programs);
+            g.cold.append(&mut run.cold);
             g.starts.append(&mut run.starts);
         } else if let Some(rest) = after(OP_LINE) {
             // `ROUND MODE OP {"ns":…}`; the per-program pass's (`stats`) are not timed figures.
@@ -251,8 +266,11 @@ pub fn parse(log: &str) -> anyhow::Result<GuestBench> {
         } else if let (Some(_), [mode, id, name, runs, ns]) = (after(PROG_LINE), &words[..]) {
             let (runs, ns) = (runs.parse::<u64>()?, ns.parse::<f64>()?);
             if runs > 0 && seen.insert((mode.to_string(), id.to_string())) {
-                run.programs
-                    .push((mode.to_string(), name.to_string(), runs, ns / runs as f64));
+                let (into, mode) = match mode.strip_prefix("cold-") {
+                    Some(mode) => (&mut run.cold, mode),
+                    None => (&mut run.programs, *mode),
+                };
+                into.push((mode.to_string(), name.to_string(), runs, ns / runs as f64));
             }
         } else if let (Some(_), [mode, t0, t1]) = (after(START_LINE), &words[..]) {
             run.starts
@@ -273,18 +291,35 @@ mod tests {
     fn the_script_rotates_the_modes_and_profiles_each_tier() {
         let s = init_script(2);
         let rounds: Vec<&str> = s.lines().filter(|l| l.starts_with("round ")).collect();
-        assert_eq!(rounds.len(), 2 * 9);
+        assert_eq!(rounds.len(), 2 * 11);
         assert_eq!(
-            (rounds[0], rounds[5], rounds[9], rounds[17]),
+            (rounds[0], rounds[5], rounds[6], rounds[11], rounds[21]),
             (
                 "round 0 off",
+                "round 0 auto",
                 "round 0 floor-lsm",
                 "round 1 lsm",
                 "round 1 off"
             )
         );
         let programs: Vec<&str> = s.lines().filter(|l| l.starts_with("programs ")).collect();
-        assert_eq!((programs.len(), programs[4]), (8, "programs floor-lsm"));
+        assert_eq!((programs.len(), programs[5]), (20, "programs floor-lsm"));
+        assert_eq!(programs[19], "programs floor-auto cold");
+        let cold = &s[s.find("cold() {").expect("a cold pass")..];
+        let cold = &cold[..cold.find("\n}").expect("its end")];
+        assert_eq!(
+            cold.lines().count(),
+            1 + Op::unrelated_names().len(),
+            "{cold}"
+        );
+        assert!(
+            cold.contains("  op $1 $2 open 25000 unrelated || return 1"),
+            "{cold}"
+        );
+        assert!(
+            !cold.contains("sockcycle ") && !cold.contains("unlink"),
+            "{cold}"
+        );
         for call in [
             "getppid 200000 unrelated",
             "sockcycle 1500",
@@ -299,9 +334,11 @@ mod tests {
         }
         assert!(s.contains("serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &"));
         assert!(s.contains("floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-}"));
+        assert!(s.contains("watch=\"--watch /tmp/b/w\"; [ $1 = auto ] && watch=\n"));
         assert!(s.contains(
-            "echo \"SOCKWATCH-BENCH-PROG: $1 $id $name $cnt $ns\"\n    done < /tmp/b/floor.out"
+            "echo \"SOCKWATCH-BENCH-PROG: $label $id $name $cnt $ns\"\n    done < /tmp/b/floor.out"
         ));
+        assert!(s.contains("  ${2:-ops} stats $1\n  label=${2:+$2-}$1\n"));
         assert!(s.contains(
             "[ \"$resume\" != \"round-1-lsm\" ]; then\necho \"SOCKWATCH-VM-SKIP: round-1-lsm (finished before \
              the fault)\"\nelse\nresume=\necho \"SOCKWATCH-VM-RUN: round-1-lsm\"\nround 1 lsm\nrc=$?\n\
@@ -338,6 +375,10 @@ mod tests {
             &prog(7, 20),
             &prog(8, 0),
             "SOCKWATCH-VM-EXIT: programs-fentry 0\n",
+            "SOCKWATCH-VM-RUN: cold-fentry\n",
+            "SOCKWATCH-BENCH-PROG: cold-fentry 9 release_tp_close 40 8000\n",
+            "SOCKWATCH-BENCH-PROG: cold-floor-fentry 3 release_tp_close 40 4000\n",
+            "SOCKWATCH-VM-EXIT: cold-fentry 0\n",
         ]
         .concat();
         let g = parse(&log).expect("parses");
@@ -346,6 +387,13 @@ mod tests {
         assert_eq!(
             g.programs,
             vec![("fentry".into(), "unlink_fentry".into(), 20, 200.0)]
+        );
+        assert_eq!(
+            g.cold,
+            vec![
+                ("fentry".into(), "release_tp_close".into(), 40, 200.0),
+                ("floor-fentry".into(), "release_tp_close".into(), 40, 100.0)
+            ]
         );
         assert_eq!(g.starts.len(), 1);
         assert!((g.starts[0].1 - 2.25).abs() < 1e-9);

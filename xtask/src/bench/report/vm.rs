@@ -23,6 +23,11 @@ const TARGETS: [(&str, f64); 4] = [
 const FLOOR_MULTIPLE: f64 = 2.0;
 /// Issue 38's node tax: what an unrelated operation may pay above the floor, of `off`.
 const NODE_TAX: f64 = 0.03;
+/// Issue 38's cold paths: a program's run time on them at most this multiple of its empty one.
+const COLD_MULTIPLE: f64 = 10.0;
+
+/// One pass's programs: (mode, program, runs, ns per run).
+type Pass = [(String, String, u64, f64)];
 
 /// `doc` with its VM section replaced by `section` (appended when it has none).
 pub fn splice(doc: &str, section: &str) -> String {
@@ -129,25 +134,37 @@ fn floor_multiple(g: &GuestBench, op: &str, tier: &str) -> Option<(f64, f64, f64
 /// The ns per run of the floor's empty program standing for the agent's `program` on `tier`:
 /// the kernel cuts a program's own name to 15 bytes where the object carried no BTF, the floor
 /// reports names whole.
-fn floor_ns(g: &GuestBench, tier: &str, program: &str) -> Option<f64> {
+fn floor_ns(pass: &Pass, tier: &str, program: &str) -> Option<f64> {
     let same =
         |whole: &str| whole == program || (program.len() == 15 && whole.starts_with(program));
-    g.programs
-        .iter()
+    pass.iter()
         .find(|p| p.0 == floor(tier) && same(&p.1))
         .map(|p| p.3)
 }
 
-/// `tier`'s programs with a floor: (name, runs, ns per run, × its empty program).
-fn programs<'a>(g: &'a GuestBench, tier: &str) -> Vec<(&'a str, u64, f64, f64)> {
+/// `tier`'s programs in `pass` with a floor: (name, runs, ns per run, × its empty program),
+/// the most above its empty program first.
+fn programs<'a>(pass: &'a Pass, tier: &str) -> Vec<(&'a str, u64, f64, f64)> {
     let of = |p: &'a (String, String, u64, f64)| {
-        Some((p.1.as_str(), p.2, p.3, p.3 / floor_ns(g, tier, &p.1)?))
+        Some((p.1.as_str(), p.2, p.3, p.3 / floor_ns(pass, tier, &p.1)?))
     };
-    g.programs
-        .iter()
-        .filter(|p| p.0 == tier)
-        .filter_map(of)
-        .collect()
+    let mut progs: Vec<_> = pass.iter().filter(|p| p.0 == tier).filter_map(of).collect();
+    progs.sort_by(|a, b| b.3.total_cmp(&a.3));
+    progs
+}
+
+/// The row of "every program in `pass` at most `most`× its empty program", if any ran.
+fn within(pass: &Pass, tier: &'static str, what: String, most: f64) -> Option<TargetRow> {
+    let progs = programs(pass, tier);
+    let worst = progs.first()?;
+    let n = progs.iter().filter(|p| p.3 <= most).count();
+    let measured = format!(
+        "{n} of {}; the most `{}` {:.1}×",
+        progs.len(),
+        worst.0,
+        worst.3
+    );
+    Some((what, tier, measured, worst.3 <= most))
 }
 
 /// A target row: (target, tier, measured, met).
@@ -193,23 +210,10 @@ fn targets(g: &GuestBench) -> Vec<TargetRow> {
                 ));
             }
         }
-        let mut progs = programs(g, tier);
-        progs.sort_by(|a, b| b.3.total_cmp(&a.3));
-        if let Some(worst) = progs.first() {
-            let within = progs.iter().filter(|p| p.3 <= FLOOR_MULTIPLE).count();
-            let measured = format!(
-                "{within} of {}; the most `{}` {:.1}×",
-                progs.len(),
-                worst.0,
-                worst.3
-            );
-            rows.push((
-                format!("every program ≤ {FLOOR_MULTIPLE}× its empty program"),
-                tier,
-                measured,
-                worst.3 <= FLOOR_MULTIPLE,
-            ));
-        }
+        let every = format!("every program ≤ {FLOOR_MULTIPLE}× its empty program");
+        rows.extend(within(&g.programs, tier, every, FLOOR_MULTIPLE));
+        let cold = format!("cold paths: every program ≤ {COLD_MULTIPLE}× its empty program");
+        rows.extend(within(&g.cold, tier, cold, COLD_MULTIPLE));
     }
     rows
 }
@@ -235,7 +239,8 @@ pub fn render(
          never the absolute times. The guest's `/init` runs the workload (`sockwatch-bench serve`, two as on the \
          host: the operations that concern no watched socket in one that never binds one) pinned to vCPU 0 and \
          the agent pinned to vCPU 1; each round times every operation with no agent (`off`), under each \
-         `--probe-mode` and under each tier's **floor** (`sockwatch-floor`: an empty program of the same kind at \
+         `--probe-mode` (the tiers with `--watch`, and `auto` in the DaemonSet's default configuration: no \
+         `--watch`, so the workload's life cycles are watched ones and it is tracked) and under each one's **floor** (`sockwatch-floor`: an empty program of the same kind at \
          every attach point the tier uses, attached by the agent's own code: the attachments' unavoidable cost), \
          the order rotated each round, the agent started afresh each time and given a second before the \
          batches. A ratio is taken per round against the same round's `off`; the tables give its median (p50) \
@@ -257,7 +262,8 @@ fn guest(s: &mut String, g: &GuestBench, before: Option<&VmBefore>) {
     floors(s, g);
     let rows = targets(g);
     targets_table(s, g, &rows, before);
-    programs_table(s, g);
+    programs_table(s, &g.programs, PROGRAMS);
+    programs_table(s, &g.cold, &cold_intro());
     starts(s, g);
     missed(s, g, &rows);
 }
@@ -302,7 +308,7 @@ fn ratios(s: &mut String, g: &GuestBench) {
             .chain(tiers)
             .collect()
     });
-    table(s, &head, "lrrrrr", rows);
+    table(s, &head, "lrrrrrr", rows);
 }
 
 /// What each tier's floor adds, and the tier as a multiple of it.
@@ -329,7 +335,7 @@ fn floors(s: &mut String, g: &GuestBench) {
         });
         [op.to_string()].into_iter().chain(cells).collect()
     });
-    table(s, &head, "lrrrr", rows);
+    table(s, &head, "lrrrrr", rows);
 }
 
 /// The target rows, beside the replaced section's figures.
@@ -356,22 +362,29 @@ fn targets_table(s: &mut String, g: &GuestBench, rows: &[TargetRow], before: Opt
     );
 }
 
-/// Each program's runs and ns per run, beside its empty program's.
-fn programs_table(s: &mut String, g: &GuestBench) {
-    if g.programs.is_empty() {
-        para!(s, "No program ran with `bpf_stats` on.");
+const PROGRAMS: &str = "Each program's run count and mean run time, from one more pass of every batch per \
+     tier with `kernel.bpf_stats_enabled` on (outside the timed rounds), busiest first, beside the empty program \
+     at the same attach point (the same pass under the tier's floor):";
+
+/// The cold-path pass's introduction, naming its operations.
+fn cold_intro() -> String {
+    format!(
+        "**The cold paths** (issue 38): the same, through a pass of only the operations that concern no \
+         watched socket ({}), on a fresh agent and floor:",
+        Op::unrelated_names().join(", ")
+    )
+}
+/// Each program's runs and ns per run in `pass`, beside its empty program's, after `intro`.
+fn programs_table(s: &mut String, pass: &Pass, intro: &str) {
+    if pass.is_empty() {
+        para!(s, "No program ran in this pass with `bpf_stats` on.");
     } else {
-        para!(
-            s,
-            "Each program's run count and mean run time, from one more pass of every batch per tier with \
-             `kernel.bpf_stats_enabled` on (outside the timed rounds), busiest first, beside the empty program at \
-             the same attach point (the same pass under the tier's floor):"
-        );
+        para!(s, "{intro}");
         let rows = TIERS.iter().flat_map(|tier| {
-            let mut progs: Vec<_> = g.programs.iter().filter(|p| p.0 == *tier).collect();
+            let mut progs: Vec<_> = pass.iter().filter(|p| p.0 == *tier).collect();
             progs.sort_by(|a, b| (b.2 as f64 * b.3).total_cmp(&(a.2 as f64 * a.3)));
             progs.into_iter().map(|(mode, name, runs, ns)| {
-                let empty = floor_ns(g, mode, name);
+                let empty = floor_ns(pass, mode, name);
                 let x = empty.map_or("—".into(), |f| format!("{:.1}", ns / f));
                 let empty = empty.map_or("—".into(), |f| format!("{f:.0}"));
                 vec![
@@ -444,7 +457,7 @@ fn missed(s: &mut String, g: &GuestBench, rows: &[TargetRow]) {
                 floor_over.join(", ")
             ),
         };
-        let mut work: Vec<(&str, f64, f64)> = programs(g, tier)
+        let mut work: Vec<(&str, f64, f64)> = programs(&g.programs, tier)
             .into_iter()
             .map(|(n, runs, ns, x)| (n, runs as f64 * (ns - ns / x), x))
             .collect();
