@@ -370,7 +370,7 @@ const PROGRAMS: &str = "Each program's run count and mean run time, from one mor
 fn cold_intro() -> String {
     format!(
         "**The cold paths** (issue 38): the same, through a pass of only the operations that concern no \
-         watched socket ({}), on a fresh agent and floor:",
+         watched socket ({}), on a fresh agent and floor; not under `auto`, where every directory is watched:",
         Op::unrelated_names().join(", ")
     )
 }

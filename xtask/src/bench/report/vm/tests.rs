@@ -72,7 +72,8 @@ fn the_section_states_ratios_targets_programs_starts_and_the_missed_reason() {
         "largest first: `conn_sendmsg_fe` 0.0 ms (3.0×), `release_fentry` 0.0 ms (2.0×).",
         "lsm 2.50 s;",
         "**The cold paths** (issue 38): the same, through a pass of only the operations that concern no \
-         watched socket (getppid, open, pipe, socketpair, sockcycle-unwatched, fork), on a fresh agent and floor:",
+         watched socket (getppid, open, pipe, socketpair, sockcycle-unwatched, fork), on a fresh agent and \
+         floor; not under `auto`, where every directory is watched:",
         "| lsm | `release_fentry` | 30 | 1200 | 100 | 12.0 |",
         "| lsm | `exit_tp` | 2 | 500 | 250 | 2.0 |",
         "| cold paths: every program ≤ 10× its empty program | lsm | 1 of 2; the most `release_fentry` 12.0× | **no** |",
