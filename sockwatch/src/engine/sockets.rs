@@ -411,8 +411,9 @@ impl SocketTable {
         Some(r)
     }
 
-    /// Moves `file` in the indexes other than by path and age from `before`'s keys to `after`'s, to
-    /// the state [`unindex`](Self::unindex) then [`index`](Self::index) would leave.
+    /// Moves `file` in the indexes other than by path and age from `before`'s keys to
+    /// `after`'s, to the state [`unindex`](Self::unindex) then [`index`](Self::index) would
+    /// leave.
     fn rekey(&mut self, file: &FileId, before: Keys, after: Keys) {
         if let Some(s) = before.live_sock
             && after.live_sock != Some(s)

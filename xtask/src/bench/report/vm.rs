@@ -240,8 +240,9 @@ pub fn render(
          host: the operations that concern no watched socket in one that never binds one) pinned to vCPU 0 and \
          the agent pinned to vCPU 1; each round times every operation with no agent (`off`), under each \
          `--probe-mode` (the tiers with `--watch`, and `auto` in the DaemonSet's default configuration: no \
-         `--watch`, so the workload's life cycles are watched ones and it is tracked) and under each one's **floor** (`sockwatch-floor`: an empty program of the same kind at \
-         every attach point the tier uses, attached by the agent's own code: the attachments' unavoidable cost), \
+         `--watch`, so the workload's life cycles are watched ones and it is tracked) and under each one's \
+         **floor** (`sockwatch-floor`: an empty program of the same kind at every attach point the tier \
+         uses, attached by the agent's own code: the attachments' unavoidable cost), \
          the order rotated each round, the agent started afresh each time and given a second before the \
          batches. A ratio is taken per round against the same round's `off`; the tables give its median (p50) \
          and interquartile range over the rounds. Batches: {}.",
@@ -308,7 +309,7 @@ fn ratios(s: &mut String, g: &GuestBench) {
             .chain(tiers)
             .collect()
     });
-    table(s, &head, "lrrrrrr", rows);
+    table(s, &head, &format!("lr{}", "r".repeat(TIERS.len())), rows);
 }
 
 /// What each tier's floor adds, and the tier as a multiple of it.
@@ -335,7 +336,7 @@ fn floors(s: &mut String, g: &GuestBench) {
         });
         [op.to_string()].into_iter().chain(cells).collect()
     });
-    table(s, &head, "lrrrrr", rows);
+    table(s, &head, &format!("l{}", "r".repeat(TIERS.len())), rows);
 }
 
 /// The target rows, beside the replaced section's figures.
