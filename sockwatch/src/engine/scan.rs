@@ -24,12 +24,7 @@ impl Engine {
             };
             seen.insert(file);
             let known = self.sockets.get(&file);
-            // A scan is older than the events applied while it ran: a socket the events
-            // show released since the scan began is not brought back.
-            let released_since = known
-                .and_then(|s| s.released.as_ref())
-                .is_some_and(|r| r.ts_ns > ts_ns);
-            if released_since {
+            if known.is_some_and(|s| s.is_newer_than_scan(ts_ns, sc.sock_ino)) {
                 continue;
             }
             if sc.outside_watch && !known.is_some_and(super::SocketState::is_live) {

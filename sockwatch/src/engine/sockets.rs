@@ -161,6 +161,14 @@ impl SocketState {
         self.removed.is_none()
     }
 
+    /// The events applied while a scan begun at `scan_ns` ran already tell more than the
+    /// scan's reading of socket `sock_ino` on this file: this socket was released since, or
+    /// is another one, bound since on a file number the filesystem freed and reused.
+    pub(super) fn is_newer_than_scan(&self, scan_ns: u64, sock_ino: u64) -> bool {
+        self.released.as_ref().is_some_and(|r| r.ts_ns > scan_ns)
+            || (self.sock_ino != sock_ino && self.bound_ns > scan_ns)
+    }
+
     /// The best display path: the binder's, else any alias.
     pub fn display_path(&self) -> Option<String> {
         self.bind_path

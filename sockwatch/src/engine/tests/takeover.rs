@@ -469,6 +469,39 @@ fn an_unexplained_lost_file_is_an_orphan_at_the_next_sweep() {
     quiet(&mut e, &[scan(T0 + 10_000, lost())]);
 }
 
+/// S6 on a filesystem that reuses a freed inode number at once: a sweep read A's listener
+/// after its worker unlinked it and before A closed it; by the time the sweep is applied, A
+/// has closed it and bound its next listener on the same file number. The sweep is older
+/// than that bind: it neither closes the new listener nor brings the old one back as an
+/// orphan.
+#[test]
+fn a_sweep_older_than_a_bind_on_a_reused_inode_leaves_the_new_listener_alone() {
+    let mut e = engine();
+    let w = worker_of_a();
+    quiet(
+        &mut e,
+        &[
+            bind(1000, &a(), fid(F1), 11, P),
+            listen(1001, &a(), fid(F1), 11),
+            fork(1500, &a(), w.tgid),
+            unlink_exact(2000, &w, P, fid(F1), live(a().tgid, 11, true)),
+            exit(2001, w.tgid),
+            release(2100, &a(), fid(F1), 11),
+            bind(2200, &a(), fid(F1), 33, P),
+            listen(2201, &a(), fid(F1), 33),
+            scan(1900, vec![scanned(11, fid(F1), P, &[a()], false)]),
+        ],
+    );
+    let now = e.socket(fid(F1)).expect("the new listener is tracked");
+    assert!(now.is_live() && now.is_linked(), "{now:?}");
+    assert_eq!(now.sock_ino, 33);
+    quiet(
+        &mut e,
+        &[scan(7000, vec![scanned(33, fid(F1), P, &[a()], true)])],
+    );
+    assert!(e.orphans(8000).is_empty());
+}
+
 /// A stale owner whose unlink came with no runtime (it exited before the agent read one) is
 /// named by the runtime read at its bind; one read at the unlink is taken as it is.
 #[test]
