@@ -19,7 +19,7 @@ pub struct Owners {
     procs: NumberMap<u32, ProcEntry>,
     /// (class, touched_ns, tgid): exited first, then live non-owners, then owners.
     lru: BTreeSet<(u8, u64, u32)>,
-    by_file: NumberMap<FileId, BTreeSet<u32>>,
+    by_file: NumberMap<FileId, TgidSet>,
     by_tgid: NumberMap<u32, BTreeSet<FileId>>,
     max_procs: usize,
     pub evicted: u64,
@@ -73,7 +73,7 @@ impl Owners {
 
     /// Pair count of the owner relation, for bound checks.
     pub fn pair_count(&self) -> usize {
-        self.by_file.values().map(BTreeSet::len).sum()
+        self.by_file.values().map(TgidSet::len).sum()
     }
 
     /// Adds `proc` to the owner set of `file`.
@@ -92,7 +92,7 @@ impl Owners {
 
     /// Empties the owner set of `file` (the socket was closed or forgotten).
     pub fn forget_file(&mut self, file: &FileId) {
-        for tgid in self.by_file.remove(file).unwrap_or_default() {
+        for tgid in self.by_file.remove(file).unwrap_or_default().0 {
             self.unlink_tgid(tgid, file);
         }
     }
@@ -252,6 +252,41 @@ impl Owners {
             .map(|(&tgid, e)| (class_of(e, &self.by_tgid, tgid), e.touched_ns, tgid))
             .collect();
         assert_eq!(self.lru, want, "owners' eviction order");
+    }
+}
+
+/// The owner tgids of one file, sorted: most files have one or two, where a vector is
+/// cheaper to fill, search and free than a tree.
+#[derive(Debug, Default)]
+struct TgidSet(Vec<u32>);
+
+impl TgidSet {
+    fn insert(&mut self, tgid: u32) {
+        if let Err(at) = self.0.binary_search(&tgid) {
+            self.0.insert(at, tgid);
+        }
+    }
+
+    fn remove(&mut self, tgid: &u32) {
+        if let Ok(at) = self.0.binary_search(tgid) {
+            self.0.remove(at);
+        }
+    }
+
+    fn contains(&self, tgid: &u32) -> bool {
+        self.0.binary_search(tgid).is_ok()
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, u32> {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
