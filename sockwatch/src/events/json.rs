@@ -3,7 +3,7 @@
 //! escaped every key, a third of the agent's CPU per event. The derive stays the reference
 //! (and what `replay` reads): a property test holds the two equal byte for byte, stamped
 //! ([`stamp`], as `Stamped` serializes) or not.
-use std::io::{self, Write};
+use std::io;
 
 use sockwatch_common::{FileId, Owner};
 
@@ -14,70 +14,71 @@ use crate::host::wall;
 /// inlined: one call per event costs nothing, and a profile of the agent (`cargo xtask
 /// bench`) can then name this stage.
 #[inline(never)]
-pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
+pub fn write_line(out: &mut Vec<u8>, line: &EventLine) -> io::Result<()> {
     let e = &line.event;
-    out.write_all(b"{\"kind\":")?;
+    out.extend_from_slice(b"{\"kind\":");
     string(out, e.kind.name())?;
-    out.write_all(b",\"tier\":")?;
+    out.extend_from_slice(b",\"tier\":");
     string(out, e.tier.name())?;
-    out.write_all(b",\"fidelity\":")?;
+    out.extend_from_slice(b",\"fidelity\":");
     string(out, e.fidelity.name())?;
-    number(out, b",\"ts_ns\":", e.ts_ns)?;
-    number(out, b",\"tgid\":", e.tgid)?;
-    number(out, b",\"pid\":", e.pid)?;
-    out.write_all(b",\"comm\":")?;
+    number(out, b",\"ts_ns\":", e.ts_ns);
+    number(out, b",\"tgid\":", e.tgid);
+    number(out, b",\"pid\":", e.pid);
+    out.extend_from_slice(b",\"comm\":");
     string(out, &e.comm)?;
-    number(out, b",\"cgroup_id\":", e.cgroup_id)?;
-    number(out, b",\"dev\":", e.dev)?;
-    number(out, b",\"ino\":", e.ino)?;
-    number(out, b",\"sock_ino\":", e.sock_ino)?;
-    number(out, b",\"nlink\":", e.nlink)?;
-    out.write_all(b",\"path\":")?;
+    number(out, b",\"cgroup_id\":", e.cgroup_id);
+    number(out, b",\"dev\":", e.dev);
+    number(out, b",\"ino\":", e.ino);
+    number(out, b",\"sock_ino\":", e.sock_ino);
+    number(out, b",\"nlink\":", e.nlink);
+    out.extend_from_slice(b",\"path\":");
     string(out, &e.path)?;
-    number(out, b",\"ret\":", e.ret)?;
+    number(out, b",\"ret\":", e.ret);
     if let Some(o) = &e.owner {
-        owner(out, o)?;
+        owner(out, o);
     }
     if let Some(n) = e.backlog {
-        number(out, b",\"backlog\":", n)?;
+        number(out, b",\"backlog\":", n);
     }
     if let Some(n) = e.child_tgid {
-        number(out, b",\"child_tgid\":", n)?;
+        number(out, b",\"child_tgid\":", n);
     }
-    file(out, b",\"dir\":", e.dir)?;
+    file(out, b",\"dir\":", e.dir);
     if let Some(n) = e.mntns {
-        number(out, b",\"mntns\":", n)?;
+        number(out, b",\"mntns\":", n);
     }
-    file(out, b",\"from\":", e.from)?;
+    file(out, b",\"from\":", e.from);
     if let Some(p) = &e.from_path {
-        out.write_all(b",\"from_path\":")?;
+        out.extend_from_slice(b",\"from_path\":");
         string(out, p)?;
     }
-    file(out, b",\"from_dir\":", e.from_dir)?;
+    file(out, b",\"from_dir\":", e.from_dir);
     if let Some(p) = e.guard_policy {
-        out.write_all(b",\"guard_policy\":\"")?;
-        out.write_all(p.name().as_bytes())?;
-        out.write_all(b"\"")?;
+        out.extend_from_slice(b",\"guard_policy\":\"");
+        out.extend_from_slice(p.name().as_bytes());
+        out.extend_from_slice(b"\"");
     }
-    event_flags(out, &e.flags)?;
+    event_flags(out, &e.flags);
     if let Some(w) = &line.workload {
-        out.write_all(b",\"workload\":")?;
+        out.extend_from_slice(b",\"workload\":");
         serde_json::to_writer(&mut *out, w)?;
     }
-    file(out, b",\"moved\":", line.moved)?;
+    file(out, b",\"moved\":", line.moved);
     if let Some(exe) = &line.exe {
-        out.write_all(b",\"exe\":")?;
+        out.extend_from_slice(b",\"exe\":");
         string(out, exe)?;
     }
     if let Some(r) = line.runtime {
-        out.write_all(b",\"runtime\":\"")?;
-        out.write_all(r.name().as_bytes())?;
-        out.write_all(b"\"")?;
+        out.extend_from_slice(b",\"runtime\":\"");
+        out.extend_from_slice(r.name().as_bytes());
+        out.extend_from_slice(b"\"");
     }
     if let Some(SeenIn::Proc) = line.seen_in {
-        out.write_all(b",\"seen_in\":\"proc\"")?;
+        out.extend_from_slice(b",\"seen_in\":\"proc\"");
     }
-    out.write_all(b"}")
+    out.extend_from_slice(b"}");
+    Ok(())
 }
 
 /// Adds the fields every line of `run` carries to the JSON object `line` ends with, as
@@ -88,7 +89,7 @@ pub fn write_line(out: &mut impl Write, line: &EventLine) -> io::Result<()> {
 pub fn stamp(line: &mut Vec<u8>, time: &[u8; wall::RFC3339_LEN], node: &str) -> io::Result<()> {
     let closing = line.pop();
     debug_assert_eq!(closing, Some(b'}'), "a line is a JSON object");
-    number(line, b",\"schema\":", SCHEMA)?;
+    number(line, b",\"schema\":", SCHEMA);
     line.extend_from_slice(b",\"time\":\"");
     line.extend_from_slice(time);
     line.extend_from_slice(b"\",\"node\":");
@@ -99,39 +100,43 @@ pub fn stamp(line: &mut Vec<u8>, time: &[u8; wall::RFC3339_LEN], node: &str) -> 
 
 /// A JSON string: written as is unless it holds a byte JSON escapes (`"`, `\`, a control
 /// character), which serde escapes.
-fn string(out: &mut impl Write, s: &str) -> io::Result<()> {
+fn string(out: &mut Vec<u8>, s: &str) -> io::Result<()> {
     if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
         return Ok(serde_json::to_writer(out, s)?);
     }
-    out.write_all(b"\"")?;
-    out.write_all(s.as_bytes())?;
-    out.write_all(b"\"")
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+    Ok(())
 }
 
-/// `key` (with its comma, quotes and colon) and an integer.
-fn number(out: &mut impl Write, key: &[u8], n: impl itoa::Integer) -> io::Result<()> {
-    out.write_all(key)?;
-    out.write_all(itoa::Buffer::new().format(n).as_bytes())
+/// `key` (with its comma, quotes and colon) and an integer. Inlined, so that each key's copy
+/// has its length known.
+#[inline(always)]
+fn number(out: &mut Vec<u8>, key: &[u8], n: impl itoa::Integer) {
+    out.extend_from_slice(key);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-fn file(out: &mut impl Write, key: &[u8], f: Option<FileId>) -> io::Result<()> {
+#[inline(always)]
+fn file(out: &mut Vec<u8>, key: &[u8], f: Option<FileId>) {
     let Some(f) = f else {
-        return Ok(());
+        return;
     };
-    out.write_all(key)?;
-    number(out, b"{\"dev\":", f.dev)?;
-    number(out, b",\"ino\":", f.ino)?;
-    out.write_all(b"}")
+    out.extend_from_slice(key);
+    number(out, b"{\"dev\":", f.dev);
+    number(out, b",\"ino\":", f.ino);
+    out.push(b'}');
 }
 
-fn owner(out: &mut impl Write, o: &Owner) -> io::Result<()> {
-    number(out, b",\"owner\":{\"tgid\":", o.tgid)?;
-    number(out, b",\"cgroup_id\":", o.cgroup_id)?;
-    number(out, b",\"bind_ns\":", o.bind_ns)?;
-    out.write_all(b"}")
+fn owner(out: &mut Vec<u8>, o: &Owner) {
+    number(out, b",\"owner\":{\"tgid\":", o.tgid);
+    number(out, b",\"cgroup_id\":", o.cgroup_id);
+    number(out, b",\"bind_ns\":", o.bind_ns);
+    out.push(b'}');
 }
 
-fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
+fn event_flags(out: &mut Vec<u8>, f: &EventFlags) {
     let set = [
         (f.path_truncated, "path_truncated"),
         (f.live, "live"),
@@ -152,11 +157,10 @@ fn event_flags(out: &mut impl Write, f: &EventFlags) -> io::Result<()> {
         (f.lookup_failed, "lookup_failed"),
     ];
     for (_, name) in set.iter().filter(|(on, _)| *on) {
-        out.write_all(b",\"")?;
-        out.write_all(name.as_bytes())?;
-        out.write_all(b"\":true")?;
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":true");
     }
-    Ok(())
 }
 
 #[cfg(test)]
