@@ -149,9 +149,10 @@ fn by_syscall(s: &mut String, o: &Overhead) {
 fn programs(s: &mut String, o: &Overhead) {
     para!(
         s,
-        "**sockwatch's kernel programs**, during one more pass of every batch above with \
+        "**sockwatch's kernel programs**, during three more passes of every batch above with \
          `kernel.bpf_stats_enabled=1` (outside the measured rounds; the statistics add two clock reads to each \
-         run), and the empty program on the same tracepoint during the same pass under the floor's bpftrace \
+         run), each program's runs and ns per run from its median pass (a stall inside a run counts in full), \
+         and the empty program on the same tracepoint during the same passes under the floor's bpftrace \
          (what the statistics see of a program that does nothing):"
     );
     program_table(s, &o.programs, |name| o.floor_of(name));
@@ -159,7 +160,7 @@ fn programs(s: &mut String, o: &Overhead) {
         let cold = Op::unrelated_names();
         para!(
             s,
-            "**The cold paths** (issue 38): the same, on a fresh agent and floor, through a pass of only the \
+            "**The cold paths** (issue 38): the same, on a fresh agent and floor, through passes of only the \
              operations that concern no watched socket ({}):",
             cold.join(", ")
         );
