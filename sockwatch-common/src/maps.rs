@@ -42,6 +42,18 @@ pub const WATCHED_NAMES: &str = "WATCHED_NAMES";
 pub const WATCHED_PARENTS: &str = "WATCHED_PARENTS";
 /// Entries each watch map holds.
 pub const WATCHED_CAPACITY: u32 = 1_024;
+/// Directories a watch walk found under no watched directory, by identity and inode
+/// generation (the generation tells a directory from a later one given the same inode
+/// number): the next bind or connect there costs one lookup, not a walk. An entry counts
+/// only while its value is the current `UNWATCHED_EPOCH`.
+pub const UNWATCHED_DIRS: &str = "UNWATCHED_DIRS";
+/// Entries `UNWATCHED_DIRS` holds (LRU).
+pub const UNWATCHED_DIRS_CAPACITY: u32 = 4_096;
+/// One u64: zero while `UNWATCHED_DIRS` is off, else its epoch. Every rename's exit advances
+/// it, since a directory moved under a watch makes its cached answer wrong. The loader turns
+/// the cache on (1) only where the rename hook runs after the rename: on the LSM tier it
+/// runs before it, and a kretprobe can be missed.
+pub const UNWATCHED_EPOCH: &str = "UNWATCHED_EPOCH";
 /// Guard mode's switch (one [`crate::GuardSwitch`]), its policy per watch slot, its
 /// allow-list and its record of listeners whose file was removed (see [`crate::guard`]).
 pub const GUARD_SWITCH: &str = "GUARD_SWITCH";

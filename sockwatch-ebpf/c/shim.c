@@ -126,6 +126,13 @@ int shim_dentry_id(struct dentry *dentry, struct sw_file *out)
 	return 0;
 }
 
+// The generation of the inode behind `dentry`: zero where the filesystem keeps none.
+__u32 shim_dentry_generation(struct dentry *dentry)
+{
+	struct inode *inode = dentry ? BPF_CORE_READ(dentry, d_inode) : 0;
+	return inode ? BPF_CORE_READ(inode, i_generation) : 0;
+}
+
 int shim_is_sock_mode(__u32 mode)
 {
 	return (mode & SW_S_IFMT) == SW_S_IFSOCK;

@@ -10,7 +10,7 @@ use sockwatch_common::{
     maps, slots,
 };
 
-use crate::record::{Pending, PendingKey};
+use crate::record::{DirKey, Pending, PendingKey};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);
@@ -60,6 +60,16 @@ pub static WATCHED_NAMES: HashMap<WatchedName, u32> =
 #[map(name = "WATCHED_PARENTS")]
 pub static WATCHED_PARENTS: HashMap<FileId, u8> =
     HashMap::with_max_entries(maps::WATCHED_CAPACITY, 0);
+
+/// A directory found under no watch -> the epoch it was found in: see
+/// [`sockwatch_common::maps::UNWATCHED_DIRS`].
+#[map(name = "UNWATCHED_DIRS")]
+pub static UNWATCHED_DIRS: LruHashMap<DirKey, u64> =
+    LruHashMap::with_max_entries(maps::UNWATCHED_DIRS_CAPACITY, 0);
+
+/// `UNWATCHED_EPOCH[0]`: see [`sockwatch_common::maps::UNWATCHED_EPOCH`].
+#[map(name = "UNWATCHED_EPOCH")]
+pub static UNWATCHED_EPOCH: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Guard mode's [`sockwatch_common::GuardSwitch`], written by the agent at any time.
 #[map(name = "GUARD_SWITCH")]

@@ -96,6 +96,8 @@ shim_values! {
     fn dentry_parent(d: Dentry) -> Dentry = shim_dentry_parent;
     /// `sockwatch_common::name_hash` of the dentry's name.
     fn dentry_name_hash(d: Dentry) -> u64 = shim_dentry_name_hash;
+    /// `i_generation` of the dentry's inode (0 where the filesystem keeps none).
+    fn dentry_generation(d: Dentry) -> u32 = shim_dentry_generation;
     /// The `struct socket *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_socket(fd: i32) -> Ptr = shim_current_fd_socket;
     /// The `struct file *` behind descriptor `fd` of the current task, if it is a socket.

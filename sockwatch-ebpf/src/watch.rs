@@ -2,23 +2,64 @@
 use sockwatch_common::{FileId, WATCH_DEPTH, WatchedName};
 
 use crate::{
-    maps::{WATCH_ALL, WATCHED_DIRS, WATCHED_NAMES, WATCHED_PARENTS},
+    maps::{
+        UNWATCHED_DIRS, UNWATCHED_EPOCH, WATCH_ALL, WATCHED_DIRS, WATCHED_NAMES, WATCHED_PARENTS,
+    },
+    record::DirKey,
     shim::{self, Dentry},
 };
 
 /// Walks up to [`WATCH_DEPTH`] directories above `file` looking for a watched one. A
 /// directory that replaced a watched one (same parent, same name) is adopted on the spot,
 /// so a watched directory deleted and re-created keeps being watched from its first bind.
+/// A directory the walk found under no watch is remembered (`UNWATCHED_DIRS`): the next
+/// call there is one lookup, until a rename anywhere advances the epoch.
 #[inline(always)]
 pub fn is_watched(file: Dentry) -> bool {
     if WATCH_ALL.load() != 0 {
         return true;
     }
-    let mut dir = shim::dentry_parent(file);
-    // Each level's parent is the next level's directory: its identity is read once.
-    let Some(mut id) = shim::dentry_id(dir) else {
+    let dir = shim::dentry_parent(file);
+    let Some(id) = shim::dentry_id(dir) else {
         return false;
     };
+    // Read before the walk: a rename that ends during it leaves the answer unremembered.
+    let epoch = UNWATCHED_EPOCH.get(0).copied().unwrap_or(0);
+    // A filesystem that keeps no generation could give a later directory the same key.
+    let generation = u64::from(shim::dentry_generation(dir));
+    let key = DirKey {
+        dir: id,
+        generation,
+    };
+    let cached = epoch != 0 && generation != 0;
+    // SAFETY: the value is copied at once.
+    if cached && unsafe { UNWATCHED_DIRS.get(key) }.copied() == Some(epoch) {
+        return false;
+    }
+    let watched = walk(dir, id);
+    if cached && !watched {
+        let _ = UNWATCHED_DIRS.insert(key, epoch, 0);
+    }
+    watched
+}
+
+/// A rename ended: a directory may have moved under a watch, so nothing remembered before
+/// it counts.
+#[inline(always)]
+pub fn renamed() {
+    if let Some(epoch) = UNWATCHED_EPOCH.get_ptr_mut(0)
+        // SAFETY: the map's one element, valid for this run; read once.
+        && unsafe { *epoch } != 0
+    {
+        // SAFETY: as above; the add is atomic, as other CPUs advance it too.
+        unsafe { shim::atomic_add(epoch, 1) };
+    }
+}
+
+/// The walk itself, from `dir` (identity `id`) up.
+#[inline(always)]
+fn walk(mut dir: Dentry, mut id: FileId) -> bool {
+    // Each level's parent is the next level's directory: its identity is read once.
     for _ in 0..WATCH_DEPTH {
         // SAFETY: only presence is tested; the value is never read.
         if unsafe { WATCHED_DIRS.get(id) }.is_some() {

@@ -19,6 +19,7 @@ use super::{
 use crate::{
     maps::VFS_RENAME_ARGS,
     shim::{self, Dentry},
+    watch,
 };
 
 /// `RENAME_EXCHANGE`: both names stay, swapped.
@@ -69,6 +70,7 @@ flavored! {
 
     #[fexit(function = "vfs_rename")]
     fn rename_fexit / rename_fexit_b(ctx: FExitContext, flavor) -> i32 {
+        watch::renamed();
         removal::fexit_end(Rename, &ctx, VFS_RENAME_ARGS.load(), flavor)
     }
 
@@ -131,16 +133,19 @@ pub fn renameat2_tp_enter(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "syscalls", name = "sys_exit_rename")]
 pub fn rename_tp_exit(ctx: TracePointContext) -> u32 {
+    watch::renamed();
     removal::rename_path_end(&ctx)
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_renameat")]
 pub fn renameat_tp_exit(ctx: TracePointContext) -> u32 {
+    watch::renamed();
     removal::rename_path_end(&ctx)
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_renameat2")]
 pub fn renameat2_tp_exit(ctx: TracePointContext) -> u32 {
+    watch::renamed();
     removal::rename_path_end(&ctx)
 }
 

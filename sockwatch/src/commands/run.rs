@@ -12,7 +12,8 @@ use crate::{
     host::{clock, lookup},
     http::{self, Api, ApiAccess, Dropped, HttpLimits},
     kernel::{
-        loader::{EventReader, KernelCounters, LoadOptions, Probes},
+        counters::KernelCounters,
+        loader::{EventReader, LoadOptions, Probes},
         probes::{Hook, Missed as _},
         watch::{self, WatchedDir},
     },
@@ -278,6 +279,10 @@ fn attach(args: &RunArgs, config: &Config, watches: &[WatchedDir]) -> anyhow::Re
     })?;
     log::info!("kernel helpers: {}", probes.features.summary());
     log::info!("probes loaded in {}", probes.timings.summary());
+    log::info!(
+        "directories outside the watches remembered: {}",
+        probes.unwatched_cache.summary()
+    );
     for r in &probes.report {
         match r.attached {
             Some(_) => log::info!("attached {}", r.summary()),

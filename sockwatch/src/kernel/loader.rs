@@ -20,10 +20,11 @@ use crate::{
             unload_tier,
         },
         btf,
+        counters::KernelCounters,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
         probes::{Hook, PROBES, ProbeMode, TierSpec},
-        watch::WatchedDir,
+        watch::{UnwatchedCache, WatchedDir},
     },
 };
 
@@ -147,6 +148,8 @@ pub struct Probes {
     live_capacity: u32,
     /// Whether a removal hook runs on the tracepoint tier, whose filters read the name index.
     names_read: bool,
+    /// Whether binds and connects outside the watches remember their directory.
+    pub unwatched_cache: UnwatchedCache,
 }
 
 /// Where a load's time went: start-up latency matters to a DaemonSet's rollout, and under
@@ -222,6 +225,14 @@ impl Probes {
         if !names_read {
             stop_names(&mut ebpf)?;
         }
+        let rename_tier = report
+            .iter()
+            .find(|r| r.hook == Hook::Rename)
+            .and_then(|r| r.attached);
+        let unwatched_cache = UnwatchedCache::of(rename_tier, opts.watch.is_empty());
+        if unwatched_cache == UnwatchedCache::On {
+            start_unwatched_cache(&mut ebpf)?;
+        }
         Ok(Self {
             ebpf,
             report,
@@ -231,6 +242,7 @@ impl Probes {
             mode: opts.mode,
             live_capacity: opts.live_capacity,
             names_read,
+            unwatched_cache,
         })
     }
 
@@ -304,43 +316,6 @@ impl Probes {
                 .map(|&k| (k, read(slots::lost(k))))
                 .collect(),
         })
-    }
-}
-
-/// The kernel side's counters at one moment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KernelCounters {
-    pub other: Vec<(Counter, u64)>,
-    /// Records submitted to the ring buffer, per kind.
-    pub emitted: Vec<(EventKind, u64)>,
-    /// Records lost to a full ring buffer, per kind.
-    pub lost: Vec<(EventKind, u64)>,
-}
-
-impl KernelCounters {
-    pub fn get(&self, c: Counter) -> u64 {
-        self.other
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, n)| *n)
-    }
-
-    pub fn emitted_total(&self) -> u64 {
-        self.emitted.iter().map(|(_, n)| n).sum()
-    }
-
-    pub fn lost_total(&self) -> u64 {
-        self.lost.iter().map(|(_, n)| n).sum()
-    }
-
-    /// One log line.
-    pub fn summary(&self) -> String {
-        let mut parts = vec![
-            format!("emitted={}", self.emitted_total()),
-            format!("lost={}", self.lost_total()),
-        ];
-        parts.extend(self.other.iter().map(|(c, n)| format!("{}={n}", c.name())));
-        parts.join(" ")
     }
 }
 
@@ -534,6 +509,18 @@ fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf
         .map_max_entries(maps::LIVE_NAMES, opts.live_capacity)
         .load(EBPF_OBJECT)
         .map_err(LoadError::Object)
+}
+
+/// Turns [`UnwatchedCache`] on: epoch 1 (zero is off).
+fn start_unwatched_cache(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let map = ebpf
+        .map_mut(maps::UNWATCHED_EPOCH)
+        .ok_or(LoadError::Map(maps::UNWATCHED_EPOCH))?;
+    let mut epoch =
+        Array::<_, u64>::try_from(map).map_err(|_| LoadError::Map(maps::UNWATCHED_EPOCH))?;
+    epoch
+        .set(0, 1, 0)
+        .map_err(|e| LoadError::MapUpdate(maps::UNWATCHED_EPOCH, e))
 }
 
 /// Tells binds and releases to keep no name index: no program attached reads it (see

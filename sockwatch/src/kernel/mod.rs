@@ -3,6 +3,7 @@
 //! maps, preflight.
 pub mod attach;
 pub mod btf;
+pub mod counters;
 pub mod features;
 pub mod guard;
 pub mod live;

@@ -5,7 +5,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use sockwatch_common::{FileId, WatchedName, name_hash};
+use sockwatch_common::{FileId, Tier, WatchedName, name_hash};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -83,6 +83,42 @@ pub fn resolve(path: &Path) -> Result<WatchedDir, WatchError> {
     })
 }
 
+/// Whether a bind or connect in a directory under no watch remembers it
+/// (`UNWATCHED_DIRS`), so that the next one there skips the walk up the tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnwatchedCache {
+    On,
+    /// Every directory is watched: there is no walk to spare.
+    WatchAll,
+    /// The rename hook does not run after each rename (LSM runs before it, a kretprobe can
+    /// be missed, or no tier attached): a directory moved under a watch would go unseen.
+    RenamesUnseen,
+}
+
+impl UnwatchedCache {
+    /// From the tier the rename hook attached on, if any.
+    pub fn of(rename_tier: Option<Tier>, watch_all: bool) -> Self {
+        let renames_after = matches!(rename_tier, Some(Tier::Tracepoint | Tier::Fentry));
+        match (watch_all, renames_after) {
+            (true, _) => Self::WatchAll,
+            (false, true) => Self::On,
+            (false, false) => Self::RenamesUnseen,
+        }
+    }
+
+    /// For the start-up log.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::On => "on",
+            Self::WatchAll => "off (every directory is watched)",
+            Self::RenamesUnseen => {
+                "off (the rename hook does not run after each rename on its tier): every bind \
+                 or connect outside the watches walks up the tree"
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +171,25 @@ mod tests {
             Err(WatchError::Relative(_))
         ));
         assert_eq!(resolve(Path::new("/")).expect("root").by_name, None);
+    }
+
+    #[test]
+    fn the_unwatched_cache_is_on_only_where_renames_are_seen_after_they_happen() {
+        use UnwatchedCache::*;
+        let cases = [
+            (Some(Tier::Tracepoint), false, On),
+            (Some(Tier::Fentry), false, On),
+            (Some(Tier::Lsm), false, RenamesUnseen),
+            (Some(Tier::Kprobe), false, RenamesUnseen),
+            (None, false, RenamesUnseen),
+            (Some(Tier::Tracepoint), true, WatchAll),
+        ];
+        for (tier, watch_all, want) in cases {
+            assert_eq!(
+                UnwatchedCache::of(tier, watch_all),
+                want,
+                "{tier:?} {watch_all}"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::{
     labels::kernel_errors,
     specs::{CONNECTS_OK, EVENTS_LOST, EVENTS_SUBMITTED, GUARD_KERNEL, KERNEL_ERRORS, Spec},
 };
-use crate::kernel::loader::KernelCounters;
+use crate::kernel::counters::KernelCounters;
 
 /// Where the kernel's counters are read from, once per scrape.
 pub trait KernelSource: Send + Sync {

@@ -9,7 +9,8 @@ use sockwatch_common::{Counter, EventKind, Tier};
 
 use crate::{
     kernel::{
-        loader::{HookReport, KernelCounters},
+        counters::KernelCounters,
+        loader::HookReport,
         probes::{Hook, Missed as _},
     },
     metrics::{Label as _, Scan},

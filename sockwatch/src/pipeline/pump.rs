@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     events::{KernelEvent, decode::DecodeError},
-    kernel::loader::{EventReader, KernelCounters},
+    kernel::{counters::KernelCounters, loader::EventReader},
     pipeline::{Pipeline, lock, notice::Losses},
     scan::ScanReport,
 };

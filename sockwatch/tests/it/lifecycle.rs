@@ -528,6 +528,51 @@ fn s12_watched_directory_recreated() {
     }
 }
 
+/// A bind outside the watches leaves its directory remembered as unwatched, so the next
+/// bind there skips the walk up the tree. A rename that moves that directory under the
+/// watch must make the next bind in it a reported one. The cache is on only where the
+/// rename hook runs after each rename (fentry, tracepoint); on the LSM and kprobe tiers it
+/// is off, and the same binds are reported or not in the same way.
+#[test]
+fn a_directory_moved_under_a_watch_has_its_next_bind_reported() {
+    use sockwatch::kernel::watch::UnwatchedCache;
+    for (mode, tier) in modes() {
+        let tmp = tempdir();
+        let dir = tmp.path().join("watched");
+        let moving = tmp.path().join("outside").join("moving");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::create_dir_all(&moving).expect("mkdir -p");
+        let w = watch::resolve(&dir).expect("watch");
+        let test = format!("moved_under_watch_{}", tier.name());
+        let Some(mut l) = load_watching(&test, mode, tier, vec![w]) else {
+            continue;
+        };
+        let want = match tier {
+            Tier::Fentry | Tier::Tracepoint => UnwatchedCache::On,
+            _ => UnwatchedCache::RenamesUnseen,
+        };
+        assert_eq!(l.probes.unwatched_cache, want, "{test}");
+        let mut a = Actor::spawn();
+        a.must(&format!("listen-on {}", s(&moving.join("first.sock"))));
+        a.must(&format!("listen-on {}", s(&moving.join("second.sock"))));
+        let moved = dir.join("moving");
+        a.must(&format!("rename {} {}", s(&moving), s(&moved)));
+        a.must(&format!("listen-on {}", s(&moved.join("third.sock"))));
+        let third = stat_id(&moved.join("third.sock"));
+        let events = l.collect_under(tmp.path(), Duration::from_millis(500).max(patience() / 10));
+        let binds: Vec<(String, (u64, u64))> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::Bind)
+            .map(|e| (e.path.clone(), (e.dev, e.ino)))
+            .collect();
+        assert_eq!(
+            binds,
+            vec![(s(&moved.join("third.sock")), third)],
+            "{test}: {events:#?}"
+        );
+    }
+}
+
 /// The agent's own activity is filtered in the kernel.
 #[test]
 fn agent_activity_is_ignored() {

@@ -12,7 +12,7 @@ use crate::{
     config::{Config, WatchConfig},
     engine::{DecidedBy, Fidelity, FileId, Proc, Relation, Verdict},
     events::KernelEvent,
-    kernel::loader::KernelCounters,
+    kernel::counters::KernelCounters,
 };
 
 /// The value of one series in `text`, by its exact `name{labels}`.
