@@ -223,7 +223,7 @@ impl Probes {
             matches!(r.hook, Hook::Unlink | Hook::Rename) && r.attached == Some(Tier::Tracepoint)
         });
         if !names_read {
-            stop_names(&mut ebpf)?;
+            set_flag::<u32>(&mut ebpf, maps::NAMES_UNREAD)?;
         }
         let rename_tier = report
             .iter()
@@ -231,7 +231,7 @@ impl Probes {
             .and_then(|r| r.attached);
         let unwatched_cache = UnwatchedCache::of(rename_tier, opts.watch.is_empty());
         if unwatched_cache == UnwatchedCache::On {
-            start_unwatched_cache(&mut ebpf)?;
+            set_flag::<u64>(&mut ebpf, maps::UNWATCHED_EPOCH)?;
         }
         Ok(Self {
             ebpf,
@@ -511,29 +511,14 @@ fn open_object(btf: &Btf, opts: &LoadOptions, f: &KernelFeatures) -> Result<Ebpf
         .map_err(LoadError::Object)
 }
 
-/// Turns [`UnwatchedCache`] on: epoch 1 (zero is off).
-fn start_unwatched_cache(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let map = ebpf
-        .map_mut(maps::UNWATCHED_EPOCH)
-        .ok_or(LoadError::Map(maps::UNWATCHED_EPOCH))?;
-    let mut epoch =
-        Array::<_, u64>::try_from(map).map_err(|_| LoadError::Map(maps::UNWATCHED_EPOCH))?;
-    epoch
-        .set(0, 1, 0)
-        .map_err(|e| LoadError::MapUpdate(maps::UNWATCHED_EPOCH, e))
-}
-
-/// Tells binds and releases to keep no name index: no program attached reads it (see
-/// [`maps::NAMES_UNREAD`]).
-fn stop_names(ebpf: &mut Ebpf) -> Result<(), LoadError> {
-    let map = ebpf
-        .map_mut(maps::NAMES_UNREAD)
-        .ok_or(LoadError::Map(maps::NAMES_UNREAD))?;
-    let mut unread =
-        Array::<_, u32>::try_from(map).map_err(|_| LoadError::Map(maps::NAMES_UNREAD))?;
-    unread
-        .set(0, 1, 0)
-        .map_err(|e| LoadError::MapUpdate(maps::NAMES_UNREAD, e))
+/// Sets the one element of array map `name` to 1: the cache's first epoch
+/// ([`maps::UNWATCHED_EPOCH`], zero is off), or the name index unread
+/// ([`maps::NAMES_UNREAD`]: no program attached reads it).
+fn set_flag<V: aya::Pod + From<u8>>(ebpf: &mut Ebpf, name: &'static str) -> Result<(), LoadError> {
+    let map = ebpf.map_mut(name).ok_or(LoadError::Map(name))?;
+    let mut flag = Array::<_, V>::try_from(map).map_err(|_| LoadError::Map(name))?;
+    flag.set(0, V::from(1), 0)
+        .map_err(|e| LoadError::MapUpdate(name, e))
 }
 
 fn add_watch(ebpf: &mut Ebpf, w: &WatchedDir) -> Result<(), LoadError> {
