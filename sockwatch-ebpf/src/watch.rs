@@ -25,13 +25,17 @@ pub fn is_watched(file: Dentry) -> bool {
     };
     // Read before the walk: a rename that ends during it leaves the answer unremembered.
     let epoch = UNWATCHED_EPOCH.get(0).copied().unwrap_or(0);
-    // A filesystem that keeps no generation could give a later directory the same key.
-    let generation = u64::from(shim::dentry_generation(dir));
+    // A filesystem that keeps no generation could give a later directory the same key. Not
+    // read while the cache is off (the LSM and kprobe tiers): the walk is all they do.
+    let generation = match epoch {
+        0 => 0,
+        _ => u64::from(shim::dentry_generation(dir)),
+    };
     let key = DirKey {
         dir: id,
         generation,
     };
-    let cached = epoch != 0 && generation != 0;
+    let cached = generation != 0;
     // SAFETY: the value is copied at once.
     if cached && unsafe { UNWATCHED_DIRS.get(key) }.copied() == Some(epoch) {
         return false;
