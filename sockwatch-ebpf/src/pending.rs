@@ -96,3 +96,32 @@ pub fn take(slot: Slot, expected: bool) -> Option<Pending> {
     let _ = PENDING.remove(k);
     Some(p)
 }
+
+/// This thread's record for `slot` (one that does not nest), to read and then rewrite with
+/// [`restash`]: one lookup where a take and a stash cost a lookup, a delete and an insert.
+#[inline(always)]
+pub fn slot_mut(slot: Slot) -> Option<*mut Pending> {
+    PENDING.get_ptr_mut(key(slot))
+}
+
+/// Keeps `p` for `slot`, written over `kept` (from [`slot_mut`]) where that record is young,
+/// else stashed as new.
+#[inline(always)]
+pub fn restash(kept: Option<*mut Pending>, slot: Slot, p: &Pending) {
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(rec) = kept {
+        // SAFETY: this thread's own record, written only by this thread. The agent prunes
+        // only records older than seconds (`PENDING_STALE_NS`), so one this young is still
+        // this key's element, not one freed and taken by another insert.
+        let rec = unsafe { &mut *rec };
+        if now.saturating_sub(rec.stamp_ns) < NESTED_WITHIN_NS {
+            *rec = Pending {
+                stamp_ns: now,
+                ..*p
+            };
+            return;
+        }
+    }
+    stash(slot, p);
+}

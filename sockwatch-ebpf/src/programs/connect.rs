@@ -192,40 +192,60 @@ fn path_resolved(name: u64, path: *const c_void) {
 }
 
 /// Keeps what the lookup of `sunaddr` found for the connect's exit to report; with no socket
-/// bound, the inode its path resolved to (if `kern_path` was seen) stays named.
+/// bound, the inode its path resolved to (if `kern_path` was seen) stays named. The record is
+/// rewritten in place where `kern_path` kept one (no delete and insert), and a socket bound to
+/// a file neither live nor watched is marked after its identity alone: most connects reach
+/// such a socket, and nothing more of them is ever reported.
 #[inline(always)]
 fn target_found(sk: u64, sunaddr: u64) {
     if current::is_agent() {
         return;
     }
-    let resolved = pending::take(Slot::ConnectTarget, false)
-        .filter(|r| sunaddr != 0 && r.ptr == sunaddr + SUN_PATH_OFFSET as u64);
+    let kept = pending::slot_mut(Slot::ConnectTarget);
     let mut p = Pending {
         flags: flags::TARGET_SEEN,
         ..Pending::default()
     };
-    if let Some(r) = resolved {
+    // SAFETY: this thread's own record (see `pending::slot_mut`); copied at once.
+    if let Some(r) = kept.map(|r| unsafe { *r })
+        && sunaddr != 0
+        && r.ptr == sunaddr + SUN_PATH_OFFSET as u64
+    {
         p.file = r.file;
         p.nlink = r.nlink;
     }
     if sk != 0 && !is_err_ptr(sk) {
-        let sk = sk as *const c_void;
-        if let Some(file) = shim::sk_bound_file(sk) {
-            p.file = file.id();
-            p.sock_ino = file.sock_ino;
-            p.nlink = file.nlink;
-            p.flags |= flags::TARGET_BOUND;
-            if shim::sk_listening(sk) {
-                p.flags |= flags::LISTENING;
-            }
-            match live::lookup(&p.file) {
-                Some(l) => p.owner = l.owner,
-                None if !watch::is_watched(shim::sk_dentry(sk)) => p.arg = Pending::NOT_OURS,
-                None => {}
-            }
-        }
+        bound_target(sk as *const c_void, &mut p);
     }
-    pending::stash(Slot::ConnectTarget, &p);
+    pending::restash(kept, Slot::ConnectTarget, &p);
+}
+
+/// What a connect's target socket `sk` is bound to, into `p`: [`Pending::NOT_OURS`] alone for
+/// a file neither live nor watched; nothing for an abstract or unnamed socket.
+#[inline(always)]
+fn bound_target(sk: *const c_void, p: &mut Pending) {
+    let dentry = shim::sk_dentry(sk);
+    let Some(id) = shim::dentry_id(dentry) else {
+        return;
+    };
+    let live = live::lookup(&id);
+    if live.is_none() && !watch::is_watched(dentry) {
+        p.arg = Pending::NOT_OURS;
+        return;
+    }
+    let Some(file) = shim::sk_bound_file(sk) else {
+        return;
+    };
+    p.file = file.id();
+    p.sock_ino = file.sock_ino;
+    p.nlink = file.nlink;
+    p.flags |= flags::TARGET_BOUND;
+    if shim::sk_listening(sk) {
+        p.flags |= flags::LISTENING;
+    }
+    if let Some(l) = live {
+        p.owner = l.owner;
+    }
 }
 
 /// Kprobe tier, entry: keeps the kernel copy of the address.
