@@ -263,6 +263,21 @@ struct socket *shim_current_fd_socket(int fd)
 	return shim_file_socket(shim_current_fd_file(fd));
 }
 
+// The same, the descriptor table reached through the typed current task: its pointers are
+// loaded directly, not copied by a helper call each (a missing table loads as NULL). Needs
+// bpf_get_current_task_btf (5.11).
+struct socket *shim_current_fd_socket_btf(int fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
+		return 0;
+	struct file *file = sw_fd_file(fdt->fd, fd);
+	if (!file || !shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)))
+		return 0;
+	return shim_file_socket(file);
+}
+
 // The inode a relative path starts from: descriptor `dirfd` of the current task, or its
 // working directory for AT_FDCWD.
 int shim_current_dirfd_file(int dirfd, struct sw_file *out)
@@ -417,13 +432,13 @@ int shim_release_last_bound_sockets_bounded(void)
 #define SW_NR_RENAMEAT2 316
 // A macro, not a typedef: CO-RE relocates the struct by its own name.
 #define sw_syscall_regs struct pt_regs
-#define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
-#define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
-#define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
-#define SW_SYSCALL_ARG2(regs) BPF_CORE_READ(regs, dx)
-#define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, r10)
-#define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, r8)
-#define SW_SYSCALL_ARG5(regs) BPF_CORE_READ(regs, r9)
+#define SW_REG_NR orig_ax
+#define SW_REG_ARG0 di
+#define SW_REG_ARG1 si
+#define SW_REG_ARG2 dx
+#define SW_REG_ARG3 r10
+#define SW_REG_ARG4 r8
+#define SW_REG_ARG5 r9
 #elif defined(__TARGET_ARCH_arm64)
 // asm-generic numbers; no unlink, rmdir or rename (-1 never matches a syscall number).
 #define SW_NR_UNLINK -1
@@ -441,16 +456,23 @@ struct pt_regs___arm64 {
 	__s32 syscallno;
 } __attribute__((preserve_access_index));
 #define sw_syscall_regs struct pt_regs___arm64
-#define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
-#define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, orig_x0)
-#define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, regs[1])
-#define SW_SYSCALL_ARG2(regs) BPF_CORE_READ(regs, regs[2])
-#define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, regs[3])
-#define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, regs[4])
-#define SW_SYSCALL_ARG5(regs) BPF_CORE_READ(regs, regs[5])
+#define SW_REG_NR syscallno
+#define SW_REG_ARG0 orig_x0
+#define SW_REG_ARG1 regs[1]
+#define SW_REG_ARG2 regs[2]
+#define SW_REG_ARG3 regs[3]
+#define SW_REG_ARG4 regs[4]
+#define SW_REG_ARG5 regs[5]
 #else
 #error "sockwatch: no syscall decoding for this __TARGET_ARCH"
 #endif
+#define SW_SYSCALL_NR(regs) BPF_CORE_READ(regs, SW_REG_NR)
+#define SW_SYSCALL_ARG0(regs) BPF_CORE_READ(regs, SW_REG_ARG0)
+#define SW_SYSCALL_ARG1(regs) BPF_CORE_READ(regs, SW_REG_ARG1)
+#define SW_SYSCALL_ARG2(regs) BPF_CORE_READ(regs, SW_REG_ARG2)
+#define SW_SYSCALL_ARG3(regs) BPF_CORE_READ(regs, SW_REG_ARG3)
+#define SW_SYSCALL_ARG4(regs) BPF_CORE_READ(regs, SW_REG_ARG4)
+#define SW_SYSCALL_ARG5(regs) BPF_CORE_READ(regs, SW_REG_ARG5)
 
 // The path argument of the current unlink/rename syscall: the file unlinked or the rename
 // target, copied from user memory; returns its length including the NUL, or a negative
@@ -476,17 +498,19 @@ int shim_syscall_target_path(char *buf)
 // the registers its entry saved, so that one program at the exit does what an entry program
 // and a pending record did: bind and connect pass (fd, addr, len), sendto (fd, buf, len,
 // flags, addr, addr_len). Needs bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15).
+// bpf_task_pt_regs returns a typed pointer: its fields are loaded directly (CO-RE-relocated
+// loads the verifier guards), not copied by a helper call each.
 void shim_syscall_sock_call(int sendto, struct sw_sock_call *out)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	sw_syscall_regs *regs = (sw_syscall_regs *)bpf_task_pt_regs(task);
-	out->fd = SW_SYSCALL_ARG0(regs);
+	out->fd = regs->SW_REG_ARG0;
 	if (sendto) {
-		out->addr = SW_SYSCALL_ARG4(regs);
-		out->len = SW_SYSCALL_ARG5(regs);
+		out->addr = regs->SW_REG_ARG4;
+		out->len = regs->SW_REG_ARG5;
 	} else {
-		out->addr = SW_SYSCALL_ARG1(regs);
-		out->len = SW_SYSCALL_ARG2(regs);
+		out->addr = regs->SW_REG_ARG1;
+		out->len = regs->SW_REG_ARG2;
 	}
 }
 

@@ -100,6 +100,8 @@ shim_values! {
     fn dentry_generation(d: Dentry) -> u32 = shim_dentry_generation;
     /// The `struct socket *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_socket(fd: i32) -> Ptr = shim_current_fd_socket;
+    /// The same, its descriptor table loaded through the typed current task (5.11+).
+    fn current_fd_socket_btf(fd: i32) -> Ptr = shim_current_fd_socket_btf;
     /// The `struct file *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_file(fd: i32) -> Ptr = shim_current_fd_file;
     /// `file->private_data` of a socket file: its `struct socket *`.

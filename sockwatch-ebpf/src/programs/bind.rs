@@ -51,7 +51,7 @@ pub fn bind_tp_ret(ctx: TracePointContext) -> u32 {
     if tp_ret(&ctx) == 0 && !current::is_agent() {
         let call = shim::syscall_sock_call(false);
         if sockaddr::is_user_unix_path(call.addr as _, call.len) {
-            tp_bound(call.fd);
+            tp_bound(shim::current_fd_socket_btf(call.fd as i32));
         }
     }
     0
@@ -73,18 +73,15 @@ pub fn bind_tp_exit(ctx: TracePointContext) -> u32 {
     if let Some(p) = pending::take(Slot::Bind, false)
         && tp_ret(&ctx) == 0
     {
-        tp_bound(p.arg);
+        tp_bound(shim::current_fd_socket(p.arg as i32));
     }
     0
 }
 
-/// Descriptor `fd` of a successful bind resolved to its socket and bound file.
+/// The socket behind a successful bind's descriptor, resolved to its bound file.
 #[inline(always)]
-fn tp_bound(fd: u64) {
-    bound(
-        shim::socket_sk(shim::current_fd_socket(fd as i32)),
-        Tier::Tracepoint,
-    );
+fn tp_bound(sock: *const c_void) {
+    bound(shim::socket_sk(sock), Tier::Tracepoint);
 }
 
 #[inline(always)]
