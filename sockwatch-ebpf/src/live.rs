@@ -8,7 +8,7 @@ use crate::{
     current,
     maps::{LIVE, LIVE_NAMES, NAMES_UNREAD, RELEASED_NAMES, TRACKED},
     record::Pending,
-    shim::{self, Dentry, File},
+    shim::{self, Dentry, File, Sock},
     watch,
 };
 
@@ -73,6 +73,16 @@ pub fn listening(file: &File) -> bool {
     true
 }
 
+/// The file `sk` is bound to, read whole only when the table holds its identity: most
+/// sockets released or listened on are unnamed or bound outside the watches, and those cost
+/// the identity's reads and one lookup.
+#[inline(always)]
+pub fn bound_file_if_live(sk: Sock) -> Option<File> {
+    let id = shim::dentry_id(shim::sk_dentry(sk))?;
+    lookup(&id)?;
+    shim::sk_bound_file(sk)
+}
+
 /// Forgets a released socket; `None` if it was not (or no longer) in the table.
 #[inline(always)]
 pub fn released(file: &File) -> Option<LiveSock> {
@@ -115,7 +125,6 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor, out: &mut Pending) -> bool
         // The dentry stays referenced until the operation's exit: its name names the file.
         ptr: dentry as u64,
         file: file.id(),
-        dir: parent_id(dentry),
         nlink: file.nlink,
         ..Default::default()
     };
@@ -136,6 +145,8 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor, out: &mut Pending) -> bool
         None if !watch::is_watched(dentry) => return false,
         None => {}
     }
+    // Read once the file is known to be reported: most files removed are not.
+    p.dir = parent_id(dentry);
     *out = p;
     true
 }

@@ -75,10 +75,10 @@ pub fn listen_tp_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn listening(sk: Sock, backlog: u32, tier: Tier) {
-    let Some(file) = shim::sk_bound_file(sk) else {
+    // Only sockets in the live table (watched, bind seen or seeded by the startup scan).
+    let Some(file) = live::bound_file_if_live(sk) else {
         return;
     };
-    // Only sockets in the live table (watched, bind seen or seeded by the startup scan).
     if !live::listening(&file) {
         return;
     }

@@ -44,18 +44,10 @@ pub fn release_tp_close(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// The release of `sk`: reported if it is the live socket of its file. Most sockets released
-/// are unnamed or bound outside the watches, so the file's identity is read alone first, and
-/// the rest only for a live one.
+/// The release of `sk`: reported if it is the live socket of its file.
 #[inline(always)]
 pub fn released(sk: Sock, tier: Tier) {
-    let Some(id) = shim::dentry_id(shim::sk_dentry(sk)) else {
-        return;
-    };
-    if live::lookup(&id).is_none() {
-        return;
-    }
-    let Some(file) = shim::sk_bound_file(sk) else {
+    let Some(file) = live::bound_file_if_live(sk) else {
         return;
     };
     let Some(live) = live::released(&file) else {
