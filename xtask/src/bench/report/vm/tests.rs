@@ -152,7 +152,8 @@ fn the_committed_vm_section_is_read_as_before() {
     let b = VmBefore::parse(section(doc).expect("a VM section")).expect("figures");
     assert!(!b.date.is_empty() && doc.contains(&format!("`, {}. ", b.date)));
     // Every target row this code writes is in the committed section, under each kernel,
-    // by the same name, and read back with its measured cell.
+    // by the same name, and read back with its measured cell; a floor-multiple row alone may
+    // be absent (the guest's floor added nothing measurable), and is then read back as none.
     let releases: Vec<&str> = doc
         .lines()
         .filter_map(|l| l.strip_prefix("### Kernel ")?.split(' ').next())
@@ -163,17 +164,20 @@ fn the_committed_vm_section_is_read_as_before() {
         let part = doc
             .split(&format!("### Kernel {release} "))
             .nth(1)
+            .and_then(|rest| rest.split("### Kernel ").next())
             .expect("its part");
         for (target, tier, ..) in rows.iter().filter(|r| r.1 == "lsm") {
             let row = part
                 .lines()
                 .find_map(|l| l.strip_prefix(&format!("| {target} | {tier} | ")));
-            let cell = row
-                .and_then(|r| r.split(" | ").next())
-                .expect("the target's row");
+            let cell = row.and_then(|r| r.split(" | ").next());
+            assert!(
+                cell.is_some() || target.contains("× the floor"),
+                "{release}: no row for {target}"
+            );
             assert_eq!(
                 b.measured(release, target, tier),
-                cell,
+                cell.unwrap_or("—"),
                 "{release} {target}"
             );
         }
