@@ -7,7 +7,10 @@ use std::{path::Path, time::Duration};
 use common::{actor::Actor, *};
 use sockwatch::{
     events::KernelEvent,
-    kernel::{probes::ProbeMode, watch},
+    kernel::{
+        probes::{Hook, ProbeMode},
+        watch,
+    },
 };
 use sockwatch_common::{EventKind, Fidelity, FileId, Flavor, Tier};
 
@@ -379,6 +382,73 @@ fn s8_bound_not_listening_refusal() {
         assert!(!ev.flags.listening, "{ev:#?}");
         assert_eq!((ev.dev, ev.ino, ev.nlink), (file.0, file.1, 1));
         assert_eq!(ev.owner.map(|o| o.tgid), Some(b.pid));
+    }
+}
+
+/// Whether the connect hook's optional target program (at `unix_find_other`'s exit) runs:
+/// 5.10's verifier refuses the fexit one, and the hook runs degraded without it.
+fn connect_target_program_runs(l: &Loaded) -> bool {
+    let connect = l.probes.report.iter().filter(|r| r.hook == Hook::Connect);
+    connect
+        .flat_map(|r| &r.degraded)
+        .all(|d| !d.starts_with("conn_tgt_"))
+}
+
+/// S8 on both sides of a watch: a refusal by a socket bound (not listening) outside the
+/// watches is dropped in the kernel by the exact tiers' target program, from the bound file's
+/// identity alone (neither live nor watched); the tracepoint tier, and an exact tier whose
+/// target program the kernel refused, hand it on. The same refusal in the watched directory is
+/// reported, its bound target named.
+#[test]
+fn a_refusal_outside_the_watches_stays_in_the_kernel() {
+    for (mode, tier) in modes() {
+        let tmp = tempdir();
+        let (dir, other) = (tmp.path().join("watched"), tmp.path().join("other"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::create_dir(&other).expect("mkdir");
+        let w = watch::resolve(&dir).expect("watch");
+        let test = format!("refusal_outside_{}", tier.name());
+        let Some(mut l) = load_watching(&test, mode, tier, vec![w]) else {
+            continue;
+        };
+        let (outside, inside) = (other.join("early.sock"), dir.join("early.sock"));
+        let (mut b, mut c) = (Actor::spawn(), Actor::spawn());
+        for path in [&outside, &inside] {
+            b.must(&format!("bind {}", s(path)));
+            let refused = c.must(&format!("connect {}", s(path)));
+            assert_eq!(refused, libc::ECONNREFUSED.to_string(), "{test}");
+        }
+        let file = stat_id(&inside);
+        let events = l.collect_under(tmp.path(), Duration::from_millis(500).max(patience() / 10));
+        let refusals: Vec<&KernelEvent> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::Connect && e.tgid == c.pid)
+            .collect();
+        let paths: Vec<&str> = refusals.iter().map(|e| e.path.as_str()).collect();
+        let dropped = exact(tier) && connect_target_program_runs(&l);
+        if exact(tier) && !dropped {
+            skip(
+                &test,
+                "conn_tgt_* refused by this kernel: nothing drops the refusal outside",
+            );
+        }
+        let want = match dropped {
+            true => vec![s(&inside)],
+            false => vec![s(&outside), s(&inside)],
+        };
+        assert_eq!(paths, want, "{test}: {events:#?}");
+        let ev = refusals.last().expect("the refusal in the watch");
+        assert_eq!(ev.ret, -libc::ECONNREFUSED, "{test}");
+        if exact(tier) {
+            assert!(
+                ev.flags.target_bound && !ev.flags.listening,
+                "{test}: {ev:#?}"
+            );
+            assert_eq!((ev.dev, ev.ino, ev.nlink), (file.0, file.1, 1), "{test}");
+            assert_eq!(ev.owner.map(|o| o.tgid), Some(b.pid), "{test}");
+        } else {
+            assert_eq!(ev.fidelity, Fidelity::PathOnly, "{test}");
+        }
     }
 }
 
