@@ -243,13 +243,18 @@ static __always_inline struct file *sw_current_fd(int fd)
 	return sw_fd_file(fds, fd);
 }
 
-// The struct file behind descriptor `fd` of the current task, if it is a socket.
-struct file *shim_current_fd_file(int fd)
+// `file` if it is a socket's, else NULL.
+static __always_inline struct file *sw_socket_file(struct file *file)
 {
-	struct file *file = sw_current_fd(fd);
 	if (!file || !shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)))
 		return 0;
 	return file;
+}
+
+// The struct file behind descriptor `fd` of the current task, if it is a socket.
+struct file *shim_current_fd_file(int fd)
+{
+	return sw_socket_file(sw_current_fd(fd));
 }
 
 struct socket *shim_file_socket(struct file *file)
@@ -263,19 +268,22 @@ struct socket *shim_current_fd_socket(int fd)
 	return shim_file_socket(shim_current_fd_file(fd));
 }
 
-// The same, the descriptor table reached through the typed current task: its pointers are
-// loaded directly, not copied by a helper call each (a missing table loads as NULL). Needs
-// bpf_get_current_task_btf (5.11).
-struct socket *shim_current_fd_socket_btf(int fd)
+// shim_current_fd_file, the descriptor table reached through the typed current task: its
+// pointers are loaded directly, not copied by a helper call each (a missing table loads as
+// NULL). Needs bpf_get_current_task_btf (5.11).
+struct file *shim_current_fd_file_btf(int fd)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fdtable *fdt = task->files->fdt;
 	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
 		return 0;
-	struct file *file = sw_fd_file(fdt->fd, fd);
-	if (!file || !shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)))
-		return 0;
-	return shim_file_socket(file);
+	return sw_socket_file(sw_fd_file(fdt->fd, fd));
+}
+
+// shim_current_fd_socket through the typed current task (5.11).
+struct socket *shim_current_fd_socket_btf(int fd)
+{
+	return shim_file_socket(shim_current_fd_file_btf(fd));
 }
 
 // The inode a relative path starts from: descriptor `dirfd` of the current task, or its
@@ -372,10 +380,8 @@ int shim_current_holds_socket_bounded(__u64 sock_ino)
 // A bound UNIX socket whose last reference is descriptor `i` of `fds`, else NULL.
 static __always_inline struct sock *sw_fd_last_bound_socket(struct file **fds, __u32 i)
 {
-	struct file *file = sw_fd_file(fds, i);
-	if (!file)
-		return 0;
-	if (!shim_is_sock_mode(BPF_CORE_READ(file, f_inode, i_mode)) || shim_file_refs(file) != 1)
+	struct file *file = sw_socket_file(sw_fd_file(fds, i));
+	if (!file || shim_file_refs(file) != 1)
 		return 0;
 	struct sock *sk = shim_socket_sk(shim_file_socket(file));
 	return shim_sk_dentry(sk) ? sk : 0;

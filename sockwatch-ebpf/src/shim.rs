@@ -104,6 +104,8 @@ shim_values! {
     fn current_fd_socket_btf(fd: i32) -> Ptr = shim_current_fd_socket_btf;
     /// The `struct file *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_file(fd: i32) -> Ptr = shim_current_fd_file;
+    /// The same, its descriptor table loaded through the typed current task (5.11+).
+    fn current_fd_file_btf(fd: i32) -> Ptr = shim_current_fd_file_btf;
     /// `file->private_data` of a socket file: its `struct socket *`.
     fn file_socket(file: Ptr) -> Ptr = shim_file_socket;
     /// References to a `struct file` (1 means this close is the last).

@@ -347,7 +347,11 @@ pub const PROBES: &[HookSpec] = &[
             tier(Tier::Kprobe, &[p("release_kprobe", kprobe("unix_release"))]),
             tier(
                 Tier::Tracepoint,
-                &[p("release_tp_close", sys("sys_enter_close"))],
+                &[flavored(
+                    "release_tp_close",
+                    "release_tp_close_b",
+                    sys("sys_enter_close"),
+                )],
             ),
         ],
     },
