@@ -126,11 +126,17 @@ int shim_dentry_id(struct dentry *dentry, struct sw_file *out)
 	return 0;
 }
 
-// The generation of the inode behind `dentry`: zero where the filesystem keeps none.
-__u32 shim_dentry_generation(struct dentry *dentry)
+// The identity of the directory behind `dentry`, and with `generation` its inode's generation
+// too, the inode read once; returns 0, or -1 for a negative dentry.
+int shim_dentry_key(struct dentry *dentry, struct sw_dir_key *out, int generation)
 {
 	struct inode *inode = dentry ? BPF_CORE_READ(dentry, d_inode) : 0;
-	return inode ? BPF_CORE_READ(inode, i_generation) : 0;
+	if (!inode)
+		return -1;
+	out->ino = BPF_CORE_READ(inode, i_ino);
+	out->dev = sw_user_dev(BPF_CORE_READ(inode, i_sb, s_dev));
+	out->generation = generation ? BPF_CORE_READ(inode, i_generation) : 0;
+	return 0;
 }
 
 int shim_is_sock_mode(__u32 mode)

@@ -15,6 +15,13 @@ struct sw_file {
 	__u32 mode;
 };
 
+// A directory as the unwatched cache keys it: identity and inode generation.
+struct sw_dir_key {
+	__u64 dev;
+	__u64 ino;
+	__u64 generation; // 0 when not read, or where the filesystem keeps none
+};
+
 // A socket syscall's descriptor and address arguments (shim_syscall_sock_call).
 struct sw_sock_call {
 	__u64 fd;

@@ -10,7 +10,10 @@ use sockwatch_common::{
     maps, slots,
 };
 
-use crate::record::{DirKey, Pending, PendingKey};
+use crate::{
+    record::{Pending, PendingKey},
+    shim::DirKey,
+};
 
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_BYTES, 0);

@@ -1,15 +1,6 @@
 //! The record a hook's entry leaves for its exit in `PENDING` (its layout is shared: the
 //! agent's sweep prunes what no exit took).
-use sockwatch_common::FileId;
 pub use sockwatch_common::maps::{Pending, PendingKey};
-
-/// Key of `UNWATCHED_DIRS`: a directory by identity and inode generation.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct DirKey {
-    pub dir: FileId,
-    pub generation: u64,
-}
 
 /// Which entry/exit pair a pending record belongs to.
 #[repr(u64)]

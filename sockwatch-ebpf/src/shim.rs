@@ -1,7 +1,9 @@
 //! Rust faces of the C CO-RE shim (`c/shim.c`): every kernel-struct read goes through here.
 //!
 //! The shim reads kernel memory only through `bpf_probe_read_kernel` (CO-RE reads included),
-//! which fails cleanly on a bad address: any pointer value is sound to pass it. What it writes
+//! which fails cleanly on a bad address: any pointer value is sound to pass it; or from the
+//! typed pointers `bpf_get_current_task_btf` and `bpf_task_pt_regs` return, by loads the
+//! verifier guards. What it writes
 //! goes only to the buffers, records and counters handed to it (buffers sized by the constants
 //! the build generates for it from `sockwatch_common`).
 use core::ffi::c_void;
@@ -26,6 +28,15 @@ impl File {
             ino: self.ino,
         }
     }
+}
+
+/// Mirrors `struct sw_dir_key` in `c/shim.h`: the key of `UNWATCHED_DIRS`, a directory by
+/// identity and inode generation.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct DirKey {
+    pub dir: FileId,
+    pub generation: u64,
 }
 
 /// Mirrors `struct sw_sock_call` in `c/shim.h`.
@@ -97,7 +108,6 @@ shim_values! {
     /// `sockwatch_common::name_hash` of the dentry's name.
     fn dentry_name_hash(d: Dentry) -> u64 = shim_dentry_name_hash;
     /// `i_generation` of the dentry's inode (0 where the filesystem keeps none).
-    fn dentry_generation(d: Dentry) -> u32 = shim_dentry_generation;
     /// The `struct socket *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_socket(fd: i32) -> Ptr = shim_current_fd_socket;
     /// The same, its descriptor table loaded through the typed current task (5.11+).
@@ -134,6 +144,7 @@ unsafe extern "C" {
     fn shim_sk_bound_file(sk: Sock, out: *mut File) -> i32;
     fn shim_dentry_file(d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_id(d: Dentry, out: *mut File) -> i32;
+    fn shim_dentry_key(d: Dentry, out: *mut DirKey, generation: i32) -> i32;
     fn shim_path_file(path: Ptr, out: *mut File) -> i32;
     fn shim_current_dirfd_file(dirfd: i32, out: *mut File) -> i32;
     fn shim_sk_path(sk: Sock, buf: *mut u8) -> i32;
@@ -181,6 +192,15 @@ pub fn dentry_file(d: Dentry) -> Option<File> {
 pub fn dentry_id(d: Dentry) -> Option<FileId> {
     // SAFETY: as in `sk_bound_file`.
     filled(|out| unsafe { shim_dentry_id(d, out) }).map(|f| f.id())
+}
+
+/// The unwatched cache's key for the directory behind `d`, its inode read once, and its
+/// generation only `with_generation` (`None` for a negative dentry).
+#[inline(always)]
+pub fn dentry_key(d: Dentry, with_generation: bool) -> Option<DirKey> {
+    let mut key = DirKey::default();
+    // SAFETY: `key` is a live `DirKey`, the layout of the `struct sw_dir_key` the shim fills.
+    (unsafe { shim_dentry_key(d, &mut key, i32::from(with_generation)) } == 0).then_some(key)
 }
 
 /// The inode a resolved `struct path` names.

@@ -5,7 +5,6 @@ use crate::{
     maps::{
         UNWATCHED_DIRS, UNWATCHED_EPOCH, WATCH_ALL, WATCHED_DIRS, WATCHED_NAMES, WATCHED_PARENTS,
     },
-    record::DirKey,
     shim::{self, Dentry},
 };
 
@@ -19,28 +18,20 @@ pub fn is_watched(file: Dentry) -> bool {
     if WATCH_ALL.load() != 0 {
         return true;
     }
-    let dir = shim::dentry_parent(file);
-    let Some(id) = shim::dentry_id(dir) else {
-        return false;
-    };
     // Read before the walk: a rename that ends during it leaves the answer unremembered.
     let epoch = UNWATCHED_EPOCH.get(0).copied().unwrap_or(0);
+    let dir = shim::dentry_parent(file);
     // A filesystem that keeps no generation could give a later directory the same key. Not
     // read while the cache is off (the LSM and kprobe tiers): the walk is all they do.
-    let generation = match epoch {
-        0 => 0,
-        _ => u64::from(shim::dentry_generation(dir)),
+    let Some(key) = shim::dentry_key(dir, epoch != 0) else {
+        return false;
     };
-    let key = DirKey {
-        dir: id,
-        generation,
-    };
-    let cached = generation != 0;
+    let cached = key.generation != 0;
     // SAFETY: the value is copied at once.
     if cached && unsafe { UNWATCHED_DIRS.get(key) }.copied() == Some(epoch) {
         return false;
     }
-    let watched = walk(dir, id);
+    let watched = walk(dir, key.dir);
     if cached && !watched {
         let _ = UNWATCHED_DIRS.insert(key, epoch, 0);
     }
