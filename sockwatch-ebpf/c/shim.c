@@ -217,16 +217,20 @@ __u64 shim_basename_hash(const char *buf, int len)
 
 // ---- the current task's descriptors -----------------------------------------------------
 
-// The current task's descriptor table and how many of its slots to look at (at most `cap`).
-static __always_inline struct file **sw_current_fds(__u32 cap, __u32 *max)
+// The current task's descriptor table, or NULL.
+static __always_inline struct fdtable *sw_current_fdt(void)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	return BPF_CORE_READ(task, files, fdt);
+}
+
+// The current task's descriptor table's slots and their number.
+static __always_inline struct file **sw_current_fds(__u32 *max)
+{
+	struct fdtable *fdt = sw_current_fdt();
 	if (!fdt)
 		return 0;
 	*max = BPF_CORE_READ(fdt, max_fds);
-	if (*max > cap)
-		*max = cap;
 	return BPF_CORE_READ(fdt, fd);
 }
 
@@ -243,7 +247,7 @@ static __always_inline struct file *sw_fd_file(struct file **fds, __u32 i)
 static __always_inline struct file *sw_current_fd(int fd)
 {
 	__u32 max = 0;
-	struct file **fds = sw_current_fds(~0U, &max);
+	struct file **fds = sw_current_fds(&max);
 	if (!fds || fd < 0 || (__u32)fd >= max)
 		return 0;
 	return sw_fd_file(fds, fd);
@@ -309,26 +313,61 @@ int shim_current_dirfd_file(int dirfd, struct sw_file *out)
 // One walk and what its steps share.
 struct sw_fd_walk {
 	struct file **fds;
+	unsigned long *open; // the table's open_fds: a slot whose bit is clear holds no file
+	__u32 words; // bitmap words to look at
 	__u64 sock_ino; // the socket the owner check looks for
 	int found;
 };
 
-// A step of a walk at descriptor `i` of walk->fds; returns 1 to stop (bpf_loop's contract).
+// A step of a walk at descriptor `i` of walk->fds; returns 1 to stop.
 typedef long (*sw_fd_step)(__u64 i, void *walk);
 
-// Runs `step` over the current task's descriptors: up to SW_FD_SCAN_MAX of them with
-// bpf_loop (5.17+), or, `bounded`, the first SW_FD_SCAN_BOUNDED in a constant-bounded loop.
+// Finds the current task's descriptor table for a walk, into `walk`, and how many of its slots
+// to look at into `max` (at most `cap`); 0 when it has none.
+static __always_inline int sw_current_table(__u32 cap, struct sw_fd_walk *walk, __u32 *max)
+{
+	struct fdtable *fdt = sw_current_fdt();
+	if (!fdt)
+		return 0;
+	*max = BPF_CORE_READ(fdt, max_fds);
+	if (*max > cap)
+		*max = cap;
+	walk->words = (*max + 63) / 64;
+	walk->fds = BPF_CORE_READ(fdt, fd);
+	walk->open = BPF_CORE_READ(fdt, open_fds);
+	return walk->fds && walk->open;
+}
+
+// Hands `step` each descriptor open in word `w` of the bitmap, bpf_loop's callback: one read
+// per 64 slots, where reading every slot cost one per slot (an exiting process's table is
+// mostly empty). Returns 1 when a step stopped the walk (bpf_loop's contract).
+static __always_inline long sw_walk_word(sw_fd_step step, struct sw_fd_walk *walk, __u64 w)
+{
+	unsigned long bits = 0;
+	if (bpf_probe_read_kernel(&bits, sizeof(bits), &walk->open[w]) || !bits)
+		return 0;
+#pragma clang loop unroll(disable)
+	for (__u32 b = 0; b < 64; b++) {
+		if (((bits >> b) & 1) && step(w * 64 + b, walk))
+			return 1;
+	}
+	return 0;
+}
+
+// Runs `step` over the current task's descriptors: up to SW_FD_SCAN_MAX of them, only the
+// open ones, a bitmap word at a time (`word`, sw_walk_word of `step`) with bpf_loop (5.17+);
+// or, `bounded`, each of the first SW_FD_SCAN_BOUNDED slots in a constant-bounded loop (a
+// bitmap test in that loop doubled the verifier's cost of the programs that walk twice).
 // Returns 1 when a bounded walk left slots of a larger table unseen. Callers pass constants,
 // so a bounded walk's code holds no bpf_loop call.
-static __always_inline int sw_walk_current_fds(sw_fd_step step, struct sw_fd_walk *walk,
-						 int bounded)
+static __always_inline int sw_walk_current_fds(sw_fd_step word, sw_fd_step step,
+						 struct sw_fd_walk *walk, int bounded)
 {
 	__u32 max = 0;
-	walk->fds = sw_current_fds(bounded ? SW_FD_SCAN_BOUNDED + 1 : SW_FD_SCAN_MAX, &max);
-	if (!walk->fds)
+	if (!sw_current_table(bounded ? SW_FD_SCAN_BOUNDED + 1 : SW_FD_SCAN_MAX, walk, &max))
 		return 0;
 	if (!bounded) {
-		bpf_loop(max, step, walk, 0);
+		bpf_loop(walk->words, word, walk, 0);
 		return 0;
 	}
 #pragma clang loop unroll(disable)
@@ -354,8 +393,8 @@ static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i,
 	       BPF_CORE_READ(inode, i_sb, s_magic) == SW_SOCKFS_MAGIC;
 }
 
-// Steps are inlined into the bounded loop (the walk then stays in registers) and called as
-// bpf_loop's callback otherwise.
+// Steps are inlined into their word's loop, bpf_loop's callback, and into the bounded loop
+// (the walk then stays in registers).
 static __always_inline long sw_holds_step(__u64 i, void *data)
 {
 	struct sw_fd_walk *walk = data;
@@ -365,12 +404,17 @@ static __always_inline long sw_holds_step(__u64 i, void *data)
 	return 1;
 }
 
+static long sw_holds_word(__u64 w, void *data)
+{
+	return sw_walk_word(sw_holds_step, data, w);
+}
+
 // Does the current task's descriptor table hold the socket whose sockfs inode is `sock_ino`?
 // Decided at the moment of an unlink, before the unlinker can close its descriptor.
 int shim_current_holds_socket(__u64 sock_ino)
 {
 	struct sw_fd_walk walk = { .sock_ino = sock_ino };
-	sw_walk_current_fds(sw_holds_step, &walk, 0);
+	sw_walk_current_fds(sw_holds_word, sw_holds_step, &walk, 0);
 	return walk.found;
 }
 
@@ -379,7 +423,7 @@ int shim_current_holds_socket(__u64 sock_ino)
 int shim_current_holds_socket_bounded(__u64 sock_ino)
 {
 	struct sw_fd_walk walk = { .sock_ino = sock_ino };
-	int partial = sw_walk_current_fds(sw_holds_step, &walk, 1);
+	int partial = sw_walk_current_fds(sw_holds_word, sw_holds_step, &walk, 1);
 	return walk.found ? 1 : partial ? -1 : 0;
 }
 
@@ -412,13 +456,18 @@ static __always_inline long sw_release_step(__u64 i, void *data)
 	return sw_fd_release_at_exit(walk->fds, i);
 }
 
+static long sw_release_word(__u64 w, void *data)
+{
+	return sw_walk_word(sw_release_step, data, w);
+}
+
 // Releases the bound UNIX sockets whose last reference the exiting current task holds: they
 // go with this exit, and no close(2) shows it to the tracepoint tier. The per-socket work is
 // a global function, which the verifier checks once, not per descriptor.
 void shim_release_last_bound_sockets(void)
 {
 	struct sw_fd_walk walk = {};
-	sw_walk_current_fds(sw_release_step, &walk, 0);
+	sw_walk_current_fds(sw_release_word, sw_release_step, &walk, 0);
 }
 
 // Without bpf_loop: the first SW_FD_SCAN_BOUNDED descriptors. Returns 1 when the table has
@@ -426,7 +475,7 @@ void shim_release_last_bound_sockets(void)
 int shim_release_last_bound_sockets_bounded(void)
 {
 	struct sw_fd_walk walk = {};
-	return sw_walk_current_fds(sw_release_step, &walk, 1);
+	return sw_walk_current_fds(sw_release_word, sw_release_step, &walk, 1);
 }
 
 // ---- the current syscall's arguments ---------------------------------------------------

@@ -308,6 +308,41 @@ fn bind_listen_release() {
     }
 }
 
+/// The walks of a descriptor table look only at the slots its open-descriptor bitmap marks: a
+/// listener held only at a descriptor in a later word of that bitmap (70; and 1,000 where the
+/// walk is not bounded) is still found by its holder's unlink (the owner check) and released
+/// by the holder's exit with no close(2) (the tracepoint tier's exit walk).
+#[test]
+fn a_socket_at_a_high_descriptor_is_found_by_the_walks() {
+    for (mode, tier) in modes() {
+        let Some(mut l) = load(&format!("high_fd_{}", tier.name()), mode, tier) else {
+            continue;
+        };
+        let fds: &[u32] = if bounded_flavor() { &[70] } else { &[70, 1000] };
+        for fd in fds {
+            let tmp = tempdir();
+            let sock = tmp.path().join("high.sock");
+            let mut a = Actor::spawn();
+            let h = a.must(&format!("listen-on {}", s(&sock)));
+            let file = stat_id(&sock);
+            a.must(&format!("dup-to {h} {fd}"));
+            a.must(&format!("close {h}"));
+            a.must(&format!("unlink {}", s(&sock)));
+            let pid = a.pid;
+            let ev = l.expect("the holder's unlink", |e| {
+                e.kind == EventKind::Unlink && e.tgid == pid
+            });
+            let dir = stat_id(tmp.path());
+            assert_removal(&ev, tier, pid, &s(&sock), dir, file, pid, true, true);
+            drop(a);
+            let rel = l.expect("release at exit", |e| {
+                e.kind == EventKind::Release && e.tgid == pid
+            });
+            assert_eq!((rel.dev, rel.ino), file, "descriptor {fd}: {rel:#?}");
+        }
+    }
+}
+
 /// S3: a client bind-mounted the socket file in its own mount namespace; the server is
 /// replaced; the client's connect is refused on the old inode: unlinked (nlink 0) and pinned.
 #[test]

@@ -211,6 +211,22 @@ fn run(w: &[&str], held: &mut Vec<Option<std::os::fd::OwnedFd>>) -> std::io::Res
             .map(|_| String::new())
         }
         ["link", from, to] => std::fs::hard_link(from, to).map(|_| String::new()),
+        // dup-to H FD: handle H again at descriptor FD (dup2(2)), a new handle: the table
+        // grows to hold it, and every slot between stays empty.
+        ["dup-to", h, fd] => {
+            let old = held[h.parse::<usize>().expect("handle")]
+                .as_ref()
+                .expect("open")
+                .as_raw_fd();
+            // SAFETY: dup2(2) takes no pointers; `old` is a descriptor this actor holds.
+            let new = unsafe { libc::dup2(old, fd.parse().expect("descriptor")) };
+            check(new.min(0))?;
+            // SAFETY: dup2 returned a descriptor, owned by nothing else.
+            held.push(Some(unsafe {
+                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new)
+            }));
+            Ok((held.len() - 1).to_string())
+        }
         // close_range(2) on one handle: a release that is not a close(2).
         ["close-range", h] => {
             let fd = held[h.parse::<usize>().expect("handle")]
