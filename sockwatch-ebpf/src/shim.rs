@@ -3,9 +3,8 @@
 //! The shim reads kernel memory only through `bpf_probe_read_kernel` (CO-RE reads included),
 //! which fails cleanly on a bad address: any pointer value is sound to pass it; or from the
 //! typed pointers `bpf_get_current_task_btf` and `bpf_task_pt_regs` return, by loads the
-//! verifier guards. What it writes
-//! goes only to the buffers, records and counters handed to it (buffers sized by the constants
-//! the build generates for it from `sockwatch_common`).
+//! verifier guards. What it writes goes only to the buffers, records and counters handed to it
+//! (buffers sized by the constants the build generates for it from `sockwatch_common`).
 use core::ffi::c_void;
 
 use sockwatch_common::{FileId, Flavor, PATH_CAP, RENAME_FROM_AT, SUN_PATH_LEN};
@@ -107,7 +106,6 @@ shim_values! {
     fn dentry_parent(d: Dentry) -> Dentry = shim_dentry_parent;
     /// `sockwatch_common::name_hash` of the dentry's name.
     fn dentry_name_hash(d: Dentry) -> u64 = shim_dentry_name_hash;
-    /// `i_generation` of the dentry's inode (0 where the filesystem keeps none).
     /// The `struct socket *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_socket(fd: i32) -> Ptr = shim_current_fd_socket;
     /// The same, its descriptor table loaded through the typed current task (5.11+).
