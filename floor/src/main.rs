@@ -186,7 +186,7 @@ mod tests {
         assert!(!lsm.contains(&"unlink_fentry"));
         let tp = names(ProbeMode::Tracepoint);
         assert!(tp.contains(&"bind_tp_ret") && tp.contains(&"bind_tp_exit"));
-        assert!(tp.contains(&"release_tp_close"));
+        assert!(tp.contains(&"release_tp"));
         // Process events keep their tracepoints under every mode.
         for mode in [ProbeMode::Lsm, ProbeMode::Fentry, ProbeMode::Kprobe] {
             let n = names(mode);

@@ -36,7 +36,7 @@ flavored! {
     /// holder of a path socket and its descendants) reads it on each close: where the typed
     /// current task exists, its table's pointers are plain loads.
     #[tracepoint(category = "syscalls", name = "sys_enter_close")]
-    fn release_tp_close / release_tp_close_b(ctx: TracePointContext, flavor) -> u32 {
+    fn release_tp / release_tp_b(ctx: TracePointContext, flavor) -> u32 {
         if !live::is_tracked(current::tgid()) {
             return 0;
         }

@@ -348,8 +348,8 @@ pub const PROBES: &[HookSpec] = &[
             tier(
                 Tier::Tracepoint,
                 &[flavored(
-                    "release_tp_close",
-                    "release_tp_close_b",
+                    "release_tp",
+                    "release_tp_b",
                     sys("sys_enter_close"),
                 )],
             ),

@@ -116,7 +116,7 @@ pub fn floor_of(program: &str) -> Option<String> {
     let name = match (program.strip_suffix("_tp_enter"), exit, program) {
         (Some(call), _, _) => format!("sys_enter_{call}"),
         (_, Some(call), _) => format!("sys_exit_{call}"),
-        (.., "release_tp_close" | "release_tp_close_b") => "sys_enter_close".into(),
+        (.., "release_tp" | "release_tp_b") => "sys_enter_close".into(),
         (.., "fork_tp_btf") => "sched_process_fork".into(),
         (.., "exit_tp" | "exit_tp_b") => "sched_process_exit".into(),
         _ => return None,
@@ -468,7 +468,7 @@ mod tests {
             ("sendto_tp_ret", "sys_exit_sendto"),
             ("listen_tp_exit", "sys_exit_listen"),
             ("renameat2_tp_enter", "sys_enter_renameat2"),
-            ("release_tp_close", "sys_enter_close"),
+            ("release_tp", "sys_enter_close"),
             ("fork_tp_btf", "sched_process_fork"),
             ("exit_tp", "sched_process_exit"),
         ] {

@@ -329,7 +329,7 @@ fn the_cold_paths_name_every_program_over_ten_times_its_empty_program() {
     let o = r.overhead.as_mut().expect("overhead");
     o.cold_programs = vec![
         ("bind_tp_ret".into(), 500, 1_500.0),
-        ("release_tp_close".into(), 3_000, 120.0),
+        ("release_tp".into(), 3_000, 120.0),
     ];
     o.cold_floor = vec![
         ("sys_exit_bind".into(), 500, 60.0),
@@ -343,7 +343,7 @@ fn the_cold_paths_name_every_program_over_ten_times_its_empty_program() {
              watched socket | 1 of 2 programs within 10×; the most `bind_tp_ret` at 25.0× | **missed** by \
              `bind_tp_ret` 25.0× |",
             "| `bind_tp_ret` | 500 | 1500 | 60 | 25.0 | 0.8 |",
-            "| `release_tp_close` | 3000 | 120 | 60 | 2.0 | 0.4 |",
+            "| `release_tp` | 3000 | 120 | 60 | 2.0 | 0.4 |",
         ],
     );
     assert!(text.contains("**The cold paths** (issue 38)"), "{text}");
