@@ -276,11 +276,25 @@ impl Op {
         }
     }
 
+    /// The workload process it runs in.
+    pub fn runner(self) -> Runner {
+        match self {
+            Op::Getppid | Op::Open | Op::Pipe | Op::SocketPair | Op::Fork => Runner::Unrelated,
+            Op::SockCycleUnwatched => Runner::Cycles,
+            _ => Runner::Watched,
+        }
+    }
+
     /// Whether it concerns no watched socket: what every workload on the node pays (issue
-    /// 38's node tax). These run in a workload process that never binds a watched socket.
+    /// 38's node tax), measured in processes that never bind a watched socket.
     pub fn unrelated(self) -> bool {
-        matches!(self, Op::Getppid | Op::Open | Op::Pipe | Op::SocketPair)
-            || matches!(self, Op::SockCycleUnwatched | Op::Fork)
+        self.runner() != Runner::Watched
+    }
+
+    /// Whether it concerns no watched socket with every directory watched (the DaemonSet's
+    /// default), where a life cycle anywhere is a watched one.
+    pub fn unrelated_by_default(self) -> bool {
+        self.runner() == Runner::Unrelated
     }
 
     /// The names of the [`unrelated`](Self::unrelated) operations, in order.
@@ -291,6 +305,18 @@ impl Op {
             .map(Op::arg)
             .collect()
     }
+}
+
+/// The workload processes. The kernel tracks a process that bound a watched socket, and its
+/// children, for the rest of its life (its closes and exits are looked at); with every
+/// directory watched, any path socket is a watched one. So the operations that concern no
+/// watched socket run in a process that never binds a path socket, as the node's other
+/// workloads, and the life cycles outside the watched directory in one of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    Watched,
+    Unrelated,
+    Cycles,
 }
 
 /// Who observes the workload during a window.
@@ -352,6 +378,42 @@ impl Spread {
     }
 }
 
+/// A median with a distribution-free confidence interval: the k-th smallest and k-th largest
+/// values hold the median between them with `coverage` = 1 − 2·P(Binomial(n, ½) < k).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interval {
+    pub low: f64,
+    pub p50: f64,
+    pub high: f64,
+    pub coverage: f64,
+}
+
+impl Interval {
+    /// The narrowest such interval of the finite `values` that covers at least 90 %; none for
+    /// fewer than five values, whose widest one covers less.
+    pub fn of(values: &[f64]) -> Option<Interval> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let coverage = |k: usize| {
+            let below: f64 = (0..k).map(|i| choose(n, i)).sum();
+            1.0 - 2.0 * below / 2f64.powi(n as i32)
+        };
+        let k = (1..=n / 2).take_while(|&k| coverage(k) >= 0.9).last()?;
+        Some(Interval {
+            low: v[k - 1],
+            p50: median(&v),
+            high: v[n - k],
+            coverage: coverage(k),
+        })
+    }
+}
+
+/// n choose k, as a float.
+fn choose(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |c, i| c * (n - i) as f64 / (i + 1) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +456,16 @@ mod tests {
             2,
             "at least two rounds to interleave"
         );
+        let by_default: Vec<&str> = Op::ALL
+            .into_iter()
+            .filter(|op| op.unrelated_by_default())
+            .map(Op::arg)
+            .collect();
+        assert_eq!(
+            by_default,
+            ["getppid", "open", "pipe", "socketpair", "fork"]
+        );
+        assert_eq!(Op::SockCycleUnwatched.runner(), Runner::Cycles);
         assert_eq!(
             Op::unrelated_names(),
             [
@@ -434,5 +506,21 @@ mod tests {
             })
         );
         assert!(Spread::of(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn a_median_interval_is_order_statistics_of_known_coverage() {
+        // n = 12: the 3rd smallest and largest cover 1 − 2·(1 + 12 + 66)/4096; the 4th less.
+        let v: Vec<f64> = (1..=12).rev().map(f64::from).collect();
+        let i = Interval::of(&v).expect("twelve values");
+        assert_eq!((i.low, i.p50, i.high), (3.0, 6.5, 10.0));
+        assert!((i.coverage - (1.0 - 158.0 / 4096.0)).abs() < 1e-12);
+        // n = 8: the 2nd (93 %); NaNs are left out; four values are too few.
+        let v = [5.0, 1.0, 7.0, f64::NAN, 3.0, 2.0, 8.0, 4.0, 6.0];
+        let i = Interval::of(&v).expect("eight values");
+        assert_eq!((i.low, i.high), (2.0, 7.0));
+        assert!((i.coverage - (1.0 - 18.0 / 256.0)).abs() < 1e-12);
+        assert_eq!(Interval::of(&[1.0, 2.0, 3.0, 4.0]), None);
+        assert_eq!(choose(12, 2), 66.0);
     }
 }

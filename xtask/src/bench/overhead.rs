@@ -1,4 +1,4 @@
-//! Phase 1, overhead: two workload processes time every operation while the observers are
+//! Phase 1, overhead: three workload processes time every operation while the observers are
 //! switched on and off around them, in rotated order each round; then three more passes with the
 //! kernel's BPF run-time statistics on, under sockwatch and under the floor.
 use std::{
@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{
-    Op, Plan, Spread, Variant, agent,
+    Op, Plan, Runner, Spread, Variant, agent,
     env::Env,
     median, note,
     observers::{self, Bpftrace, Observer},
@@ -86,20 +86,19 @@ impl Drop for Serve {
     }
 }
 
-/// The phase's two workloads: the kernel tracks a process that bound a watched socket, and its
-/// children, for the rest of its life (its closes and exit are looked at), so the operations
-/// that concern no watched socket run in one that never did, as the node's other workloads.
+/// The phase's workload processes, one per [`Runner`].
 struct Workload {
     watched: Serve,
     unrelated: Serve,
+    cycles: Serve,
 }
 
 impl Workload {
     fn op(&mut self, op: Op, n: u64) -> anyhow::Result<(f64, f64, Vec<f64>)> {
-        if op.unrelated() {
-            self.unrelated.op(op, n)
-        } else {
-            self.watched.op(op, n)
+        match op.runner() {
+            Runner::Watched => self.watched.op(op, n),
+            Runner::Unrelated => self.unrelated.op(op, n),
+            Runner::Cycles => self.cycles.op(op, n),
         }
     }
 }
@@ -157,6 +156,14 @@ impl Overhead {
             return Vec::new();
         };
         on.iter().zip(off).map(|(a, b)| a / b).collect()
+    }
+
+    /// Per round, what `v` adds to `op` beyond the floor, in points of `off`'s time.
+    pub fn points_above_floor(&self, v: Variant, op: Op) -> Vec<f64> {
+        let of = |v| self.ns.get(&(v, op)).map_or(&[][..], Vec::as_slice);
+        let (on, floor, off) = (of(v), of(Variant::Floor), of(Variant::Off));
+        let rounds = on.iter().zip(floor).zip(off);
+        rounds.map(|((a, f), o)| (a - f) / o * 100.0).collect()
     }
 
     /// The p50 over rounds of `v`'s ns per op.
@@ -247,6 +254,7 @@ pub fn overhead(
     let mut w = Workload {
         watched: Serve::start(env, &env.watched, &env.unwatched)?,
         unrelated: Serve::start(env, &env.elsewhere, &env.elsewhere)?,
+        cycles: Serve::start(env, &env.elsewhere, &env.elsewhere)?,
     };
     // Binds in one window: every watched life cycle, and the n / 10 untimed before each batch.
     let cycles = plan

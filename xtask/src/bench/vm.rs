@@ -1,17 +1,16 @@
 //! `cargo xtask bench --vm SERIES`: the precise tiers, which this host cannot load, measured in
-//! a QEMU guest on Debian's kernel. The guest's `/init` runs two workload `serve`s (the
-//! operations that concern no watched socket in one that never binds one) on vCPU 0 and the
-//! agent on vCPU 1, and times every operation with no agent, under each tier and under each
-//! tier's floor (`sockwatch-floor`), the order rotated each round; then two passes per tier and
-//! floor with `kernel.bpf_stats_enabled` on: every operation, and only those that concern no
-//! watched socket (issue 38's cold paths). It prints a console line per figure. Each round of
+//! a QEMU guest on Debian's kernel. The guest's `/init` runs a workload `serve` per
+//! [`Runner`], as on the host, on vCPU 0 and the agent on vCPU 1, and times every operation
+//! with no agent, under each tier and under each tier's floor (`sockwatch-floor`), the order
+//! rotated each round; then two passes per tier and floor with `kernel.bpf_stats_enabled` on:
+//! every operation, and only those that concern no watched socket (issue 38's cold paths). It prints a console line per figure. Each round of
 //! a mode, and each pass, is a run (`vm::resume`): a guest an emulation fault ends is booted
 //! again from the run it faulted in, and only the figures of runs that finished count.
 use std::{fs, path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
 
-use super::Op;
+use super::{Op, Runner};
 use crate::{
     cmd,
     kernels::Kernel,
@@ -133,9 +132,13 @@ fn init_script(rounds: usize) -> String {
     }
     s += resume::check_script();
     s += "echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f\n";
-    // `op ROUND MODE KIND N`, the unrelated operations to the workload that binds no socket.
+    // `op ROUND MODE KIND N [RUNNER]`: to the workload process of the operation's runner.
     let call = |&(op, n): &(Op, u64)| {
-        let to = if op.unrelated() { " unrelated" } else { "" };
+        let to = match op.runner() {
+            Runner::Watched => "",
+            Runner::Unrelated => " unrelated",
+            Runner::Cycles => " cycles",
+        };
         format!("  op $1 $2 {} {n}{to} || return 1\n", op.arg())
     };
     let cold: String = ops().iter().filter(|o| o.0.unrelated()).map(call).collect();
@@ -152,10 +155,11 @@ const GUEST_FUNCTIONS: &str = r#"verdict=PASS
 echo 1 > /proc/sys/net/core/bpf_jit_kallsyms
 mkdir -p /tmp/b/w /tmp/b/u
 mkdir -p /tmp/b/n
-mkfifo /tmp/b/in /tmp/b/out /tmp/b/in-n /tmp/b/out-n
+mkfifo /tmp/b/in /tmp/b/out /tmp/b/in-n /tmp/b/out-n /tmp/b/in-c /tmp/b/out-c
 taskset -c 0 /bin/sockwatch-bench serve /tmp/b/w /tmp/b/u < /tmp/b/in > /tmp/b/out &
 taskset -c 0 /bin/sockwatch-bench serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &
-exec 3>/tmp/b/in 4</tmp/b/out 5>/tmp/b/in-n 6</tmp/b/out-n
+taskset -c 0 /bin/sockwatch-bench serve /tmp/b/n /tmp/b/n < /tmp/b/in-c > /tmp/b/out-c &
+exec 3>/tmp/b/in 4</tmp/b/out 5>/tmp/b/in-n 6</tmp/b/out-n 7>/tmp/b/in-c 8</tmp/b/out-c
 AGENT=
 start() {
   : > /tmp/b/agent.log
@@ -180,13 +184,11 @@ stop() {
   rm -f /tmp/b/events.jsonl
 }
 op() {
-  if [ "$5" = unrelated ]; then
-    echo "op $3 $4" >&5
-    read -r line <&6 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
-  else
-    echo "op $3 $4" >&3
-    read -r line <&4 || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
-  fi
+  case "$5" in
+  unrelated) echo "op $3 $4" >&5; read -r line <&6 ;;
+  cycles) echo "op $3 $4" >&7; read -r line <&8 ;;
+  *) echo "op $3 $4" >&3; read -r line <&4 ;;
+  esac || { echo "SOCKWATCH-BENCH-ERROR: the workload exited"; return 1; }
   echo "SOCKWATCH-BENCH-OP: $1 $2 $3 $line"
 }
 ops() {
@@ -326,7 +328,7 @@ mod tests {
             "getppid 200000 unrelated",
             "sockcycle 1500",
             "sockcycle-go 1500",
-            "sockcycle-unwatched 1500 unrelated",
+            "sockcycle-unwatched 1500 cycles",
             "fork 500 unrelated",
         ] {
             assert!(
@@ -335,6 +337,8 @@ mod tests {
             );
         }
         assert!(s.contains("serve /tmp/b/n /tmp/b/n < /tmp/b/in-n > /tmp/b/out-n &"));
+        assert!(s.contains("serve /tmp/b/n /tmp/b/n < /tmp/b/in-c > /tmp/b/out-c &"));
+        assert!(s.contains("  cycles) echo \"op $3 $4\" >&7; read -r line <&8 ;;\n"));
         assert!(s.contains("floor-*) taskset -c 1 /bin/sockwatch-floor --probe-mode ${1#floor-}"));
         assert!(s.contains("watch=\"--watch /tmp/b/w\"; [ $1 = auto ] && watch=\n"));
         assert!(s.contains(

@@ -31,14 +31,19 @@ fn method(s: &mut String, plan: &Plan, o: &Overhead) {
         s,
         "A workload process (`bench/`, release build) times each operation in a batch ({}; each batch after a \
          tenth as many untimed) and reports nanoseconds per op; those that concern no watched socket ({}) run in \
-         a second one, which never binds a watched socket: the kernel tracks a process that did, and its \
-         children, for the rest of its life, and the node's other workloads never did. xtask switches one \
+         two more, as the node's other workloads: the kernel tracks a process that bound a watched socket, and \
+         its children, for the rest of its life, and with every directory watched any path socket is one. So \
+         the life cycles outside the watched directory run in one of their own, and the other operations in one \
+         that never binds a path socket. xtask switches one \
          observer on, runs every batch {} time(s), switches it off, and goes on to the next; {} rounds, the order \
          of observers rotated each round, so drift in background load falls on all of them. Each batch starts \
          after a {} ms pause, so an observer's work on the previous batch is not charged to it, and runs in a \
          thread created for it (whether a thread is audited is decided when it is created). A round's value is \
          the median of its repetitions; the tables give the p50 over rounds and the interquartile range (IQR); \
-         ratios are taken per round against the same round's `off`. The last column is the ratio of the \
+         ratios are taken per round against the same round's `off`. The node-tax targets take per round an \
+         observer's time less the floor's, in points of `off`'s, and are decided on their median's \
+         distribution-free interval (order statistics): met when all of it is at most 3 points, missed when \
+         none of it is, undecided when it holds 3. The last column is the ratio of the \
          workload thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), which leaves out time it was preempted or \
          blocked (auditd's backlog, for one). Phase time: {:.0} s.",
         batches.join(", "),
@@ -52,9 +57,9 @@ fn method(s: &mut String, plan: &Plan, o: &Overhead) {
         s,
         "Observers: **sockwatch** `run --probe-mode tracepoint --watch DIR` (events to a tmpfs file, /metrics on \
          loopback); **sockwatch (no --watch)**, the same without `--watch`, as the DaemonSet runs it by default: \
-         every directory watched, so the life cycle outside DIR is a watched one, and the second workload \
-         process, which makes it, is tracked like any process that bound a watched socket (its closes, forks \
-         and exits take the tracked path); **bpftrace** with the script in `xtask/src/bench/observers.rs` (the same syscall \
+         every directory watched, so the life cycle outside DIR is a watched one (its process is tracked, and \
+         this configuration's node tax leaves it out), while the process of the other unrelated operations, \
+         which never binds a path socket, is not tracked; **bpftrace** with the script in `xtask/src/bench/observers.rs` (the same syscall \
          tracepoints, enter and exit, AF_UNIX paths read from user memory and filtered by the watched \
          directory's prefix, maps of bound descriptors and live socket paths, a line per event, output to \
          tmpfs); **auditd** with `auditctl -w DIR -p wa` (Debian's auditd, backlog 8192 as Debian's default \

@@ -65,7 +65,6 @@ fn the_section_states_ratios_targets_programs_starts_and_the_missed_reason() {
         "| getppid | +1.0 % (IQR +1.0 % … +1.0 %); tier 2.0× | — | — | — | — |",
         "| sockcycle ≤ 2× the floor | lsm | +2.0 % vs +1.0 % (2.0×) | yes |",
         "| every program ≤ 2× its empty program | lsm | 1 of 2; the most `conn_sendmsg_fe` 3.0× | **no** |",
-        "| fork ≤ the floor + 3 points | lsm | +2.0 % vs +1.0 % | yes |",
         "- **lsm**: sockcycle +2.0 % (floor +1.0 %), sockcycle-go +2.0 % (floor +1.0 %), unlink +2.0 % (floor \
          +1.0 %), getppid +2.0 % (floor +1.0 %); for unlink, getppid the empty programs alone add more than the \
          target",
@@ -84,9 +83,8 @@ fn the_section_states_ratios_targets_programs_starts_and_the_missed_reason() {
         !text.contains("| floor-lsm | `conn_sendmsg_fexit`")
             && !text.contains("| sockcycle ≤ 2× the floor | fentry")
     );
-    assert!(
-        !text.contains("| connect ≤ the floor + 3 points") && !text.contains("emulation fault")
-    );
+    // Two rounds are too few for a node-tax interval.
+    assert!(!text.contains("≤ the floor + 3 points") && !text.contains("emulation fault"));
     let mut g = guest();
     g.resumed.push(("round-1-lsm".into(), "int3 Oops"));
     for o in g.ops.iter_mut().filter(|o| o.1 == "floor-lsm") {
@@ -99,6 +97,62 @@ fn the_section_states_ratios_targets_programs_starts_and_the_missed_reason() {
             && !text.contains("× the floor |")
     );
     assert!(text.contains("faulted in, which ran again whole: `round-1-lsm` (int3 Oops)."));
+}
+
+/// Six rounds in which `lsm` and `auto` add, beyond their floors, 0.5–2.9 points to every
+/// operation, 1–6 to pipe and 4–9 to open.
+fn node_tax_guest() -> GuestBench {
+    let mut g = GuestBench {
+        release: "6.12.0-test".into(),
+        rounds: 6,
+        ..GuestBench::default()
+    };
+    let points = |op: &str| match op {
+        "open" => [4.0, 5.0, 6.2, 7.0, 8.0, 9.0],
+        "pipe" => [1.0, 2.0, 3.2, 4.0, 5.0, 6.0],
+        _ => [0.5, 1.0, 1.4, 2.2, 2.5, 2.9],
+    };
+    for r in 0..6 {
+        for op in ops().map(|(op, _)| op.arg()) {
+            g.ops.push((r, "off".into(), op.into(), 1000.0));
+            for tier in ["lsm", "auto"] {
+                g.ops.push((r, floor(tier), op.into(), 1010.0));
+                g.ops
+                    .push((r, tier.into(), op.into(), 1010.0 + points(op)[r] * 10.0));
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn a_node_tax_row_is_decided_on_the_interval_of_its_rounds() {
+    let g = node_tax_guest();
+    let rows = targets(&g);
+    let row = |op: &str, tier: &str| {
+        let what = format!("{op} ≤ the floor + 3 points");
+        let r = rows.iter().find(|r| r.0 == what && r.1 == tier)?;
+        Some((r.2.as_str(), r.3))
+    };
+    assert_eq!(
+        row("getppid", "lsm"),
+        Some(("+1.8 (+0.5 … +2.9)", Some(true)))
+    );
+    assert_eq!(
+        row("open", "lsm"),
+        Some(("+6.6 (+4.0 … +9.0)", Some(false)))
+    );
+    assert_eq!(row("pipe", "lsm"), Some(("+3.6 (+1.0 … +6.0)", None)));
+    // With every directory watched the unwatched life cycle is a watched one.
+    assert!(row("sockcycle-unwatched", "lsm").is_some());
+    assert_eq!(row("sockcycle-unwatched", "auto"), None);
+    assert!(row("fork", "auto").is_some() && row("connect", "lsm").is_none());
+    let text = render(&[g], "cargo xtask bench --vm 6.12", "2026-12-07", None);
+    assert!(
+        text.contains("| pipe ≤ the floor + 3 points | lsm | +3.6 (+1.0 … +6.0) | undecided |"),
+        "{text}"
+    );
+    assert!(text.contains("| open ≤ the floor + 3 points | lsm | +6.6 (+4.0 … +9.0) | **no** |"));
 }
 
 #[test]
