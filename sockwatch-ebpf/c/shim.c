@@ -278,22 +278,34 @@ struct socket *shim_current_fd_socket(int fd)
 	return shim_file_socket(shim_current_fd_file(fd));
 }
 
-// shim_current_fd_file, the descriptor table reached through the typed current task: its
-// pointers are loaded directly, not copied by a helper call each (a missing table loads as
-// NULL). Needs bpf_get_current_task_btf (5.11).
-struct file *shim_current_fd_file_btf(int fd)
+// Descriptor `fd` of the current task, whatever file it is, the table reached through the
+// typed current task: its pointers are loaded directly, not copied by a helper call each (a
+// missing table loads as NULL). Needs bpf_get_current_task_btf (5.11).
+static __always_inline struct file *sw_current_fd_btf(int fd)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fdtable *fdt = task->files->fdt;
 	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
 		return 0;
-	return sw_socket_file(sw_fd_file(fdt->fd, fd));
+	return sw_fd_file(fdt->fd, fd);
 }
 
-// shim_current_fd_socket through the typed current task (5.11).
-struct socket *shim_current_fd_socket_btf(int fd)
+// shim_current_fd_file through the typed current task (5.11).
+struct file *shim_current_fd_file_btf(int fd)
 {
-	return shim_file_socket(shim_current_fd_file_btf(fd));
+	return sw_socket_file(sw_current_fd_btf(fd));
+}
+
+// The same without the socket check, for a caller that checks only once the file matters
+// (shim_is_socket_file): the check costs two reads.
+struct file *shim_current_fd_any_file_btf(int fd)
+{
+	return sw_current_fd_btf(fd);
+}
+
+int shim_is_socket_file(struct file *file)
+{
+	return sw_socket_file(file) != 0;
 }
 
 // The inode a relative path starts from: descriptor `dirfd` of the current task, or its

@@ -108,12 +108,14 @@ shim_values! {
     fn dentry_name_hash(d: Dentry) -> u64 = shim_dentry_name_hash;
     /// The `struct socket *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_socket(fd: i32) -> Ptr = shim_current_fd_socket;
-    /// The same, its descriptor table loaded through the typed current task (5.11+).
-    fn current_fd_socket_btf(fd: i32) -> Ptr = shim_current_fd_socket_btf;
     /// The `struct file *` behind descriptor `fd` of the current task, if it is a socket.
     fn current_fd_file(fd: i32) -> Ptr = shim_current_fd_file;
     /// The same, its descriptor table loaded through the typed current task (5.11+).
     fn current_fd_file_btf(fd: i32) -> Ptr = shim_current_fd_file_btf;
+    /// The same whatever file it is: null only for a free slot (5.11+).
+    fn current_fd_any_file_btf(fd: i32) -> Ptr = shim_current_fd_any_file_btf;
+    /// Is this `struct file *` a socket's?
+    fn is_socket_file(file: Ptr) -> bool = shim_is_socket_file;
     /// `file->private_data` of a socket file: its `struct socket *`.
     fn file_socket(file: Ptr) -> Ptr = shim_file_socket;
     /// References to a `struct file` (1 means this close is the last).

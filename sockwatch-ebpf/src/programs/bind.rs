@@ -44,15 +44,18 @@ pub fn bind_kretprobe(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Tracepoint tier, one program: the arguments read at the exit from the registers the
-/// syscall saved (`bpf_task_pt_regs`); only a UNIX path bind resolves its descriptor.
+/// Tracepoint tier, one program: the descriptor read at the exit from the registers the
+/// syscall saved (`bpf_task_pt_regs`). The bound socket itself says whether it is a UNIX
+/// path socket: its kernel reads cost less than a copy of the caller's address. The slot is
+/// checked to hold a socket only once the socket is a watched one: it held the socket the
+/// bind succeeded on unless another thread replaced it since, and until then a wrong file
+/// only makes the reads below read nothing that counts.
 #[tracepoint(category = "syscalls", name = "sys_exit_bind")]
 pub fn bind_tp_ret(ctx: TracePointContext) -> u32 {
     if tp_ret(&ctx) == 0 && !current::is_agent() {
-        let call = shim::syscall_sock_call(false);
-        if sockaddr::is_user_unix_path(call.addr as _, call.len) {
-            tp_bound(shim::current_fd_socket_btf(call.fd as i32));
-        }
+        let file = shim::current_fd_any_file_btf(shim::syscall_sock_call(false).fd as i32);
+        let sk = shim::socket_sk(shim::file_socket(file));
+        bound_if(sk, Tier::Tracepoint, || shim::is_socket_file(file));
     }
     0
 }
@@ -86,9 +89,15 @@ fn tp_bound(sock: *const c_void) {
 
 #[inline(always)]
 fn bound(sk: Sock, tier: Tier) {
+    bound_if(sk, tier, || true);
+}
+
+/// [`bound`], once `confirmed` holds for a socket in a watched directory.
+#[inline(always)]
+fn bound_if(sk: Sock, tier: Tier, confirmed: impl FnOnce() -> bool) {
     // Non-UNIX, abstract and unnamed sockets have no dentry: dropped before anything else.
     let dentry = shim::sk_dentry(sk);
-    if dentry.is_null() || !watch::is_watched(dentry) {
+    if dentry.is_null() || !watch::is_watched(dentry) || !confirmed() {
         return;
     }
     let Some(file) = shim::sk_bound_file(sk) else {
