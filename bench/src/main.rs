@@ -20,6 +20,7 @@ mod sys;
 
 use std::{
     io::{self, BufRead as _, Write as _},
+    os::{fd::AsRawFd as _, unix::net::UnixListener},
     path::Path,
 };
 
@@ -68,12 +69,9 @@ fn main() -> anyhow::Result<()> {
 /// whether it is audited (auditd's per-task context), so a long-lived thread would keep the
 /// audit state of that moment.
 fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
-    let target = unwatched.join("target.sock");
-    let _ = std::fs::remove_file(&target);
-    let listener = std::os::unix::net::UnixListener::bind(&target)
-        .with_context(|| format!("bind {}", target.display()))?;
-    let lfd = std::os::fd::AsRawFd::as_raw_fd(&listener);
-    let target = sys::sockaddr(&target)?;
+    // The connect op's listener, bound at its first batch: a process that never runs it
+    // never binds a path socket, and is not tracked where every directory is watched.
+    let mut target = None;
     let mut out = io::stdout();
     for line in io::stdin().lock().lines() {
         let line = line?;
@@ -82,13 +80,20 @@ fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
             ["quit"] | [] => break,
             _ => bail!("unknown command {line:?}"),
         };
+        if kind == "connect" && target.is_none() {
+            target = Some(listen_at(&unwatched.join("target.sock"))?);
+        }
+        let to = target.as_ref().map(|(l, addr)| (l.as_raw_fd(), *addr));
         let (watched, unwatched) = (watched.to_path_buf(), unwatched.to_path_buf());
         let t = std::thread::spawn(move || -> anyhow::Result<ops::Timing> {
             match kind.as_str() {
                 "unlink" => ops::unlink(&watched, n),
                 "sockcycle" => ops::sockcycle(&watched, n),
                 "sockcycle-go" => ops::sockcycle_go(&watched, n),
-                "connect" => Ok(ops::connect_unwatched(lfd, &target, n)),
+                "connect" => {
+                    let (lfd, addr) = to.context("no listener")?;
+                    Ok(ops::connect_unwatched(lfd, &addr, n))
+                }
                 "getppid" => Ok(ops::getppid(n)),
                 "open" => ops::open(&unwatched, n),
                 "pipe" => Ok(ops::timed(n, || {
@@ -115,4 +120,11 @@ fn serve(watched: &Path, unwatched: &Path) -> anyhow::Result<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+/// A listener bound at `path` (a stale file there removed first), and its address.
+fn listen_at(path: &Path) -> anyhow::Result<(UnixListener, sys::UnixAddr)> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).with_context(|| format!("bind {}", path.display()))?;
+    Ok((listener, sys::sockaddr(path)?))
 }
