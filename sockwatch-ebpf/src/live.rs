@@ -1,12 +1,15 @@
 //! The table of live sockets (bound to a file), kept on bind, listen and release, and read
 //! at the moment of an unlink or rename to decide liveness and ownership in the kernel.
 use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
-use sockwatch_common::{Counter, FileId, Flavor, LiveSock, Owner, flags};
+use sockwatch_common::{
+    Counter, FileId, Flavor, LiveSock, Owner, flags,
+    maps::{NAME_FILTER_MARKED, name_filter_slot},
+};
 
 use crate::{
     counters::count,
     current,
-    maps::{LIVE, LIVE_NAMES, NAMES_UNREAD, RELEASED_NAMES, TRACKED},
+    maps::{LIVE, LIVE_NAMES, NAME_FILTER, NAMES_UNREAD, RELEASED_NAMES, TRACKED},
     record::Pending,
     shim::{self, Dentry, File, Sock},
     watch,
@@ -98,6 +101,7 @@ pub fn released(file: &File) -> Option<LiveSock> {
         // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
         // removal of it, is still news to the engine.
         let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
+        mark_name(live.name_hash);
     }
     Some(live)
 }
@@ -185,7 +189,29 @@ fn add_name(hash: u64) {
         unsafe { shim::atomic_add(n, 1) };
     } else if LIVE_NAMES.insert(hash, 1, 0).is_err() {
         count(Counter::MapFull);
+        return;
     }
+    mark_name(hash);
+}
+
+/// Marks a name just added to `LIVE_NAMES` or `RELEASED_NAMES` in both generations of the
+/// filter, after the map: a sweep that clears this mark reads the map afterwards.
+#[inline(always)]
+fn mark_name(hash: u64) {
+    if let Some(marks) = NAME_FILTER.get_ptr_mut(0) {
+        // SAFETY: the one element of NAME_FILTER, valid for this run; the slot is masked to its
+        // length. Every writer stores whole aligned bytes or slots, never a torn value.
+        unsafe { (*marks)[name_filter_slot(hash)] = NAME_FILTER_MARKED };
+    }
+}
+
+/// False when the filter rules out that a live or lately released socket's file bears this
+/// name, with no table lookup.
+#[inline(always)]
+fn may_be_named(hash: u64) -> bool {
+    NAME_FILTER
+        .get(0)
+        .is_none_or(|marks| marks[name_filter_slot(hash)] != 0)
 }
 
 #[inline(always)]
@@ -203,5 +229,6 @@ fn drop_name(hash: u64) {
 #[inline(always)]
 pub fn name_is_live(hash: u64) -> bool {
     // SAFETY: only presence is tested; the values are never read.
-    unsafe { LIVE_NAMES.get(hash).is_some() || RELEASED_NAMES.get(hash).is_some() }
+    may_be_named(hash)
+        && unsafe { LIVE_NAMES.get(hash).is_some() || RELEASED_NAMES.get(hash).is_some() }
 }

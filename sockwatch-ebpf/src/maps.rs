@@ -1,6 +1,7 @@
 //! Every map and load-time global of the kernel side, in one place.
 use aya_ebpf::{
     Global,
+    bindings::BPF_F_MMAPABLE,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -40,6 +41,11 @@ pub static LIVE_NAMES: HashMap<u64, u64> = HashMap::with_max_entries(maps::LIVE_
 #[map(name = "RELEASED_NAMES")]
 pub static RELEASED_NAMES: LruHashMap<u64, u8> =
     LruHashMap::with_max_entries(maps::RELEASED_NAMES_CAPACITY, 0);
+
+/// See [`sockwatch_common::maps::NAME_FILTER`]; mapped by userspace (`BPF_F_MMAPABLE`).
+#[map(name = "NAME_FILTER")]
+pub static NAME_FILTER: Array<[u16; maps::NAME_FILTER_SLOTS]> =
+    Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// `NAMES_UNREAD[0]`: see [`sockwatch_common::maps::NAMES_UNREAD`].
 #[map(name = "NAMES_UNREAD")]

@@ -5,6 +5,8 @@ use sockwatch_common::{
     maps::{Pending, PendingKey},
 };
 
+use super::name_filter::NameFilter;
+
 /// `BPF_NOEXIST`: create only.
 const BPF_NOEXIST: u64 = 1;
 /// `BPF_EXIST`: update only.
@@ -18,6 +20,8 @@ pub struct LiveTable {
     pub capacity: u32,
     pub(super) live: HashMap<MapData, FileId, LiveSock>,
     pub(super) names: Option<HashMap<MapData, u64, u64>>,
+    /// The filter in front of `names` (with it).
+    pub(super) name_filter: Option<NameFilter>,
     /// tgid -> 1 for the processes the exit hook releases sockets of.
     pub(super) tracked: HashMap<MapData, u32, u32>,
     /// What hooks' entries keep for their exits, per thread and hook.
@@ -201,7 +205,26 @@ impl LiveTable {
             return Ok(());
         };
         let n = names.get(&hash, 0).unwrap_or(0);
-        names.insert(hash, n + 1, 0)
+        names.insert(hash, n + 1, 0)?;
+        if let Some(filter) = &self.name_filter {
+            filter.mark(hash);
+        }
+        Ok(())
+    }
+
+    /// The filter in front of the base-name index, where the index is kept.
+    pub fn name_filter(&self) -> Option<&NameFilter> {
+        self.name_filter.as_ref()
+    }
+
+    /// Rebuilds the name filter from the base-name index and the released names (a sweep's):
+    /// names forgotten since the last rebuild stop passing it. Returns how many names it
+    /// holds; `None` where no filter is kept.
+    pub fn rebuild_name_filter(&mut self) -> Result<Option<usize>, aya::maps::MapError> {
+        let (Some(names), Some(filter)) = (&self.names, &mut self.name_filter) else {
+            return Ok(None);
+        };
+        filter.rebuild(names).map(Some)
     }
 
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {

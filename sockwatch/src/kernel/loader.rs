@@ -23,6 +23,7 @@ use crate::{
         counters::KernelCounters,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
+        name_filter::NameFilter,
         probes::{Hook, PROBES, ProbeMode, TierSpec},
         watch::{UnwatchedCache, WatchedDir},
     },
@@ -47,6 +48,8 @@ pub enum LoadError {
     Map(&'static str),
     #[error("updating map {0}: {1}")]
     MapUpdate(&'static str, #[source] aya::maps::MapError),
+    #[error("mapping map {0} into memory: {1}")]
+    MapMemory(&'static str, #[source] std::io::Error),
 }
 
 #[derive(Clone, Debug)]
@@ -286,14 +289,32 @@ impl Probes {
             .take_map(maps::PENDING)
             .ok_or(LoadError::Map(maps::PENDING))?;
         let names = HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?;
+        let name_filter = if self.names_read {
+            Some(self.name_filter()?)
+        } else {
+            None
+        };
         Ok(LiveTable {
             capacity: self.live_capacity,
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: self.names_read.then_some(names),
+            name_filter,
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
             pending: HashMap::try_from(pending).map_err(|_| LoadError::Map(maps::PENDING))?,
             counted: None,
         })
+    }
+
+    /// The filter in front of the base-name index, mapped into this process.
+    fn name_filter(&mut self) -> Result<NameFilter, LoadError> {
+        let mut take = |name| self.ebpf.take_map(name).ok_or(LoadError::Map(name));
+        let (filter, released) = (take(maps::NAME_FILTER)?, take(maps::RELEASED_NAMES)?);
+        let aya::maps::Map::Array(filter) = filter else {
+            return Err(LoadError::Map(maps::NAME_FILTER));
+        };
+        let released =
+            HashMap::try_from(released).map_err(|_| LoadError::Map(maps::RELEASED_NAMES))?;
+        NameFilter::open(&filter, released).map_err(|e| LoadError::MapMemory(maps::NAME_FILTER, e))
     }
 
     /// Kernel-side counters, summed over CPUs.

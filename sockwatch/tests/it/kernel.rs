@@ -373,3 +373,66 @@ fn relocating_against_the_btf_subset_changes_no_instruction() {
         whole.len()
     );
 }
+
+/// The tracepoint tier filters unlinks by base name: first through a filter of name-hash
+/// slots, each generation of which userspace rebuilds in turn at each sweep from the names the
+/// kernel keeps, then through those names. After both generations were rebuilt, a live socket's file and
+/// a released one's (a daemon's cleanup after its close) are still seen removed, and a name no
+/// socket bore is ruled out by the filter itself. A socket bound after the rebuilds is marked
+/// by the kernel alone, and its removal is seen too.
+#[test]
+fn the_name_filter_keeps_live_and_released_names_across_rebuilds() {
+    use common::actor::Actor;
+    use sockwatch_common::name_hash;
+    let test = "name_filter_rebuilt";
+    let Some(mut l) = load(test, ProbeMode::Tracepoint, Tier::Tracepoint) else {
+        return;
+    };
+    let dir = tempdir();
+    let path = |name: &str| dir.path().join(name);
+    let (live, released, plain) = (path("live.sock"), path("released.sock"), path("plain.file"));
+    let late = path("late.sock");
+    let mut a = Actor::spawn();
+    a.must(&format!("listen-on {}", s(&live)));
+    let h = a.must(&format!("bind {}", s(&released)));
+    a.must(&format!("close {h}"));
+    l.expect("the release", |e| {
+        e.kind == EventKind::Release && e.path == s(&released)
+    });
+    for generation in 0..2 {
+        let names = l.live.rebuild_name_filter().expect("rebuilt");
+        assert!(
+            names.is_some_and(|n| n >= 2),
+            "rebuild {generation}: {names:?} names, want live.sock and released.sock at least"
+        );
+    }
+    let passes = |l: &Loaded, name: &str| {
+        let filter = l
+            .live
+            .name_filter()
+            .expect("a filter on the tracepoint tier");
+        filter.passes(name_hash(name.as_bytes()))
+    };
+    assert!(passes(&l, "live.sock") && passes(&l, "released.sock"));
+    // Other sockets bound on this machine meanwhile share its slot once in 16,384.
+    assert!(!passes(&l, "plain.file"), "a name no socket bore passes");
+    a.must(&format!("listen-on {}", s(&late)));
+    l.expect("the late bind", |e| {
+        e.kind == EventKind::Bind && e.path == s(&late)
+    });
+    assert!(passes(&l, "late.sock"), "marked by the kernel's bind");
+    std::fs::write(&plain, b"").expect("create");
+    let mut b = Actor::spawn();
+    for file in [&plain, &live, &released, &late] {
+        b.must(&format!("unlink {}", s(file)));
+    }
+    for file in [&live, &released, &late] {
+        let ev = l.expect("the removal", |e| {
+            e.kind == EventKind::Unlink && e.path == s(file)
+        });
+        assert_eq!((ev.tgid, ev.tier), (b.pid, Tier::Tracepoint));
+    }
+    let events = l.collect_under(dir.path(), Duration::from_millis(200));
+    let leaked: Vec<_> = events.iter().filter(|e| e.path == s(&plain)).collect();
+    assert!(leaked.is_empty(), "{leaked:#?}");
+}
