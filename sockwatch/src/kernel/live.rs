@@ -217,9 +217,9 @@ impl LiveTable {
         self.name_filter.as_ref()
     }
 
-    /// Rebuilds the name filter from the base-name index and the released names (a sweep's):
-    /// names forgotten since the last rebuild stop passing it. Returns how many names it
-    /// holds; `None` where no filter is kept.
+    /// Rebuilds one generation of the name filter from the base-name index and the released
+    /// names (a sweep's): a name forgotten stops passing once both were rebuilt without it.
+    /// Returns how many names it marked; `None` where no filter is kept.
     pub fn rebuild_name_filter(&mut self) -> Result<Option<usize>, aya::maps::MapError> {
         let (Some(names), Some(filter)) = (&self.names, &mut self.name_filter) else {
             return Ok(None);

@@ -375,11 +375,11 @@ fn relocating_against_the_btf_subset_changes_no_instruction() {
 }
 
 /// The tracepoint tier filters unlinks by base name: first through a filter of name-hash
-/// slots, each generation of which userspace rebuilds in turn at each sweep from the names the
-/// kernel keeps, then through those names. After both generations were rebuilt, a live socket's file and
-/// a released one's (a daemon's cleanup after its close) are still seen removed, and a name no
-/// socket bore is ruled out by the filter itself. A socket bound after the rebuilds is marked
-/// by the kernel alone, and its removal is seen too.
+/// slots, each generation of which userspace rebuilds in turn at each sweep from the names
+/// the kernel keeps, then through those names. After both generations were rebuilt, a live
+/// socket's file and a released one's (a daemon's cleanup after its close) are still seen
+/// removed, and a name no socket bore is ruled out by the filter itself. A socket bound after
+/// the rebuilds is marked by the kernel alone, and its removal is seen too.
 #[test]
 fn the_name_filter_keeps_live_and_released_names_across_rebuilds() {
     use common::actor::Actor;
