@@ -23,26 +23,36 @@ pub const LIVE_NAMES: &str = "LIVE_NAMES";
 pub const RELEASED_NAMES: &str = "RELEASED_NAMES";
 /// Entries `RELEASED_NAMES` holds: the latest releases, the oldest forgotten first.
 pub const RELEASED_NAMES_CAPACITY: u32 = 4_096;
-/// One u16 per [`NAME_FILTER_SLOTS`] slot of a name hash ([`name_filter_slot`]), memory-mapped
-/// by userspace: non-zero when some name in `LIVE_NAMES` or `RELEASED_NAMES` may hash there.
-/// The tracepoint tier's unlink and rename filters read it first, so a name no socket bears
-/// costs them no hash-table lookup (whose bucket, one of 65,536, is a cache miss). Each byte of
-/// a slot is a generation: the kernel and userspace mark both on every name they add, and
-/// each sweep clears one generation and marks in it the names the two maps hold, the other
-/// one in turn, so names forgotten since stop passing. A single load reads both: at every
-/// instant one of them holds every name the maps hold.
+/// A slot filter in front of a hash table whose lookups of new keys miss the cache (65,536
+/// buckets): one u16 per [`FILTER_SLOTS`] slot of a key, non-zero when some key the table
+/// holds may fall there, memory-mapped by userspace. Each byte of a slot is a generation: the
+/// kernel and userspace mark both on every key they add, and each sweep clears one generation
+/// and marks in it the keys the table holds, the other one in turn, so keys removed since
+/// stop passing. A single load reads both: at every instant one of them holds every key.
+///
+/// `NAME_FILTER` stands before `LIVE_NAMES` and `RELEASED_NAMES` ([`name_filter_slot`]): the
+/// tracepoint tier's unlink and rename filters.
 pub const NAME_FILTER: &str = "NAME_FILTER";
-/// Slots of `NAME_FILTER`.
-pub const NAME_FILTER_SLOTS: usize = 16_384;
+/// The same before `TRACKED` ([`tracked_filter_slot`]): every exit, fork and tracepoint-tier
+/// close asks it about a process.
+pub const TRACKED_FILTER: &str = "TRACKED_FILTER";
+/// Slots of a filter.
+pub const FILTER_SLOTS: usize = 16_384;
 /// A slot marked in both generations.
-pub const NAME_FILTER_MARKED: u16 = 0x0101;
+pub const FILTER_MARKED: u16 = 0x0101;
 
-const _: () = assert!(NAME_FILTER_SLOTS.is_power_of_two());
+const _: () = assert!(FILTER_SLOTS.is_power_of_two());
 
 /// The slot of `NAME_FILTER` a name hash marks.
 pub const fn name_filter_slot(name_hash: u64) -> usize {
     // The high half: the tables hash the key again, the filter takes the bits as they are.
-    (name_hash >> 32) as usize & (NAME_FILTER_SLOTS - 1)
+    (name_hash >> 32) as usize & (FILTER_SLOTS - 1)
+}
+
+/// The slot of `TRACKED_FILTER` a process marks: process ids are handed out in sequence, so
+/// their low bits spread the processes of a moment over the slots.
+pub const fn tracked_filter_slot(tgid: u32) -> usize {
+    tgid as usize & (FILTER_SLOTS - 1)
 }
 
 /// One u32: non-zero when neither removal hook runs on the tracepoint tier, whose filters

@@ -3,13 +3,13 @@
 use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
 use sockwatch_common::{
     Counter, FileId, Flavor, LiveSock, Owner, flags,
-    maps::{NAME_FILTER_MARKED, name_filter_slot},
+    maps::{name_filter_slot, tracked_filter_slot},
 };
 
 use crate::{
     counters::count,
-    current,
-    maps::{LIVE, LIVE_NAMES, NAME_FILTER, NAMES_UNREAD, RELEASED_NAMES, TRACKED},
+    current, filter,
+    maps::{LIVE, LIVE_NAMES, NAME_FILTER, NAMES_UNREAD, RELEASED_NAMES, TRACKED, TRACKED_FILTER},
     record::Pending,
     shim::{self, Dentry, File, Sock},
     watch,
@@ -161,19 +161,26 @@ pub fn parent_id(dentry: Dentry) -> FileId {
     shim::dentry_id(shim::dentry_parent(dentry)).unwrap_or_default()
 }
 
-/// Whether process `tgid` is tracked (holds or descends from a live socket's holder).
+/// Whether process `tgid` is tracked (holds or descends from a live socket's holder). The
+/// filter first: an exiting process's key is a new one, whose bucket is a cache miss.
 #[inline(always)]
 pub fn is_tracked(tgid: u32) -> bool {
     // SAFETY: only presence is tested; the value is never read.
-    unsafe { TRACKED.get(tgid) }.is_some()
+    filter::may_hold(&TRACKED_FILTER, tracked_filter_slot(tgid))
+        && unsafe { TRACKED.get(tgid) }.is_some()
 }
 
 /// A lookup first: a process binds many sockets, and an update costs a bucket lock and an
 /// element swap even when the entry is there.
 #[inline(always)]
 pub fn track(tgid: u32) {
-    if !is_tracked(tgid) && TRACKED.insert(tgid, 1, 0).is_err() {
+    if is_tracked(tgid) {
+        return;
+    }
+    if TRACKED.insert(tgid, 1, 0).is_err() {
         count(Counter::MapFull);
+    } else {
+        filter::mark(&TRACKED_FILTER, tracked_filter_slot(tgid));
     }
 }
 
@@ -194,24 +201,10 @@ fn add_name(hash: u64) {
     mark_name(hash);
 }
 
-/// Marks a name just added to `LIVE_NAMES` or `RELEASED_NAMES` in both generations of the
-/// filter, after the map: a sweep that clears this mark reads the map afterwards.
+/// Marks a name just added to `LIVE_NAMES` or `RELEASED_NAMES` in the filter before them.
 #[inline(always)]
 fn mark_name(hash: u64) {
-    if let Some(marks) = NAME_FILTER.get_ptr_mut(0) {
-        // SAFETY: the one element of NAME_FILTER, valid for this run; the slot is masked to its
-        // length. Every writer stores whole aligned bytes or slots, never a torn value.
-        unsafe { (*marks)[name_filter_slot(hash)] = NAME_FILTER_MARKED };
-    }
-}
-
-/// False when the filter rules out that a live or lately released socket's file bears this
-/// name, with no table lookup.
-#[inline(always)]
-fn may_be_named(hash: u64) -> bool {
-    NAME_FILTER
-        .get(0)
-        .is_none_or(|marks| marks[name_filter_slot(hash)] != 0)
+    filter::mark(&NAME_FILTER, name_filter_slot(hash));
 }
 
 #[inline(always)]
@@ -229,6 +222,6 @@ fn drop_name(hash: u64) {
 #[inline(always)]
 pub fn name_is_live(hash: u64) -> bool {
     // SAFETY: only presence is tested; the values are never read.
-    may_be_named(hash)
+    filter::may_hold(&NAME_FILTER, name_filter_slot(hash))
         && unsafe { LIVE_NAMES.get(hash).is_some() || RELEASED_NAMES.get(hash).is_some() }
 }

@@ -2,8 +2,8 @@
 //! - `programs`: the BPF programs, one module per hook family;
 //! - `guard` (guard mode's decision, LSM tier), `emit` (events), `pending` (entry-to-exit state), `live` (the live-socket table),
 //!   `watch` (watched directories);
-//! - `current` (the running task), `counters` (the `COUNTERS` array), `maps` (every map and
-//!   load-time global);
+//! - `current` (the running task), `counters` (the `COUNTERS` array), `filter` (the slot
+//!   filters in front of hash tables), `maps` (every map and load-time global);
 //! - `record` (`PENDING`'s records), `shim` (the C CO-RE shim), `sockaddr` (`sockaddr_un`).
 #![no_std]
 #![no_main]
@@ -11,6 +11,7 @@
 mod counters;
 mod current;
 mod emit;
+mod filter;
 mod guard;
 mod live;
 mod maps;

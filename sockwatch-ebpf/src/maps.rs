@@ -44,8 +44,14 @@ pub static RELEASED_NAMES: LruHashMap<u64, u8> =
 
 /// See [`sockwatch_common::maps::NAME_FILTER`]; mapped by userspace (`BPF_F_MMAPABLE`).
 #[map(name = "NAME_FILTER")]
-pub static NAME_FILTER: Array<[u16; maps::NAME_FILTER_SLOTS]> =
-    Array::with_max_entries(1, BPF_F_MMAPABLE);
+pub static NAME_FILTER: SlotFilter = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+/// See [`sockwatch_common::maps::TRACKED_FILTER`]; mapped by userspace.
+#[map(name = "TRACKED_FILTER")]
+pub static TRACKED_FILTER: SlotFilter = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+/// One element: a slot filter's marks ([`sockwatch_common::maps::NAME_FILTER`]).
+pub type SlotFilter = Array<[u16; maps::FILTER_SLOTS]>;
 
 /// `NAMES_UNREAD[0]`: see [`sockwatch_common::maps::NAMES_UNREAD`].
 #[map(name = "NAMES_UNREAD")]

@@ -2,10 +2,10 @@
 use aya::maps::{HashMap, MapData};
 use sockwatch_common::{
     FileId, LiveSock,
-    maps::{Pending, PendingKey},
+    maps::{Pending, PendingKey, name_filter_slot, tracked_filter_slot},
 };
 
-use super::name_filter::NameFilter;
+use super::slot_filter::SlotFilter;
 
 /// `BPF_NOEXIST`: create only.
 const BPF_NOEXIST: u64 = 1;
@@ -20,10 +20,13 @@ pub struct LiveTable {
     pub capacity: u32,
     pub(super) live: HashMap<MapData, FileId, LiveSock>,
     pub(super) names: Option<HashMap<MapData, u64, u64>>,
-    /// The filter in front of `names` (with it).
-    pub(super) name_filter: Option<NameFilter>,
+    /// The base names of sockets released lately, read by the rebuild of the filter in front
+    /// of both (with `names`).
+    pub(super) released: Option<HashMap<MapData, u64, u8>>,
+    pub(super) name_filter: Option<SlotFilter>,
     /// tgid -> 1 for the processes the exit hook releases sockets of.
     pub(super) tracked: HashMap<MapData, u32, u32>,
+    pub(super) tracked_filter: SlotFilter,
     /// What hooks' entries keep for their exits, per thread and hook.
     pub(super) pending: HashMap<MapData, PendingKey, Pending>,
     /// The entries the last walk of `live` counted, and when (`CLOCK_MONOTONIC` ns).
@@ -133,7 +136,9 @@ impl LiveTable {
     /// agent started, or received by SCM_RIGHTS on a tier without the receipt hook): the
     /// tracepoint tier's close and exit programs look only at tracked processes.
     pub fn track(&mut self, tgid: u32) -> Result<(), aya::maps::MapError> {
-        self.tracked.insert(tgid, 1, 0)
+        self.tracked.insert(tgid, 1, 0)?;
+        self.tracked_filter.mark(tracked_filter_slot(tgid));
+        Ok(())
     }
 
     /// Removes the tracked processes `alive` says are gone (their exit was not seen: the
@@ -207,24 +212,44 @@ impl LiveTable {
         let n = names.get(&hash, 0).unwrap_or(0);
         names.insert(hash, n + 1, 0)?;
         if let Some(filter) = &self.name_filter {
-            filter.mark(hash);
+            filter.mark(name_filter_slot(hash));
         }
         Ok(())
     }
 
     /// The filter in front of the base-name index, where the index is kept.
-    pub fn name_filter(&self) -> Option<&NameFilter> {
+    pub fn name_filter(&self) -> Option<&SlotFilter> {
         self.name_filter.as_ref()
+    }
+
+    /// The filter in front of the tracked processes.
+    pub fn tracked_filter(&self) -> &SlotFilter {
+        &self.tracked_filter
     }
 
     /// Rebuilds one generation of the name filter from the base-name index and the released
     /// names (a sweep's): a name forgotten stops passing once both were rebuilt without it.
     /// Returns how many names it marked; `None` where no filter is kept.
     pub fn rebuild_name_filter(&mut self) -> Result<Option<usize>, aya::maps::MapError> {
-        let (Some(names), Some(filter)) = (&self.names, &mut self.name_filter) else {
+        let (Some(names), Some(released), Some(filter)) =
+            (&self.names, &self.released, &mut self.name_filter)
+        else {
             return Ok(None);
         };
-        filter.rebuild(names).map(Some)
+        let read = || {
+            let live = names.keys().map(|k| k.map(name_filter_slot));
+            let gone = released.keys().map(|k| k.map(name_filter_slot));
+            live.chain(gone).collect()
+        };
+        filter.rebuild(read).map(Some)
+    }
+
+    /// The same for the tracked processes: a process untracked stops passing once both
+    /// generations were rebuilt without it. Returns how many processes it marked.
+    pub fn rebuild_tracked_filter(&mut self) -> Result<usize, aya::maps::MapError> {
+        let tracked = &self.tracked;
+        let read = || tracked.keys().map(|k| k.map(tracked_filter_slot)).collect();
+        self.tracked_filter.rebuild(read)
     }
 
     fn drop_name(&mut self, hash: u64) -> Result<(), aya::maps::MapError> {

@@ -23,8 +23,8 @@ use crate::{
         counters::KernelCounters,
         features::{KERNEL_BTF, KernelFeatures},
         live::LiveTable,
-        name_filter::NameFilter,
         probes::{Hook, PROBES, ProbeMode, TierSpec},
+        slot_filter::SlotFilter,
         watch::{UnwatchedCache, WatchedDir},
     },
 };
@@ -272,49 +272,42 @@ impl Probes {
     /// The kernel's live-socket table, its name index, the tracked processes and the pending
     /// records, for userspace lookups, seeding and the sweeps' pruning. Can be taken once.
     pub fn live_table(&mut self) -> Result<LiveTable, LoadError> {
-        let live = self
-            .ebpf
-            .take_map(maps::LIVE)
-            .ok_or(LoadError::Map(maps::LIVE))?;
-        let names = self
-            .ebpf
-            .take_map(maps::LIVE_NAMES)
-            .ok_or(LoadError::Map(maps::LIVE_NAMES))?;
-        let tracked = self
-            .ebpf
-            .take_map(maps::TRACKED)
-            .ok_or(LoadError::Map(maps::TRACKED))?;
-        let pending = self
-            .ebpf
-            .take_map(maps::PENDING)
-            .ok_or(LoadError::Map(maps::PENDING))?;
+        let live = self.take_map(maps::LIVE)?;
+        let names = self.take_map(maps::LIVE_NAMES)?;
+        let tracked = self.take_map(maps::TRACKED)?;
+        let pending = self.take_map(maps::PENDING)?;
         let names = HashMap::try_from(names).map_err(|_| LoadError::Map(maps::LIVE_NAMES))?;
-        let name_filter = if self.names_read {
-            Some(self.name_filter()?)
+        let (released, name_filter) = if self.names_read {
+            let released = self.take_map(maps::RELEASED_NAMES)?;
+            let released =
+                HashMap::try_from(released).map_err(|_| LoadError::Map(maps::RELEASED_NAMES))?;
+            (Some(released), Some(self.slot_filter(maps::NAME_FILTER)?))
         } else {
-            None
+            (None, None)
         };
         Ok(LiveTable {
             capacity: self.live_capacity,
             live: HashMap::try_from(live).map_err(|_| LoadError::Map(maps::LIVE))?,
             names: self.names_read.then_some(names),
+            released,
             name_filter,
             tracked: HashMap::try_from(tracked).map_err(|_| LoadError::Map(maps::TRACKED))?,
+            tracked_filter: self.slot_filter(maps::TRACKED_FILTER)?,
             pending: HashMap::try_from(pending).map_err(|_| LoadError::Map(maps::PENDING))?,
             counted: None,
         })
     }
 
-    /// The filter in front of the base-name index, mapped into this process.
-    fn name_filter(&mut self) -> Result<NameFilter, LoadError> {
-        let mut take = |name| self.ebpf.take_map(name).ok_or(LoadError::Map(name));
-        let (filter, released) = (take(maps::NAME_FILTER)?, take(maps::RELEASED_NAMES)?);
-        let aya::maps::Map::Array(filter) = filter else {
-            return Err(LoadError::Map(maps::NAME_FILTER));
+    fn take_map(&mut self, name: &'static str) -> Result<aya::maps::Map, LoadError> {
+        self.ebpf.take_map(name).ok_or(LoadError::Map(name))
+    }
+
+    /// Slot filter `name`, mapped into this process.
+    fn slot_filter(&mut self, name: &'static str) -> Result<SlotFilter, LoadError> {
+        let aya::maps::Map::Array(map) = self.take_map(name)? else {
+            return Err(LoadError::Map(name));
         };
-        let released =
-            HashMap::try_from(released).map_err(|_| LoadError::Map(maps::RELEASED_NAMES))?;
-        NameFilter::open(&filter, released).map_err(|e| LoadError::MapMemory(maps::NAME_FILTER, e))
+        SlotFilter::open(&map).map_err(|e| LoadError::MapMemory(name, e))
     }
 
     /// Kernel-side counters, summed over CPUs.

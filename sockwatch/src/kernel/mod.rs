@@ -8,7 +8,7 @@ pub mod features;
 pub mod guard;
 pub mod live;
 pub mod loader;
-pub mod name_filter;
 pub mod preflight;
 pub mod probes;
+pub mod slot_filter;
 pub mod watch;

@@ -384,7 +384,7 @@ impl Pipeline {
     /// hook saw (close_range, close-on-exec on the tracepoint tier) would otherwise keep
     /// answering "bound" for a dead file, hiding its stale connects. Also the tracked
     /// processes that are gone, whose exit no hook saw, and the pending records no exit took.
-    /// Then rebuilds the tracepoint tier's name filter from the names left.
+    /// Then rebuilds the filters in front of the name index and the tracked processes.
     fn prune_live(&mut self) {
         let Some(live) = &mut self.live else {
             return;
@@ -410,9 +410,17 @@ impl Pipeline {
                 Err(e) => log::warn!("pruning the kernel's {table} table: {e}"),
             }
         }
-        // The generation not being rebuilt still holds every name: the filter only passes more.
-        if let Err(e) = live.rebuild_name_filter() {
-            log::warn!("rebuilding the kernel's name filter: {e}; the next sweep tries again");
+        // The generation not being rebuilt still holds every key: a filter only passes more.
+        let rebuilt = [
+            ("name", live.rebuild_name_filter().map(drop)),
+            ("tracked process", live.rebuild_tracked_filter().map(drop)),
+        ];
+        for (filter, result) in rebuilt {
+            if let Err(e) = result {
+                log::warn!(
+                    "rebuilding the kernel's {filter} filter: {e}; the next sweep tries again"
+                );
+            }
         }
     }
 

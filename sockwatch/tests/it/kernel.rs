@@ -383,7 +383,7 @@ fn relocating_against_the_btf_subset_changes_no_instruction() {
 #[test]
 fn the_name_filter_keeps_live_and_released_names_across_rebuilds() {
     use common::actor::Actor;
-    use sockwatch_common::name_hash;
+    use sockwatch_common::{maps::name_filter_slot, name_hash};
     let test = "name_filter_rebuilt";
     let Some(mut l) = load(test, ProbeMode::Tracepoint, Tier::Tracepoint) else {
         return;
@@ -411,7 +411,7 @@ fn the_name_filter_keeps_live_and_released_names_across_rebuilds() {
             .live
             .name_filter()
             .expect("a filter on the tracepoint tier");
-        filter.passes(name_hash(name.as_bytes()))
+        filter.passes(name_filter_slot(name_hash(name.as_bytes())))
     };
     assert!(passes(&l, "live.sock") && passes(&l, "released.sock"));
     // Other sockets bound on this machine meanwhile share its slot once in 16,384.
@@ -435,4 +435,53 @@ fn the_name_filter_keeps_live_and_released_names_across_rebuilds() {
     let events = l.collect_under(dir.path(), Duration::from_millis(200));
     let leaked: Vec<_> = events.iter().filter(|e| e.path == s(&plain)).collect();
     assert!(leaked.is_empty(), "{leaked:#?}");
+}
+
+/// Every exit, fork and tracepoint-tier close asks whether its process is tracked, first
+/// through a slot filter rebuilt like the name filter. After both generations were rebuilt, a
+/// holder's fork is seen, its worker (tracked by the kernel alone, after the rebuilds) is seen
+/// exiting, and the holder's own exit releases its socket; a process that holds nothing is
+/// ruled out by the filter itself.
+#[test]
+fn the_tracked_filter_keeps_holders_across_rebuilds() {
+    use common::actor::Actor;
+    use sockwatch_common::maps::tracked_filter_slot;
+    let test = "tracked_filter_rebuilt";
+    let Some(mut l) = load(test, ProbeMode::Tracepoint, Tier::Tracepoint) else {
+        return;
+    };
+    let dir = tempdir();
+    let sock = dir.path().join("held.sock");
+    let (mut a, idle) = (Actor::spawn(), Actor::spawn());
+    a.must(&format!("listen-on {}", s(&sock)));
+    let file = stat_id(&sock);
+    l.expect("the bind", |e| e.kind == EventKind::Bind && e.tgid == a.pid);
+    for generation in 0..2 {
+        let marked = l.live.rebuild_tracked_filter().expect("rebuilt");
+        assert!(marked >= 1, "rebuild {generation}: {marked} processes");
+    }
+    let passes = |l: &Loaded, tgid: u32| {
+        let filter = l.live.tracked_filter();
+        filter.passes(tracked_filter_slot(tgid))
+    };
+    assert!(passes(&l, a.pid));
+    // Another tracked process on this machine shares its slot once in 16,384.
+    assert!(!passes(&l, idle.pid), "a process that holds nothing passes");
+    let reply = a.must(&format!("fork-unlink {}", s(&sock)));
+    let (worker, _) = reply.split_once(' ').expect("pid and status");
+    let worker: u32 = worker.parse().expect("pid");
+    let fork = l.expect("the fork", |e| e.kind == EventKind::Fork && e.tgid == a.pid);
+    assert_eq!(fork.child_tgid, Some(worker));
+    l.expect("the worker's exit", |e| {
+        e.kind == EventKind::Exit && e.tgid == worker
+    });
+    let holder = a.pid;
+    drop(a);
+    let rel = l.expect("the release at exit", |e| {
+        e.kind == EventKind::Release && e.tgid == holder
+    });
+    assert_eq!((rel.dev, rel.ino), file);
+    l.expect("the holder's exit", |e| {
+        e.kind == EventKind::Exit && e.tgid == holder
+    });
 }
