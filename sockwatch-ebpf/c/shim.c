@@ -58,19 +58,37 @@ struct dentry *shim_sk_dentry(struct sock *sk)
 	return BPF_CORE_READ((struct unix_sock *)sk, path.dentry);
 }
 
-// The file a UNIX socket is bound to, with the socket's own sockfs inode.
-int shim_sk_bound_file(struct sock *sk, struct sw_file *out)
+// The socket's own sockfs inode. SOCK_INODE(): it sits next to the socket in struct
+// socket_alloc.
+static __always_inline __u64 sw_sock_ino(struct sock *sk)
 {
-	struct dentry *dentry = shim_sk_dentry(sk);
+	struct socket *sock = BPF_CORE_READ(sk, sk_socket);
+	if (!sock)
+		return 0;
+	struct socket_alloc *alloc = (void *)sock - bpf_core_field_offset(struct socket_alloc, socket);
+	return BPF_CORE_READ(alloc, vfs_inode.i_ino);
+}
+
+// The file a UNIX socket is bound to (`dentry`, its shim_sk_dentry, which the caller has
+// read already), with the socket's own sockfs inode.
+int shim_sk_bound_file(struct sock *sk, struct dentry *dentry, struct sw_file *out)
+{
 	if (!dentry || sw_inode_file(BPF_CORE_READ(dentry, d_inode), out))
 		return -1;
-	// SOCK_INODE(): the sockfs inode sits next to the socket in struct socket_alloc.
-	struct socket *sock = BPF_CORE_READ(sk, sk_socket);
-	if (sock) {
-		struct socket_alloc *alloc =
-			(void *)sock - bpf_core_field_offset(struct socket_alloc, socket);
-		out->sock_ino = BPF_CORE_READ(alloc, vfs_inode.i_ino);
-	}
+	out->sock_ino = sw_sock_ino(sk);
+	return 0;
+}
+
+// The same for a caller that has the file's identity in `out` already (shim_dentry_id): only
+// what it lacks is read.
+int shim_sk_bound_rest(struct sock *sk, struct dentry *dentry, struct sw_file *out)
+{
+	struct inode *inode = dentry ? BPF_CORE_READ(dentry, d_inode) : 0;
+	if (!inode)
+		return -1;
+	out->nlink = BPF_CORE_READ(inode, __i_nlink);
+	out->mode = BPF_CORE_READ(inode, i_mode);
+	out->sock_ino = sw_sock_ino(sk);
 	return 0;
 }
 

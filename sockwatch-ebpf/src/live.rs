@@ -81,9 +81,10 @@ pub fn listening(file: &File) -> bool {
 /// the identity's reads and one lookup.
 #[inline(always)]
 pub fn bound_file_if_live(sk: Sock) -> Option<File> {
-    let id = shim::dentry_id(shim::sk_dentry(sk))?;
+    let dentry = shim::sk_dentry(sk);
+    let id = shim::dentry_id(dentry)?;
     lookup(&id)?;
-    shim::sk_bound_file(sk)
+    shim::sk_bound_rest(sk, dentry, id)
 }
 
 /// Forgets a released socket; `None` if it was not (or no longer) in the table.
@@ -145,12 +146,15 @@ pub fn inspect_victim(dentry: Dentry, flavor: Flavor, out: &mut Pending) -> bool
                     count(Counter::FdWalkPartial);
                 }
             }
+            // Read once the file is known to be reported: most files removed are not.
+            p.dir = parent_id(dentry);
         }
-        None if !watch::is_watched(dentry) => return false,
-        None => {}
+        // The watch's walk read the directory's identity.
+        None => match watch::watched_dir(dentry) {
+            Some(dir) => p.dir = dir,
+            None => return false,
+        },
     }
-    // Read once the file is known to be reported: most files removed are not.
-    p.dir = parent_id(dentry);
     *out = p;
     true
 }

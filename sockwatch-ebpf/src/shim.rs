@@ -141,7 +141,8 @@ shim_values! {
 }
 
 unsafe extern "C" {
-    fn shim_sk_bound_file(sk: Sock, out: *mut File) -> i32;
+    fn shim_sk_bound_file(sk: Sock, d: Dentry, out: *mut File) -> i32;
+    fn shim_sk_bound_rest(sk: Sock, d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_file(d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_id(d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_key(d: Dentry, out: *mut DirKey, generation: i32) -> i32;
@@ -173,11 +174,23 @@ fn copied_len(n: i32) -> Option<u16> {
     (n > 0).then(|| (n - 1) as u16)
 }
 
-/// The file a UNIX socket is bound to, with its sockfs inode.
+/// The file a UNIX socket is bound to (`dentry`, its [`sk_dentry`]), with its sockfs inode.
 #[inline(always)]
-pub fn sk_bound_file(sk: Sock) -> Option<File> {
+pub fn sk_bound_file(sk: Sock, dentry: Dentry) -> Option<File> {
     // SAFETY: `out` is a live `File`, the layout of the `struct sw_file` the shim fills.
-    filled(|out| unsafe { shim_sk_bound_file(sk, out) })
+    filled(|out| unsafe { shim_sk_bound_file(sk, dentry, out) })
+}
+
+/// The same once the file's identity `id` is known: only the rest is read.
+#[inline(always)]
+pub fn sk_bound_rest(sk: Sock, dentry: Dentry, id: FileId) -> Option<File> {
+    let mut out = File {
+        dev: id.dev,
+        ino: id.ino,
+        ..Default::default()
+    };
+    // SAFETY: as in `sk_bound_file`.
+    (unsafe { shim_sk_bound_rest(sk, dentry, &mut out) } == 0).then_some(out)
 }
 
 /// The inode behind a dentry (`None` for a negative dentry).
@@ -258,6 +271,7 @@ pub fn basename_hash(buf: &[u8; PATH_CAP], len: usize) -> u64 {
 
 /// The current bind's, connect's or (with `sendto`) sendto's descriptor, address and address
 /// length, from the registers the syscall saved (`bpf_task_pt_regs`): read at the exit.
+/// listen(fd, backlog) saves its backlog where they save the address.
 #[inline(always)]
 pub fn syscall_sock_call(sendto: bool) -> SockCall {
     let mut out = SockCall::default();

@@ -8,34 +8,45 @@ use crate::{
     shim::{self, Dentry},
 };
 
+/// Whether `file` is under a watched directory (see [`watched_dir`]).
+#[inline(always)]
+pub fn is_watched(file: Dentry) -> bool {
+    WATCH_ALL.load() != 0 || walked_dir(file).is_some()
+}
+
+/// The identity of `file`'s directory (zero at a filesystem root) when `file` is under a
+/// watched one: the walk reads it, and the records that report `file` name it.
+#[inline(always)]
+pub fn watched_dir(file: Dentry) -> Option<FileId> {
+    if WATCH_ALL.load() != 0 {
+        return Some(shim::dentry_id(shim::dentry_parent(file)).unwrap_or_default());
+    }
+    walked_dir(file)
+}
+
 /// Walks up to [`WATCH_DEPTH`] directories above `file` looking for a watched one. A
 /// directory that replaced a watched one (same parent, same name) is adopted on the spot,
 /// so a watched directory deleted and re-created keeps being watched from its first bind.
 /// A directory the walk found under no watch is remembered (`UNWATCHED_DIRS`): the next
 /// call there is one lookup, until a rename anywhere advances the epoch.
 #[inline(always)]
-pub fn is_watched(file: Dentry) -> bool {
-    if WATCH_ALL.load() != 0 {
-        return true;
-    }
+fn walked_dir(file: Dentry) -> Option<FileId> {
     // Read before the walk: a rename that ends during it leaves the answer unremembered.
     let epoch = UNWATCHED_EPOCH.get(0).copied().unwrap_or(0);
     let dir = shim::dentry_parent(file);
     // A filesystem that keeps no generation could give a later directory the same key. Not
     // read while the cache is off (the LSM and kprobe tiers): the walk is all they do.
-    let Some(key) = shim::dentry_key(dir, epoch != 0) else {
-        return false;
-    };
+    let key = shim::dentry_key(dir, epoch != 0)?;
     let cached = key.generation != 0;
     // SAFETY: the value is copied at once.
     if cached && unsafe { UNWATCHED_DIRS.get(key) }.copied() == Some(epoch) {
-        return false;
+        return None;
     }
     let watched = walk(dir, key.dir);
     if cached && !watched {
         let _ = UNWATCHED_DIRS.insert(key, epoch, 0);
     }
-    watched
+    watched.then_some(key.dir)
 }
 
 /// A rename ended: a directory may have moved under a watch, so nothing remembered before

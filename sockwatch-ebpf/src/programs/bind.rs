@@ -97,20 +97,20 @@ fn bound(sk: Sock, tier: Tier) {
 fn bound_if(sk: Sock, tier: Tier, confirmed: impl FnOnce() -> bool) {
     // Non-UNIX, abstract and unnamed sockets have no dentry: dropped before anything else.
     let dentry = shim::sk_dentry(sk);
-    if dentry.is_null() || !watch::is_watched(dentry) || !confirmed() {
+    if dentry.is_null() {
         return;
     }
-    let Some(file) = shim::sk_bound_file(sk) else {
+    let Some(dir) = watch::watched_dir(dentry).filter(|_| confirmed()) else {
+        return;
+    };
+    let Some(file) = shim::sk_bound_file(sk, dentry) else {
         return;
     };
     // One clock and cgroup read serve the table's entry and the record.
     let owner = live::binder();
     live::bound(&file, dentry, owner);
     if let Some(mut ev) = emit::reserve_as(EventKind::Bind, tier, Fidelity::Exact, &owner) {
-        ev.file(&file)
-            .dir(live::parent_id(dentry))
-            .owner(&owner)
-            .sun_path_of(sk);
+        ev.file(&file).dir(dir).owner(&owner).sun_path_of(sk);
         ev.submit();
     }
 }

@@ -233,7 +233,7 @@ fn bound_target(sk: *const c_void, p: &mut Pending) {
         p.arg = Pending::NOT_OURS;
         return;
     }
-    let Some(file) = shim::sk_bound_file(sk) else {
+    let Some(file) = shim::sk_bound_rest(sk, dentry, id) else {
         return;
     };
     p.file = file.id();

@@ -49,10 +49,7 @@ fn received(file: *const c_void, tier: Tier) {
     }
     // Non-sockets, other families, abstract and unnamed sockets: dropped before anything else.
     let sk = shim::file_sock(file);
-    if shim::sk_dentry(sk).is_null() {
-        return;
-    }
-    let Some(bound) = shim::sk_bound_file(sk) else {
+    let Some(bound) = shim::sk_bound_file(sk, shim::sk_dentry(sk)) else {
         return;
     };
     let Some(before) = hand_over(&bound) else {
