@@ -46,11 +46,28 @@ pub fn listen_kretprobe(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Tracepoint tier: `listen(fd, backlog)`; the exit resolves the descriptor. Every listen on
-/// the node runs this, TCP's too: a process that holds no live socket (not tracked, as for
-/// close) leaves after one map lookup, and its exit finds nothing kept. A receiver of a
-/// socket by SCM_RIGHTS is tracked from the next sweep on (no receive program on this tier):
-/// its listen before that is left to the sweep's sock_diag view.
+/// Tracepoint tier, one program: `listen(fd, backlog)`'s arguments read at the exit from the
+/// registers the syscall saved (`bpf_task_pt_regs`), its descriptor table through the typed
+/// current task. Every listen on the node runs this, TCP's too: a process that holds no live
+/// socket (not tracked, as for close) leaves after one map lookup. A receiver of a socket by
+/// SCM_RIGHTS is tracked from the next sweep on (no receive program on this tier): its listen
+/// before that is left to the sweep's sock_diag view.
+#[tracepoint(category = "syscalls", name = "sys_exit_listen")]
+pub fn listen_tp_ret(ctx: TracePointContext) -> u32 {
+    if tp_ret(&ctx) == 0 && !current::is_agent() && live::is_tracked(current::tgid()) {
+        let call = shim::syscall_sock_call(false);
+        let file = shim::current_fd_file_btf(call.fd as i32);
+        listening(
+            shim::socket_sk(shim::file_socket(file)),
+            call.addr as u32,
+            Tier::Tracepoint,
+        );
+    }
+    0
+}
+
+/// Tracepoint tier without `bpf_task_pt_regs` (before 5.15), entry: the same filter, and the
+/// arguments kept for the exit.
 #[tracepoint(category = "syscalls", name = "sys_enter_listen")]
 pub fn listen_tp_enter(ctx: TracePointContext) -> u32 {
     if !current::is_agent() && live::is_tracked(current::tgid()) {
@@ -62,6 +79,7 @@ pub fn listen_tp_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// The same, exit: the kept descriptor resolved.
 #[tracepoint(category = "syscalls", name = "sys_exit_listen")]
 pub fn listen_tp_exit(ctx: TracePointContext) -> u32 {
     if let Some(p) = pending::take(Slot::Listen, false)

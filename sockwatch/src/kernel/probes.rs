@@ -210,6 +210,14 @@ macro_rules! addressed_syscalls {
     };
 }
 
+/// listen(2)'s tracepoint programs: as for [`addressed_syscalls`], one at the exit where the
+/// kernel has `bpf_task_pt_regs`, else a pair.
+const LISTEN_SYSCALL: &[ProgramSpec] = &[
+    only(Flavor::Helpers, "listen_tp_ret", sys("sys_exit_listen")),
+    only(Flavor::Bounded, "listen_tp_enter", sys("sys_enter_listen")),
+    only(Flavor::Bounded, "listen_tp_exit", sys("sys_exit_listen")),
+];
+
 /// The tiers of a hook on a `unix_*` socket call (bind, listen): fexit, kprobe with
 /// kretprobe, and the syscall's tracepoint programs `$tracepoints`, named `<hook>_<tier>`.
 macro_rules! socket_call_tiers {
@@ -291,7 +299,7 @@ pub const PROBES: &[HookSpec] = &[
     },
     HookSpec {
         hook: Hook::Listen,
-        tiers: socket_call_tiers!("listen", "unix_listen", syscall_pairs!("listen")),
+        tiers: socket_call_tiers!("listen", "unix_listen", LISTEN_SYSCALL),
     },
     HookSpec {
         hook: Hook::Unlink,

@@ -16,15 +16,8 @@ use crate::cmd;
 
 /// The syscalls whose entry and exit sockwatch's tracepoint tier hooks, and those it hooks at
 /// the exit only (arguments read from the saved registers).
-const PAIRED_SYSCALLS: [&str; 6] = [
-    "listen",
-    "unlink",
-    "unlinkat",
-    "rename",
-    "renameat",
-    "renameat2",
-];
-const EXIT_ONLY_SYSCALLS: [&str; 3] = ["bind", "connect", "sendto"];
+const PAIRED_SYSCALLS: [&str; 5] = ["unlink", "unlinkat", "rename", "renameat", "renameat2"];
+const EXIT_ONLY_SYSCALLS: [&str; 4] = ["bind", "listen", "connect", "sendto"];
 
 /// The bpftrace program a user would write to report what the tracepoint tier reports: the
 /// same syscall tracepoints, AF_UNIX paths read from user memory and filtered by the watched
@@ -445,7 +438,7 @@ mod tests {
         assert!(s.contains(r#"strncmp($p, "/run/w/", 7)"#) && s.contains("sys_enter_close"));
         assert_eq!(tracepoints(&s).len(), 21);
         let floor_points = tracepoints(&floor);
-        assert_eq!(floor_points.len(), 2 * 6 + 3 + 3);
+        assert_eq!(floor_points.len(), 2 * 5 + 4 + 3);
         assert!(floor_points.iter().all(|t| tracepoints(&s).contains(t)));
         assert!(
             EXIT_ONLY_SYSCALLS
@@ -466,7 +459,7 @@ mod tests {
         for (program, empty) in [
             ("bind_tp_ret", "sys_exit_bind"),
             ("sendto_tp_ret", "sys_exit_sendto"),
-            ("listen_tp_exit", "sys_exit_listen"),
+            ("listen_tp_ret", "sys_exit_listen"),
             ("renameat2_tp_enter", "sys_enter_renameat2"),
             ("release_tp", "sys_enter_close"),
             ("fork_tp_btf", "sched_process_fork"),
