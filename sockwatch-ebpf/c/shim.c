@@ -60,7 +60,7 @@ struct dentry *shim_sk_dentry(struct sock *sk)
 
 // The socket's own sockfs inode. SOCK_INODE(): it sits next to the socket in struct
 // socket_alloc.
-static __always_inline __u64 sw_sock_ino(struct sock *sk)
+__u64 shim_sk_sock_ino(struct sock *sk)
 {
 	struct socket *sock = BPF_CORE_READ(sk, sk_socket);
 	if (!sock)
@@ -70,26 +70,25 @@ static __always_inline __u64 sw_sock_ino(struct sock *sk)
 }
 
 // The file a UNIX socket is bound to (`dentry`, its shim_sk_dentry, which the caller has
-// read already), with the socket's own sockfs inode.
+// read already), with the socket's own sockfs inode. Its mode is not read: a bound socket's
+// file is a socket.
 int shim_sk_bound_file(struct sock *sk, struct dentry *dentry, struct sw_file *out)
-{
-	if (!dentry || sw_inode_file(BPF_CORE_READ(dentry, d_inode), out))
-		return -1;
-	out->sock_ino = sw_sock_ino(sk);
-	return 0;
-}
-
-// The same for a caller that has the file's identity in `out` already (shim_dentry_id): only
-// what it lacks is read.
-int shim_sk_bound_rest(struct sock *sk, struct dentry *dentry, struct sw_file *out)
 {
 	struct inode *inode = dentry ? BPF_CORE_READ(dentry, d_inode) : 0;
 	if (!inode)
 		return -1;
+	out->ino = BPF_CORE_READ(inode, i_ino);
+	out->dev = sw_user_dev(BPF_CORE_READ(inode, i_sb, s_dev));
 	out->nlink = BPF_CORE_READ(inode, __i_nlink);
-	out->mode = BPF_CORE_READ(inode, i_mode);
-	out->sock_ino = sw_sock_ino(sk);
+	out->mode = SW_S_IFSOCK;
+	out->sock_ino = shim_sk_sock_ino(sk);
 	return 0;
+}
+
+// The links to the inode behind a dentry; 0 for a negative dentry.
+__u32 shim_dentry_nlink(struct dentry *dentry)
+{
+	return BPF_CORE_READ(dentry, d_inode, __i_nlink);
 }
 
 int shim_sk_listening(struct sock *sk)

@@ -60,51 +60,51 @@ fn names_read() -> bool {
     NAMES_UNREAD.get(0).is_none_or(|off| *off == 0)
 }
 
-/// Marks a live socket as listening; false if it is not in the table (or its entry is
-/// another socket's).
-#[inline(always)]
-pub fn listening(file: &File) -> bool {
-    let Some(live) = LIVE.get_ptr_mut(file.id()) else {
-        return false;
-    };
-    // SAFETY: a value of LIVE found in this run: it stays allocated until the program ends.
-    if unsafe { (*live).sock_ino } != file.sock_ino {
-        return false;
+/// A live socket's entry in `LIVE`, found in this run: it stays allocated until the program
+/// ends.
+pub struct LiveEntry(*mut LiveSock);
+
+impl LiveEntry {
+    /// Marks the socket as listening.
+    #[inline(always)]
+    pub fn mark_listening(&self) {
+        // SAFETY: see the type; a racing flag update elsewhere only sets the same bit.
+        unsafe { (*self.0).flags |= flags::LISTENING };
     }
-    // SAFETY: as above; a racing flag update elsewhere only sets the same bit.
-    unsafe { (*live).flags |= flags::LISTENING };
-    true
+
+    /// Forgets the released socket of `file`; returns what the entry held.
+    #[inline(always)]
+    pub fn release(self, file: &File) -> LiveSock {
+        // SAFETY: see the type; copied before the entry is removed.
+        let live = unsafe { *self.0 };
+        let _ = LIVE.remove(file.id());
+        if names_read() {
+            drop_name(live.name_hash);
+            // Its file usually stays (a close does not unlink): its owner's cleanup, or
+            // anyone's removal of it, is still news to the engine.
+            let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
+            mark_name(live.name_hash);
+        }
+        live
+    }
 }
 
-/// The file `sk` is bound to, read whole only when the table holds its identity: most
-/// sockets released or listened on are unnamed or bound outside the watches, and those cost
-/// the identity's reads and one lookup.
+/// The file `sk` is bound to and its entry in the table, when the table holds that file for
+/// this very socket. The file is read whole only then: most sockets released or listened on
+/// are unnamed or bound outside the watches (they cost the identity's reads and one lookup),
+/// and an accepted socket shares its listener's file but not its sockfs inode (two reads
+/// more). An entry for another socket means this one's bind was never seen.
 #[inline(always)]
-pub fn bound_file_if_live(sk: Sock) -> Option<File> {
+pub fn live_entry(sk: Sock) -> Option<(File, LiveEntry)> {
     let dentry = shim::sk_dentry(sk);
     let id = shim::dentry_id(dentry)?;
-    lookup(&id)?;
-    shim::sk_bound_rest(sk, dentry, id)
-}
-
-/// Forgets a released socket; `None` if it was not (or no longer) in the table.
-#[inline(always)]
-pub fn released(file: &File) -> Option<LiveSock> {
-    let id = file.id();
-    let live = lookup(&id)?;
-    // An entry for another socket means this one's bind was never seen: leave it alone.
-    if live.sock_ino != file.sock_ino {
+    let live = LIVE.get_ptr_mut(id)?;
+    let sock_ino = shim::sk_sock_ino(sk);
+    // SAFETY: as in `LiveEntry`; read once.
+    if unsafe { (*live).sock_ino } != sock_ino {
         return None;
     }
-    let _ = LIVE.remove(id);
-    if names_read() {
-        drop_name(live.name_hash);
-        // Its file usually stays (a close does not unlink): its owner's cleanup, or anyone's
-        // removal of it, is still news to the engine.
-        let _ = RELEASED_NAMES.insert(live.name_hash, 1, 0);
-        mark_name(live.name_hash);
-    }
-    Some(live)
+    Some((shim::bound_file_of(dentry, id, sock_ino), LiveEntry(live)))
 }
 
 #[inline(always)]

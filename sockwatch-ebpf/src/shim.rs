@@ -99,6 +99,10 @@ shim_values! {
     /// The dentry a UNIX socket is bound to; null for other families, abstract and unnamed.
     fn sk_dentry(sk: Sock) -> Dentry = shim_sk_dentry;
     fn sk_listening(sk: Sock) -> bool = shim_sk_listening;
+    /// The socket's own sockfs inode (0 without a `struct socket`).
+    fn sk_sock_ino(sk: Sock) -> u64 = shim_sk_sock_ino;
+    /// The links to the inode behind a dentry (0 for a negative dentry).
+    fn dentry_nlink(d: Dentry) -> u32 = shim_dentry_nlink;
     /// `SOCK_STREAM` = 1, `SOCK_DGRAM` = 2, `SOCK_SEQPACKET` = 5.
     fn sk_type(sk: Sock) -> i32 = shim_sk_type;
     fn is_sock_mode(mode: u32) -> bool = shim_is_sock_mode;
@@ -142,7 +146,6 @@ shim_values! {
 
 unsafe extern "C" {
     fn shim_sk_bound_file(sk: Sock, d: Dentry, out: *mut File) -> i32;
-    fn shim_sk_bound_rest(sk: Sock, d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_file(d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_id(d: Dentry, out: *mut File) -> i32;
     fn shim_dentry_key(d: Dentry, out: *mut DirKey, generation: i32) -> i32;
@@ -181,16 +184,18 @@ pub fn sk_bound_file(sk: Sock, dentry: Dentry) -> Option<File> {
     filled(|out| unsafe { shim_sk_bound_file(sk, dentry, out) })
 }
 
-/// The same once the file's identity `id` is known: only the rest is read.
+/// The same once the file's identity `id` and the socket's sockfs inode are known: only the
+/// links are read.
 #[inline(always)]
-pub fn sk_bound_rest(sk: Sock, dentry: Dentry, id: FileId) -> Option<File> {
-    let mut out = File {
+pub fn bound_file_of(dentry: Dentry, id: FileId, sock_ino: u64) -> File {
+    File {
         dev: id.dev,
         ino: id.ino,
-        ..Default::default()
-    };
-    // SAFETY: as in `sk_bound_file`.
-    (unsafe { shim_sk_bound_rest(sk, dentry, &mut out) } == 0).then_some(out)
+        sock_ino,
+        nlink: dentry_nlink(dentry),
+        // Not read: a bound socket's file is a socket (S_IFSOCK).
+        mode: 0o140_000,
+    }
 }
 
 /// The inode behind a dentry (`None` for a negative dentry).

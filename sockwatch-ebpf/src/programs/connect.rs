@@ -233,9 +233,7 @@ fn bound_target(sk: *const c_void, p: &mut Pending) {
         p.arg = Pending::NOT_OURS;
         return;
     }
-    let Some(file) = shim::sk_bound_rest(sk, dentry, id) else {
-        return;
-    };
+    let file = shim::bound_file_of(dentry, id, shim::sk_sock_ino(sk));
     p.file = file.id();
     p.sock_ino = file.sock_ino;
     p.nlink = file.nlink;

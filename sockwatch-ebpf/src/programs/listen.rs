@@ -94,12 +94,10 @@ pub fn listen_tp_exit(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn listening(sk: Sock, backlog: u32, tier: Tier) {
     // Only sockets in the live table (watched, bind seen or seeded by the startup scan).
-    let Some(file) = live::bound_file_if_live(sk) else {
+    let Some((file, live)) = live::live_entry(sk) else {
         return;
     };
-    if !live::listening(&file) {
-        return;
-    }
+    live.mark_listening();
     if let Some(mut ev) = emit::reserve(EventKind::Listen, tier, Fidelity::Exact) {
         ev.file(&file)
             .aux(backlog)

@@ -55,12 +55,10 @@ flavored! {
 /// The release of `sk`: reported if it is the live socket of its file.
 #[inline(always)]
 pub fn released(sk: Sock, tier: Tier) {
-    let Some(file) = live::bound_file_if_live(sk) else {
+    let Some((file, entry)) = live::live_entry(sk) else {
         return;
     };
-    let Some(live) = live::released(&file) else {
-        return;
-    };
+    let live = entry.release(&file);
     if let Some(mut ev) = emit::reserve(EventKind::Release, tier, Fidelity::Exact) {
         ev.file(&file)
             .owner(&live.owner)
