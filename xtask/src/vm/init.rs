@@ -65,8 +65,14 @@ echo "SOCKWATCH-VM-KERNEL: $(uname -r) lsm=$(cat /sys/kernel/security/lsm)"
 "#;
 
 /// The guest's `/init`: mounts what the probes and tests need, runs every test binary with one
-/// thread, and ends with a verdict line the host looks for.
-pub(super) fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> String {
+/// thread (those of `one_guest` only where `uname -r` matches their pattern), and ends with a
+/// verdict line the host looks for.
+pub(super) fn init_script(
+    tests: &[String],
+    one_guest: &[(&str, &str)],
+    go_listener: bool,
+    tiers: Tiers,
+) -> String {
     let mut s = format!("{INIT_PREAMBLE}verdict=PASS\n");
     if go_listener {
         s.push_str(&format!(
@@ -86,6 +92,8 @@ pub(super) fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> 
                 &test_run(t, &label, "SOCKWATCH_PROBE_MODE=$mode "),
             ));
             s.push_str("done\n");
+        } else if let Some((_, release)) = one_guest.iter().find(|(m, _)| m == t) {
+            s.push_str(&only_on(release, t, &resume::guard(t, &test_run(t, t, ""))));
         } else {
             s.push_str(&resume::guard(t, &test_run(t, t, "")));
         }
@@ -93,6 +101,14 @@ pub(super) fn init_script(tests: &[String], go_listener: bool, tiers: Tiers) -> 
     s.push_str(resume::check_script());
     s.push_str(&format!("echo \"{VERDICT}$verdict\"\npoweroff -f\n"));
     s
+}
+
+/// `run` where `uname -r` matches `release`; elsewhere a line that says where `test` runs.
+fn only_on(release: &str, test: &str, run: &str) -> String {
+    format!(
+        "case \"$(uname -r)\" in\n  {release})\n{run}  ;;\n  \
+         *) echo \"{ELSEWHERE}{test} runs in the {release} guest\" ;;\nesac\n"
+    )
 }
 
 /// Sets `MODES` (space-separated) for this guest's kernel, `SOCKWATCH_TEST_MODES` (the same,
@@ -145,6 +161,9 @@ pub fn run_lines(label: &str, command: &str) -> String {
 /// The console line a run starts with, before its label.
 pub const RUN_MARK: &str = "SOCKWATCH-VM-RUN: ";
 
+/// The console line that says a module runs in another guest of the suite.
+pub const ELSEWHERE: &str = "SOCKWATCH-VM-ELSEWHERE: ";
+
 /// The console line a run ends with, before its label and exit status.
 pub const EXIT_MARK: &str = "SOCKWATCH-VM-EXIT: ";
 
@@ -154,7 +173,7 @@ mod tests {
 
     #[test]
     fn init_runs_each_test_and_ends_with_a_verdict() {
-        let s = init_script(&["kernel".into(), "cli".into()], true, Tiers::Rotation);
+        let s = init_script(&["kernel".into(), "cli".into()], &[], true, Tiers::Rotation);
         assert!(s.starts_with("#!/bin/busybox sh\n"));
         for m in [
             "bpf /sys/fs/bpf",
@@ -167,7 +186,7 @@ mod tests {
             s.contains("SOCKWATCH_IN_VM=1 RUST_BACKTRACE=1 /tests/it kernel:: --test-threads=1")
         );
         assert!(s.contains("/tests/it cli:: --test-threads=1"));
-        let v = init_script(&["verdicts".into()], false, Tiers::Rotation);
+        let v = init_script(&["verdicts".into()], &[], false, Tiers::Rotation);
         assert!(
             v.contains(
                 "for mode in $MODES; do\n\
@@ -185,11 +204,45 @@ mod tests {
         assert!(v.contains("/proc/cmdline"), "{v}");
         assert!(s.contains("for m in /lib/modules/$(uname -r)/*.ko"));
         assert!(s.contains("export SOCKWATCH_GO_LISTENER=/bin/golistener\n"));
-        assert!(!init_script(&[], false, Tiers::All).contains("SOCKWATCH_GO_LISTENER"));
+        assert!(!init_script(&[], &[], false, Tiers::All).contains("SOCKWATCH_GO_LISTENER"));
         assert!(
             s.trim_end()
                 .ends_with("echo \"SOCKWATCH-VM-VERDICT: $verdict\"\npoweroff -f")
         );
+    }
+
+    #[test]
+    fn a_module_placed_on_one_kernel_runs_there_and_says_so_elsewhere() {
+        let s = init_script(
+            &["faults".into()],
+            &[("faults", "6.12.*")],
+            false,
+            Tiers::Rotation,
+        );
+        assert!(s.contains("/tests/it faults:: --test-threads=1"), "{s}");
+        assert!(s.contains("case \"$(uname -r)\" in\n  6.12.*)\n"), "{s}");
+        let run = only_on("6.12.*", "faults", "echo RAN\n");
+        let elsewhere = "SOCKWATCH-VM-ELSEWHERE: faults runs in the 6.12.* guest";
+        assert_eq!(sh_in("6.12.118+deb12-cloud-amd64", &run), "RAN");
+        assert_eq!(sh_in("6.1.0-57-cloud-amd64", &run), elsewhere);
+        assert_eq!(sh_in("5.10.0-43-cloud-amd64", &run), elsewhere);
+        // 6.1's pattern is not 6.12's.
+        let run = only_on("6.1.*", "privilege", "echo RAN\n");
+        assert_eq!(sh_in("6.1.0-57-cloud-amd64", &run), "RAN");
+        assert_eq!(
+            sh_in("6.12.118+deb12-cloud-amd64", &run),
+            "SOCKWATCH-VM-ELSEWHERE: privilege runs in the 6.1.* guest"
+        );
+    }
+
+    /// `script`'s output in a shell whose `uname` says `release`.
+    fn sh_in(release: &str, script: &str) -> String {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("uname() {{ echo {release}; }}\n{script}"))
+            .output()
+            .expect("sh");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     /// The guest's shell picks the modes by `uname -r`: run the same script with a stand-in.

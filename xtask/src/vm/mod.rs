@@ -49,6 +49,7 @@ pub const BOOT_SEPARATOR: &str = "\n----- boot ";
 pub fn build_initramfs(
     payload: &Payload,
     modules: &[String],
+    one_guest: &[(&str, &str)],
     kernels: &[Kernel],
     busybox: &Path,
     tiers: Tiers,
@@ -60,7 +61,7 @@ pub fn build_initramfs(
         img.executable(GO_LISTENER_GUEST, go)?;
     }
     img.executable(&format!("tests/{INTEGRATION_TESTS}"), &payload.tests)?;
-    let init = init_script(modules, payload.go_listener.is_some(), tiers);
+    let init = init_script(modules, one_guest, payload.go_listener.is_some(), tiers);
     img.bytes("init", init, 0o755);
     write_image(&img, out)
 }
@@ -410,7 +411,15 @@ fn prepare(
         .filter(|k| k.arch == plan.arch)
         .cloned()
         .collect();
-    build_initramfs(&payload, &modules, &kernels, busybox, tiers, &initrd)?;
+    build_initramfs(
+        &payload,
+        &modules,
+        plan.one_guest,
+        &kernels,
+        busybox,
+        tiers,
+        &initrd,
+    )?;
     let size = fs::metadata(&initrd).map_or(0, |m| m.len());
     println!(
         "xtask: {} initramfs {} ({:.1} MiB, tests: {}) ready in {:.1?}",
