@@ -108,9 +108,11 @@ struct VmArgs {
     /// (left out of the suite: it once locked up a 5.10 guest under TCG).
     #[arg(long, env = "SOCKWATCH_ALL_TIERS", value_parser = clap::builder::BoolishValueParser::new())]
     all_tiers: bool,
-    /// Guests booted at once; every kernel's by default. A guest's tests run one thread and keep
-    /// about one core busy, so a lone guest leaves the second core of a 2-core machine idle.
-    #[arg(long, default_value_t = 3, env = "SOCKWATCH_VM_JOBS")]
+    /// Guests booted at once; by default every guest of the suite (three x86-64, two arm64).
+    /// A guest keeps about half a core busy (its tests mostly wait: on the agent, on the
+    /// kernel's grace periods), so a lone guest leaves most of a 2-core machine idle, and the
+    /// arm64 guests queued behind the x86-64 ones made the suite's longest path.
+    #[arg(long, default_value_t = 5, env = "SOCKWATCH_VM_JOBS")]
     vm_jobs: usize,
     /// Only these test modules in the guests (repeatable, e.g. `--test faults`); all of
     /// them by default.
