@@ -297,11 +297,17 @@ impl Drop for Staying {
 /// reported against the binder with the file's inode.
 #[test]
 fn bind_through_a_directory_descriptor_has_its_real_path() {
-    for (mode, _) in loadable("late_start_dirfd") {
-        // Bound while the agent runs (resolved at the event, through the descriptor), or
-        // before it starts (by its scan: through the descriptor, or, once conmon-like the
-        // binder closed it, by the walk of the watched directory).
-        for (bound_first, close) in [(false, false), (true, false), (true, true)] {
+    for (nth, (mode, _)) in loadable("late_start_dirfd").into_iter().enumerate() {
+        // Bound while the agent runs (resolved at the event, through the descriptor: each
+        // tier's own), or before it starts (by its scan: through the descriptor, or, once
+        // conmon-like the binder closed it, by the walk of the watched directory). The scan
+        // reads /proc the same under every tier, so its cases run under the first only (a
+        // scanned socket's foreign unlink is `relative_unlink_after_a_late_start`'s, per tier).
+        let cases: &[(bool, bool)] = match nth {
+            0 => &[(false, false), (true, false), (true, true)],
+            _ => &[(false, false)],
+        };
+        for &(bound_first, close) in cases {
             let tmp = tempdir();
             let dir = tmp.path().join("userdata");
             std::fs::create_dir(&dir).expect("mkdir");
