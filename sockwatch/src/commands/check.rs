@@ -12,7 +12,7 @@ use crate::{
     cli::CheckArgs,
     kernel::{
         guard::{GuardTier, RemovalHook},
-        loader::{self, Coverage, LoadError, ProgramLoad, SupportTable, TierSupport},
+        loader::{self, Coverage, Flavors, LoadError, ProgramLoad, SupportTable, TierSupport},
         preflight,
         probes::{Hook, Missed as _, PROBES, ProbeMode, is_guarded_hook},
     },
@@ -32,7 +32,12 @@ pub fn check(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<Coverage>
         "hook", "tier", "supported"
     )?;
     let mut failed = None;
-    let (features, table) = loader::probe_support(&args.stand_ins, |hook, tiers| {
+    // The other flavor's programs only for the costs `--verbose` prints.
+    let flavors = match args.verbose {
+        true => Flavors::Both,
+        false => Flavors::Own,
+    };
+    let (features, table) = loader::probe_support(&args.stand_ins, flavors, |hook, tiers| {
         if let Err(e) = write_hook(out, hook, tiers) {
             failed.get_or_insert(e);
         }

@@ -339,8 +339,20 @@ pub struct TierSupport {
     pub tier: Tier,
     /// Attached (with any refused optional programs), or refused with the reason.
     pub result: Result<Vec<String>, String>,
-    /// Every program loaded for it, in each flavor that exists, the kernel's own first.
+    /// Every program loaded for it, the kernel's own flavor first, then the other's where
+    /// [`Flavors::Both`] asked for them.
     pub programs: Vec<ProgramLoad>,
+}
+
+/// Whose programs [`probe_support`] loads besides the kernel's own flavor's, which decide
+/// what `run` attaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavors {
+    /// Those alone: `check`.
+    Own,
+    /// The other flavor's too, for their cost (`check --verbose`, the headroom test): twice
+    /// the loads, seconds more on a kernel under emulation.
+    Both,
 }
 
 /// Per hook, every tier as this kernel takes it.
@@ -350,6 +362,7 @@ pub type SupportTable = Vec<(Hook, Vec<TierSupport>)>;
 /// measured and unloaded again, in one object. `on_hook` sees each hook as it is done.
 pub fn probe_support(
     stand_ins: &StandIns,
+    flavors: Flavors,
     mut on_hook: impl FnMut(Hook, &[TierSupport]),
 ) -> Result<(KernelFeatures, SupportTable), LoadError> {
     let kernel = kernel_btf()?;
@@ -379,9 +392,12 @@ pub fn probe_support(
             let (result, mut programs) =
                 try_tier(&mut ebpf, hook.hook, tier, own, btf, stand_ins, trial);
             unload_tier(&mut ebpf, tier, own);
-            // The other flavor's own programs too: their cost is part of the picture.
+            // The other flavor's own programs too, where their cost is asked for.
             let other = other_flavor(own);
-            for spec in tier.programs_in(other).filter(|p| p.per_flavor()) {
+            let others = tier
+                .programs_in(other)
+                .filter(|p| p.per_flavor() && flavors == Flavors::Both);
+            for spec in others {
                 programs.push(measure_program(
                     &mut ebpf, spec, hook.hook, tier.tier, other, btf, trial,
                 ));

@@ -74,7 +74,8 @@ fn every_program_stays_under_a_tenth_of_the_verifier_limit() {
     let kernel = release();
     let counted = reports_verified_insns(&kernel);
     let own = KernelFeatures::read().expect("kernel BTF").flavor();
-    let (_, table) = loader::probe_support(&Default::default(), |_, _| {}).expect("probe support");
+    let (_, table) = loader::probe_support(&Default::default(), loader::Flavors::Both, |_, _| {})
+        .expect("probe support");
     let loads: Vec<&ProgramLoad> = table
         .iter()
         .flat_map(|(_, t)| t)
