@@ -30,8 +30,10 @@ pub const HOST_ONLY_TESTS: &[&str] = &["healthy_node", "http_abuse", "prometheus
 /// tracepoint tier; in the whole suite each runs in one x86-64 guest too, on the precise tier
 /// `auto` picks there, not in all three: three copies were a third of each guest's time
 /// (about 1,000 of 3,100 s under TCG in the run of 2026-12-07) and the suite outgrew CI's
-/// 90 minutes. The kernels spread them so the guests take about as long: `faults` and
-/// `blocking` (the only guest with FUSE) on 6.12, `degrade` on 5.10, the small ones on 6.1.
+/// 90 minutes. The kernels spread them across the guests: `faults` and `blocking` (the only
+/// guest with FUSE) on 6.12, `degrade` on 5.10, the small ones on 6.1 (5.10 still ran
+/// longest with five guests at once on 2026-12-07: three modules left at 3,600 s, where 6.1
+/// had finished in 3,560 s).
 /// Every probe and every verdict still runs on every kernel and tier: `kernel`, `lifecycle`,
 /// `verdicts`, `overlay`, `patterns`, `renames`, `stale_connect`, `late_start`, `handover`,
 /// `guard`, `scope`, `production`, `idle`, `headroom`. (module, `uname -r` pattern)
