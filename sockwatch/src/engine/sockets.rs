@@ -162,10 +162,12 @@ impl SocketState {
     }
 
     /// The events applied while a scan begun at `scan_ns` ran already tell more than the
-    /// scan's reading of socket `sock_ino` on this file: this socket was released since, or
-    /// is another one, bound since on a file number the filesystem freed and reused.
+    /// scan's reading of socket `sock_ino` on this file: this socket was released or its file
+    /// removed since (the scan may have read the path before the unlink), or it is another
+    /// one, bound since on a file number the filesystem freed and reused.
     pub(super) fn is_newer_than_scan(&self, scan_ns: u64, sock_ino: u64) -> bool {
         self.released.as_ref().is_some_and(|r| r.ts_ns > scan_ns)
+            || self.removed.as_ref().is_some_and(|r| r.ts_ns > scan_ns)
             || (self.sock_ino != sock_ino && self.bound_ns > scan_ns)
     }
 

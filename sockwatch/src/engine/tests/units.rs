@@ -237,7 +237,8 @@ fn late_inputs_for_unknown_sockets_are_counted_not_invented() {
 }
 
 /// A scan is older than the events applied while it ran: a socket bound after it began is
-/// not released for missing from it, and one released after it began is not brought back.
+/// not released for missing from it, one released after it began is not brought back, and an
+/// orphan whose file was unlinked after it began is not closed as relinked.
 #[test]
 fn a_scan_does_not_undo_events_newer_than_itself() {
     let mut e = engine();
@@ -274,6 +275,24 @@ fn a_scan_does_not_undo_events_newer_than_itself() {
     assert!(
         e.socket(fid(1)).expect("known").released.is_some(),
         "released after the scan began"
+    );
+
+    e.apply(&bind(40, &a(), fid(2), 22, P));
+    e.apply(&listen(41, &a(), fid(2), 22));
+    let orphaned = e.apply(&unlink_exact(
+        50,
+        &b(),
+        P,
+        fid(2),
+        live(a().tgid, 22, false),
+    ));
+    let names: Vec<_> = orphaned.iter().map(Verdict::name).collect();
+    assert_eq!(names, ["foreign_unlink", "orphan_opened"]);
+    let read_before_the_unlink = scan(45, vec![scanned(22, fid(2), P, &[a()], true)]);
+    assert!(e.apply(&read_before_the_unlink).is_empty());
+    assert!(
+        e.socket(fid(2)).expect("known").orphan.is_some(),
+        "unlinked after the scan began"
     );
 }
 
