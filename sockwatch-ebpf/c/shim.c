@@ -193,8 +193,11 @@ static __always_inline __u64 sw_fnv(__u64 h, unsigned char c)
 	return (h ^ c) * SW_FNV_PRIME;
 }
 
-__u64 shim_dentry_name_hash(struct dentry *dentry)
+// A global function (exported by the build), checked once by the verifier for any scalar
+// where an inlined or static one was checked again at each call site and level of a walk.
+__u64 sw_dentry_name_hash(__u64 of)
 {
+	struct dentry *dentry = (struct dentry *)of;
 	// A fixed-size read that ends with the name: the verifier then sees only constant stack
 	// offsets. Before a short inline name lie other fields of the same dentry.
 	char buf[SW_NAME_HASH_TAIL] = {};
@@ -212,6 +215,11 @@ __u64 shim_dentry_name_hash(struct dentry *dentry)
 		h = sw_fnv(h, buf[SW_NAME_HASH_TAIL - 1 - i]);
 	}
 	return h;
+}
+
+__u64 shim_dentry_name_hash(struct dentry *dentry)
+{
+	return sw_dentry_name_hash((__u64)dentry);
 }
 
 // sockwatch_common::name_hash of the last component of a path already copied into `buf` (map
@@ -409,12 +417,12 @@ static __always_inline int sw_walk_current_fds(sw_fd_step word, sw_fd_step step,
 	return max > SW_FD_SCAN_BOUNDED;
 }
 
-// Is descriptor `i` of `fds` the socket whose sockfs inode is `sock_ino`? A call, not
-// inlined: in a constant-bounded loop its stack frame is gone at each return, so the
-// verifier meets one state per step instead of every mix of what earlier steps left.
-static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i, __u64 sock_ino)
+// Is descriptor `i` of `fds` the socket whose sockfs inode is `sock_ino`? A global function
+// (exported by the build): the verifier checks it once, for any scalars, where a static one
+// was checked again at each of the walk's 64 steps per bitmap word.
+int sw_fd_is_socket(__u64 fds, __u32 i, __u64 sock_ino)
 {
-	struct file *file = sw_fd_file(fds, i);
+	struct file *file = sw_fd_file((struct file **)fds, i);
 	if (!file)
 		return 0;
 	struct inode *inode = BPF_CORE_READ(file, f_inode);
@@ -427,7 +435,7 @@ static __attribute__((noinline)) int sw_fd_is_socket(struct file **fds, __u32 i,
 static __always_inline long sw_holds_step(__u64 i, void *data)
 {
 	struct sw_fd_walk *walk = data;
-	if (!sw_fd_is_socket(walk->fds, i, walk->sock_ino))
+	if (!sw_fd_is_socket((__u64)walk->fds, i, walk->sock_ino))
 		return 0;
 	walk->found = 1;
 	return 1;
@@ -469,11 +477,11 @@ static __always_inline struct sock *sw_fd_last_bound_socket(struct file **fds, _
 // Implemented by the programs (process.rs): forgets and reports one released socket.
 int sockwatch_release_at_exit(__u64 sk);
 
-// Releases descriptor `i` of `fds` if this exit drops a bound socket's last reference. Not
-// inlined, for the reason sw_fd_is_socket is not.
-static __attribute__((noinline)) int sw_fd_release_at_exit(struct file **fds, __u32 i)
+// Releases descriptor `i` of `fds` if this exit drops a bound socket's last reference. A
+// global function, for the reason sw_fd_is_socket is.
+int sw_fd_release_at_exit(__u64 fds, __u32 i)
 {
-	struct sock *sk = sw_fd_last_bound_socket(fds, i);
+	struct sock *sk = sw_fd_last_bound_socket((struct file **)fds, i);
 	if (sk)
 		sockwatch_release_at_exit((__u64)sk);
 	return 0;
@@ -482,7 +490,7 @@ static __attribute__((noinline)) int sw_fd_release_at_exit(struct file **fds, __
 static __always_inline long sw_release_step(__u64 i, void *data)
 {
 	struct sw_fd_walk *walk = data;
-	return sw_fd_release_at_exit(walk->fds, i);
+	return sw_fd_release_at_exit((__u64)walk->fds, i);
 }
 
 static long sw_release_word(__u64 w, void *data)
