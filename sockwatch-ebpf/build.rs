@@ -63,7 +63,9 @@ fn main() -> anyhow::Result<()> {
     }
     println!("cargo:rustc-link-arg={}", bc.display());
     // Global, not internalized: the verifier checks a global function once, not per call.
-    println!("cargo:rustc-link-arg=--export=sw_fd_is_socket,sw_fd_release_at_exit,sw_dentry_name_hash");
+    println!(
+        "cargo:rustc-link-arg=--export=sw_fd_is_socket,sw_fd_release_at_exit,sw_dentry_name_hash"
+    );
     // bpf-linker asks LLVM to expand memcpy late, in order, which also turns off LLVM's inline
     // expansion of every memset and memcpy: each zeroed struct became a call to a byte-by-byte
     // `memset` subprogram (354 calls in the object, ~9 % of `listen_tp_exit`'s time). Without it
