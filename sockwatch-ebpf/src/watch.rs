@@ -42,7 +42,7 @@ fn walked_dir(file: Dentry) -> Option<FileId> {
     if cached && unsafe { UNWATCHED_DIRS.get(key) }.copied() == Some(epoch) {
         return None;
     }
-    let watched = sockwatch_watch_walk(dir as u64, key.dir.dev, key.dir.ino) != 0;
+    let watched = walk(dir, key.dir);
     if cached && !watched {
         let _ = UNWATCHED_DIRS.insert(key, epoch, 0);
     }
@@ -62,30 +62,26 @@ pub fn renamed() {
     }
 }
 
-/// The walk itself, from directory `dir` (identity `dev`, `ino`) up; 1 when a watched one is
-/// found. A global function, never inlined: it takes and returns scalars, so the verifier
-/// checks it once per program, not at every call and in every state a call is reached in.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn sockwatch_watch_walk(dir: u64, dev: u64, ino: u64) -> i32 {
-    let (mut dir, mut id) = (dir as Dentry, FileId { dev, ino });
+/// The walk itself, from `dir` (identity `id`) up.
+#[inline(always)]
+fn walk(mut dir: Dentry, mut id: FileId) -> bool {
     // Each level's parent is the next level's directory: its identity is read once.
     for _ in 0..WATCH_DEPTH {
         // SAFETY: only presence is tested; the value is never read.
         if unsafe { WATCHED_DIRS.get(id) }.is_some() {
-            return 1;
+            return true;
         }
         let parent = shim::dentry_parent(dir);
         let Some(parent_id) = shim::dentry_id(parent) else {
-            return 0;
+            return false;
         };
         if let Some(slot) = watched_by_name(dir, parent_id) {
             let _ = WATCHED_DIRS.insert(id, slot, 0);
-            return 1;
+            return true;
         }
         (dir, id) = (parent, parent_id);
     }
-    0
+    false
 }
 
 /// The slot of the watch `dir` re-creates (same parent, same name). Most parents are no
@@ -110,17 +106,7 @@ pub fn slot_of(file: Dentry) -> u32 {
     if WATCH_ALL.load() != 0 {
         return 0;
     }
-    // The directory read from the file: a global function takes scalars, and the LSM hook's
-    // dentry is a typed pointer the verifier would refuse to pass.
-    sockwatch_watch_slot(shim::dentry_parent(file) as u64)
-}
-
-/// [`slot_of`]'s walk from the file's directory `dir`: a global function, for the reason
-/// [`sockwatch_watch_walk`] is.
-#[unsafe(no_mangle)]
-#[inline(never)]
-pub extern "C" fn sockwatch_watch_slot(dir: u64) -> u32 {
-    let mut dir = dir as Dentry;
+    let mut dir = shim::dentry_parent(file);
     for _ in 0..WATCH_DEPTH {
         let Some(id) = shim::dentry_id(dir) else {
             return 0;
