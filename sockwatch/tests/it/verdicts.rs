@@ -271,8 +271,11 @@ fn a_removal_nobody_rebinds_is_a_foreign_unlink_after_the_window() {
     let agent = Agent::start(tmp.path(), tmp.path(), &["--takeover-window", "300ms"]);
     let (mut a, mut b) = (Actor::spawn(), Actor::spawn());
     a.must(&format!("listen-on {}", s(&sock)));
-    b.must(&format!("unlink {}", s(&sock)));
+    // Taken before the command: the unlink happens after it, so a verdict seen less than the
+    // window after this instant is early for certain. After B's reply (under emulation, up to
+    // a window later) it failed a verdict that was on time.
     let removed = std::time::Instant::now();
+    b.must(&format!("unlink {}", s(&sock)));
     let event = agent.expect_line("B's unlink event", |l| {
         l["kind"] == "unlink" && l["tgid"] == b.pid
     });
